@@ -1,0 +1,13 @@
+// Subcommands of the `deltatune` CLI. Each takes the arguments after its name and returns the
+// process exit code; errors are printed to stderr as one line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace deltatune::cli {
+
+int init_model_command(const std::vector<std::string>& args);
+int step_command(const std::vector<std::string>& args);
+
+}  // namespace deltatune::cli

@@ -1,0 +1,54 @@
+// safetensors files: memory-mapped reading with full header validation, and atomic writing.
+// Format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+// then the data region. Every error names the file (and the tensor where there is one).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/tensor/tensor.h"
+
+namespace deltatune {
+
+struct SafetensorsEntry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t begin = 0;  // byte offsets into the data region
+    size_t end = 0;
+};
+
+class SafetensorsFile {
+  public:
+    // Maps `path` read-only and validates the header: known dtypes, offsets inside the file,
+    // byte counts that match the shapes. Missing file: NotFound; malformed: DataLoss.
+    static absl::StatusOr<SafetensorsFile> open(const std::string& path);
+
+    const std::string& path() const { return path_; }
+    // Tensor names in file order of their data offsets.
+    const std::vector<std::string>& names() const { return names_; }
+    bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+    const SafetensorsEntry* entry(const std::string& name) const;
+    // A zero-copy CPU view of the tensor; the mapping lives as long as any view of it.
+    absl::StatusOr<Tensor> get(const std::string& name) const;
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  private:
+    std::string path_;
+    std::shared_ptr<Storage> mapping_;  // the whole file
+    size_t data_start_ = 0;
+    std::map<std::string, SafetensorsEntry> entries_;
+    std::vector<std::string> names_;
+    std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (any device; copied to host) to `path` atomically: a temporary file in the same
+// directory, fsync, rename. Names must be unique.
+absl::Status write_safetensors(const std::string& path,
+                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace deltatune

@@ -1,0 +1,41 @@
+// Post-attention RMSNorm + SwiGLU MLP on the CPU reference path; backward mirrors forward.
+#include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/swiglu.h"
+#include "runtime/model/cpu_blocks.h"
+
+namespace deltatune {
+
+void mlp_block_forward(const Qwen35Config& c, const LayerView& w, const BatchMeta& b,
+                       const float* x, float* out, MlpBlockActs& acts) {
+    const int64_t T = b.tokens, H = c.hidden_size, I = c.intermediate_size;
+    acts.m.resize(T * H);
+    acts.rstd.resize(T);
+    rmsnorm_forward_ref(acts.m.data(), acts.rstd.data(), x, ptr(w.post_norm), T, H,
+                        static_cast<float>(c.rms_norm_eps));
+    acts.gate.resize(T * I);
+    acts.up.resize(T * I);
+    acts.h.resize(T * I);
+    linear_forward_ref(acts.gate.data(), acts.m.data(), ptr(w.mlp_gate), T, H, I);
+    linear_forward_ref(acts.up.data(), acts.m.data(), ptr(w.mlp_up), T, H, I);
+    swiglu_forward_ref(acts.h.data(), acts.gate.data(), acts.up.data(), T * I);
+    linear_forward_ref(out, acts.h.data(), ptr(w.mlp_down), T, I, H);
+}
+
+void mlp_block_backward(const Qwen35Config& c, const LayerView& w, const LayerView& grad,
+                        const BatchMeta& b, const float* x, const float* dout, float* dx,
+                        const MlpBlockActs& acts) {
+    const int64_t T = b.tokens, H = c.hidden_size, I = c.intermediate_size;
+    Buf dh(T * I), dgate(T * I), dup(T * I), dm(T * H), dm_part(T * H), dx_norm(T * H);
+    linear_backward_ref(dh.data(), ptr(grad.mlp_down), dout, acts.h.data(), ptr(w.mlp_down), T, I, H);
+    swiglu_backward_ref(dgate.data(), dup.data(), dh.data(), acts.gate.data(), acts.up.data(), T * I);
+    linear_backward_ref(dm.data(), ptr(grad.mlp_up), dup.data(), acts.m.data(), ptr(w.mlp_up), T, H, I);
+    linear_backward_ref(dm_part.data(), ptr(grad.mlp_gate), dgate.data(), acts.m.data(), ptr(w.mlp_gate),
+                        T, H, I);
+    add_into(dm.data(), dm_part);
+    rmsnorm_backward_ref(dx_norm.data(), ptr(grad.post_norm), dm.data(), x, ptr(w.post_norm),
+                         acts.rstd.data(), T, H);
+    add_into(dx, dx_norm);
+}
+
+}  // namespace deltatune

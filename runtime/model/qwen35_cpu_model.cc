@@ -1,0 +1,136 @@
+// Layer stack, final norm and the chunked LM head + cross-entropy of the CPU reference model.
+#include "runtime/model/qwen35_cpu_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
+
+namespace deltatune {
+
+namespace {
+
+// Tokens per LM-head chunk: bounds the logits buffer to chunk x V floats (the full (T, V) logits
+// of a real vocabulary would not fit).
+constexpr int64_t kHeadChunk = 256;
+
+}  // namespace
+
+Qwen35CpuModel::Qwen35CpuModel(const Qwen35Config& config, ParamSet& params)
+    : config_(config), params_(params), view_(model_view(config, params)) {}
+
+BatchMeta Qwen35CpuModel::meta(const PackedBatch& b) const {
+    return {b.tokens(), b.cu_seqlens.data(), b.num_docs(), b.position_ids.data()};
+}
+
+void Qwen35CpuModel::run_layers(const PackedBatch& batch, Buf& x) {
+    const int64_t T = batch.tokens(), H = config_.hidden_size;
+    const BatchMeta m = meta(batch);
+    x.assign(T * H, 0.0f);
+    embedding_forward_ref(x.data(), ptr(view_.embed), batch.input_ids.data(), T, H);
+    acts_.resize(static_cast<size_t>(config_.num_layers));
+    Buf block_out(T * H);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+        LayerActs& a = acts_[static_cast<size_t>(l)];
+        const LayerView& w = view_.layers[static_cast<size_t>(l)];
+        a.x = x;
+        if (w.type == LayerType::kLinearAttention) {
+            gdn_block_forward(config_, w, m, a.x.data(), block_out.data(), a.gdn);
+        } else {
+            attention_block_forward(config_, w, m, a.x.data(), block_out.data(), a.attn);
+        }
+        for (int64_t i = 0; i < T * H; ++i) x[i] += block_out[i];
+        a.mid = x;
+        mlp_block_forward(config_, w, m, a.mid.data(), block_out.data(), a.mlp);
+        for (int64_t i = 0; i < T * H; ++i) x[i] += block_out[i];
+    }
+    final_x_ = x;
+    final_normed_.resize(T * H);
+    final_rstd_.resize(T);
+    rmsnorm_forward_ref(final_normed_.data(), final_rstd_.data(), final_x_.data(), ptr(view_.final_norm), T, H,
+                        static_cast<float>(config_.rms_norm_eps));
+}
+
+absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
+    LossResult r;
+    r.label_tokens = batch.label_tokens();
+    if (r.label_tokens == 0) {
+        return absl::FailedPreconditionError("batch has no trained targets (every label is -100)");
+    }
+    Buf x;
+    run_layers(batch, x);
+    const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
+    Buf logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk);
+    for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
+        const int64_t n = std::min(kHeadChunk, T - t0);
+        linear_forward_ref(logits.data(), final_normed_.data() + t0 * H, ptr(view_.lm_head), n, H, V);
+        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), batch.targets.data() + t0, n, V);
+        for (int64_t i = 0; i < n; ++i) r.loss_sum += losses[i];
+    }
+    r.loss = r.loss_sum / static_cast<double>(r.label_tokens);
+    batch_ = &batch;
+    label_tokens_ = r.label_tokens;
+    return r;
+}
+
+absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
+    if (batch_ == nullptr) return absl::FailedPreconditionError("backward without a pending forward");
+    const PackedBatch& batch = *batch_;
+    const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
+    ModelView g = model_view(config_, grads);
+    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(label_tokens_));
+
+    // LM head: logits are recomputed chunk by chunk (never stored whole).
+    Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk), dlogits(kHeadChunk * V);
+    for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
+        const int64_t n = std::min(kHeadChunk, T - t0);
+        const float* h = final_normed_.data() + t0 * H;
+        const int32_t* tg = batch.targets.data() + t0;
+        linear_forward_ref(logits.data(), h, ptr(view_.lm_head), n, H, V);
+        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), tg, n, V);
+        cross_entropy_backward_ref(dlogits.data(), logits.data(), lse.data(), tg, n, V, grad_scale);
+        linear_backward_ref(dnormed.data() + t0 * H, ptr(g.lm_head), dlogits.data(), h, ptr(view_.lm_head), n, H, V);
+    }
+    Buf dx(T * H);
+    rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(), ptr(view_.final_norm),
+                         final_rstd_.data(), T, H);
+
+    const BatchMeta m = meta(batch);
+    for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+        LayerActs& a = acts_[static_cast<size_t>(l)];
+        const LayerView& w = view_.layers[static_cast<size_t>(l)];
+        const LayerView& gl = g.layers[static_cast<size_t>(l)];
+        // dx is d(layer output); the MLP adds its input gradient to it, giving d(mid).
+        mlp_block_backward(config_, w, gl, m, a.mid.data(), dx.data(), dx.data(), a.mlp);
+        if (w.type == LayerType::kLinearAttention) {
+            gdn_block_backward(config_, w, gl, m, a.x.data(), dx.data(), dx.data(), a.gdn);
+        } else {
+            attention_block_backward(config_, w, gl, m, a.x.data(), dx.data(), dx.data(), a.attn);
+        }
+        a = LayerActs{};
+    }
+    embedding_backward_ref(ptr(g.embed), dx.data(), batch.input_ids.data(), T, H);
+    batch_ = nullptr;
+    return absl::OkStatus();
+}
+
+absl::StatusOr<Buf> Qwen35CpuModel::hidden_states(const PackedBatch& batch) {
+    Buf x;
+    run_layers(batch, x);
+    acts_.clear();
+    return final_normed_;
+}
+
+absl::StatusOr<Buf> Qwen35CpuModel::logits(const PackedBatch& batch) {
+    auto h = hidden_states(batch);
+    if (!h.ok()) return h.status();
+    const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
+    Buf out(T * V);
+    linear_forward_ref(out.data(), h->data(), ptr(view_.lm_head), T, H, V);
+    return out;
+}
+
+}  // namespace deltatune

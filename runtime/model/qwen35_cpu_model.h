@@ -1,0 +1,62 @@
+// The Qwen3.5 model on the fp32 CPU reference path: forward and backward as mirror images over
+// one packed 1D batch. This is the oracle the GPU path is tested against and what CI trains.
+// Loss = sum of token cross-entropies over trained targets / their count (transformers' mean).
+// Gradients are accumulated (+=) into a ParamSet shaped like the parameters; for tied
+// embeddings the lm_head contribution lands in model.embed_tokens.weight.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/cpu_blocks.h"
+#include "runtime/model/packed_batch.h"
+#include "runtime/model/param_set.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+struct LossResult {
+    double loss = 0;          // loss_sum / label_tokens
+    double loss_sum = 0;      // sum of per-token cross-entropies
+    int64_t label_tokens = 0; // trained targets in the batch
+};
+
+class Qwen35CpuModel {
+  public:
+    // `params` must outlive the model; the model reads it and never changes it.
+    Qwen35CpuModel(const Qwen35Config& config, ParamSet& params);
+
+    // Runs the forward pass, keeping what backward needs. FailedPrecondition when the batch has
+    // no trained targets (the mean would be 0/0).
+    absl::StatusOr<LossResult> forward(const PackedBatch& batch);
+    // Gradient of the last forward's loss, accumulated into `grads` (+=). Consumes the saved
+    // activations.
+    absl::Status backward(ParamSet& grads);
+
+    // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
+    absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);
+    absl::StatusOr<Buf> logits(const PackedBatch& batch);
+
+  private:
+    struct LayerActs {
+        Buf x;    // layer input (T, H)
+        Buf mid;  // after the attention residual add (T, H)
+        GdnBlockActs gdn;
+        AttentionBlockActs attn;
+        MlpBlockActs mlp;
+    };
+
+    void run_layers(const PackedBatch& batch, Buf& x);
+    BatchMeta meta(const PackedBatch& batch) const;
+
+    const Qwen35Config& config_;
+    ParamSet& params_;
+    ModelView view_;
+    const PackedBatch* batch_ = nullptr;  // the batch of the pending backward
+    std::vector<LayerActs> acts_;
+    Buf final_x_, final_normed_, final_rstd_;
+    int64_t label_tokens_ = 0;
+};
+
+}  // namespace deltatune

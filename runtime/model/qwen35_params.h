@@ -1,0 +1,59 @@
+// The Qwen3.5 parameter list (names, shapes, stored dtypes) and per-layer views over a ParamSet.
+// One LayerView is used by both the forward and the backward pass, over params or over grads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/model/param_set.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+// Every parameter of the text model, zero-filled, in checkpoint order. `lm_head.weight` is
+// present only when untied. Stored dtype is config.dtype except A_log and the gated-norm weight,
+// which the published checkpoints keep in F32.
+ParamSet make_qwen35_params(const Qwen35Config& config, bool tied);
+
+std::string layer_prefix(int64_t layer);  // "model.layers.{l}."
+
+struct LayerView {
+    LayerType type;
+    Tensor input_norm;  // (H) zero-centred
+    Tensor post_norm;   // (H) zero-centred
+    Tensor mlp_gate;    // (I, H)
+    Tensor mlp_up;      // (I, H)
+    Tensor mlp_down;    // (H, I)
+    // Gated DeltaNet (linear_attention layers)
+    Tensor in_proj_qkv;  // (conv_dim, H), rows [q | k | v]
+    Tensor in_proj_z;    // (value_dim, H)
+    Tensor in_proj_b;    // (Hv, H)
+    Tensor in_proj_a;    // (Hv, H)
+    Tensor conv_w;       // (conv_dim, 1, K)
+    Tensor A_log;        // (Hv)
+    Tensor dt_bias;      // (Hv)
+    Tensor gdn_norm;     // (dv) plain weight
+    Tensor out_proj;     // (H, value_dim)
+    // Gated full attention (full_attention layers)
+    Tensor q_proj;  // (2 Hq D, H), per head [query | gate]
+    Tensor k_proj;  // (Hkv D, H)
+    Tensor v_proj;  // (Hkv D, H)
+    Tensor o_proj;  // (H, Hq D)
+    Tensor q_norm;  // (D) zero-centred
+    Tensor k_norm;  // (D) zero-centred
+};
+
+struct ModelView {
+    Tensor embed;       // (V, H)
+    Tensor final_norm;  // (H)
+    Tensor lm_head;     // (V, H); the embedding itself when tied
+    std::vector<LayerView> layers;
+};
+
+ModelView model_view(const Qwen35Config& config, ParamSet& params);
+
+// transformers' initialisation: N(0, initializer_range^2) for linears, conv and embedding;
+// zero-centred norms 0; gated norm 1; dt_bias 1; A_log = log(U(0.01, 16)). Deterministic in seed.
+void init_qwen35_params(const Qwen35Config& config, ParamSet& params, uint64_t seed);
+
+}  // namespace deltatune

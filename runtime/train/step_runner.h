@@ -1,0 +1,34 @@
+// One training step from the command line's point of view (`deltatune step`): load a Hugging Face
+// model directory and a BATCH.json, run forward and backward on the packed batch, optionally
+// write the gradients and the parameters after one AdamW step. Shared by the CLI and the tests.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+
+namespace deltatune {
+
+struct StepOptions {
+    std::string model_dir;
+    std::string batch_path;
+    std::string device = "cpu";      // "cpu" or "cuda"
+    std::string grads_out;           // fp32 safetensors, names "grad.<HF name>"; empty = skip
+    std::string update_out;          // fp32 safetensors of params after one AdamW step; empty = skip
+    AdamWHyper adamw;
+};
+
+struct StepReport {
+    double loss = 0;
+    int64_t label_tokens = 0;
+    int64_t tokens = 0;
+    int64_t documents = 0;
+    double grad_norm = 0;  // global L2 norm of all parameter gradients
+    double seconds = 0;    // forward + backward wall time
+};
+
+absl::StatusOr<StepReport> run_step(const StepOptions& options);
+
+}  // namespace deltatune

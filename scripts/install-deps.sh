@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package deltatune's build and tests need. Idempotent: packages already
+# present are skipped, so a second run does no network work. CUDA, cuDNN, NCCL and CUPTI come from
+# the CUDA toolkit under /usr/local/cuda (optional: without nvcc the CUDA targets are skipped).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git python3
+  libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
+  libutf8proc-dev libpcre2-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,8 +1,8 @@
 // CPU reference for one AdamW step, operation for operation as torch.optim.AdamW's single-tensor
 // path: the step scalars in double (as Python computes them), the tensor math in T.
-#include "kernels/adamw.h"
-
 #include <cmath>
+
+#include "kernels/adamw.h"
 
 namespace deltatune {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 template <typename T>
 T torch_lerp(T start, T end, T weight) {
     return std::abs(weight) < T(0.5) ? start + weight * (end - start)
-                                      : end - (end - start) * (T(1) - weight);
+                                     : end - (end - start) * (T(1) - weight);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // CPU reference for varlen causal GQA softmax attention (saving the log-sum-exp for backward) and
 // the sigmoid output gate of Qwen3.5's full-attention layers.
-#include "kernels/attention.h"
-
 #include <cmath>
 #include <vector>
+
+#include "kernels/attention.h"
 
 namespace deltatune {
 namespace {
@@ -71,10 +71,9 @@ void attention_forward_ref(T* out, T* lse, const T* q, const T* k, const T* v,
 }
 
 template <typename T>
-void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                            const T* v, const T* out, const T* lse, const int32_t* cu_seqlens,
-                            int64_t num_docs, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
-                            T scale) {
+void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                            const T* out, const T* lse, const int32_t* cu_seqlens, int64_t num_docs,
+                            int64_t q_heads, int64_t kv_heads, int64_t head_dim, T scale) {
     const int64_t group = q_heads / kv_heads;
     const int64_t q_stride = q_heads * head_dim;
     const int64_t kv_stride = kv_heads * head_dim;
@@ -126,8 +125,7 @@ void output_gate_forward_ref(T* y, const T* o, const T* gate, int64_t n) {
 }
 
 template <typename T>
-void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T* gate,
-                              int64_t n) {
+void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T* gate, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const T sig = sigmoid(gate[i]);
         d_o[i] = dy[i] * sig;
@@ -135,20 +133,20 @@ void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T
     }
 }
 
-template void attention_forward_ref<float>(float*, float*, const float*, const float*,
-                                           const float*, const int32_t*, int64_t, int64_t, int64_t,
-                                           int64_t, float);
+template void attention_forward_ref<float>(float*, float*, const float*, const float*, const float*,
+                                           const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                           float);
 template void attention_forward_ref<double>(double*, double*, const double*, const double*,
                                             const double*, const int32_t*, int64_t, int64_t,
                                             int64_t, int64_t, double);
 template void attention_backward_ref<float>(float*, float*, float*, const float*, const float*,
-                                            const float*, const float*, const float*,
-                                            const float*, const int32_t*, int64_t, int64_t,
-                                            int64_t, int64_t, float);
+                                            const float*, const float*, const float*, const float*,
+                                            const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                            float);
 template void attention_backward_ref<double>(double*, double*, double*, const double*,
                                              const double*, const double*, const double*,
-                                             const double*, const double*, const int32_t*,
-                                             int64_t, int64_t, int64_t, int64_t, double);
+                                             const double*, const double*, const int32_t*, int64_t,
+                                             int64_t, int64_t, int64_t, double);
 template void output_gate_forward_ref<float>(float*, const float*, const float*, int64_t);
 template void output_gate_forward_ref<double>(double*, const double*, const double*, int64_t);
 template void output_gate_backward_ref<float>(float*, float*, const float*, const float*,

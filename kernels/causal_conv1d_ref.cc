@@ -1,9 +1,9 @@
 // CPU reference for the depthwise causal conv1d + SiLU over packed documents; the window is
 // zero-padded at every document start, so no document sees another's tokens.
-#include "kernels/causal_conv1d.h"
-
 #include <cmath>
 #include <vector>
+
+#include "kernels/causal_conv1d.h"
 
 namespace deltatune {
 namespace {

@@ -1,8 +1,8 @@
 // CPU reference for row-wise cross-entropy with ignore_index -100; loss = lse - logit[target], as
 // torch's CPU log_softmax forms it.
-#include "kernels/cross_entropy.h"
-
 #include <cmath>
+
+#include "kernels/cross_entropy.h"
 
 namespace deltatune {
 

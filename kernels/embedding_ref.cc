@@ -1,7 +1,7 @@
 // CPU reference for the token embedding: row gather forward, scatter-add backward.
-#include "kernels/embedding.h"
-
 #include <cstring>
+
+#include "kernels/embedding.h"
 
 namespace deltatune {
 
@@ -30,8 +30,7 @@ void embedding_backward_ref(T* dtable, const T* dout, const int32_t* ids, int64_
 template void embedding_forward_ref<float>(float*, const float*, const int32_t*, int64_t, int64_t);
 template void embedding_forward_ref<double>(double*, const double*, const int32_t*, int64_t,
                                             int64_t);
-template void embedding_backward_ref<float>(float*, const float*, const int32_t*, int64_t,
-                                            int64_t);
+template void embedding_backward_ref<float>(float*, const float*, const int32_t*, int64_t, int64_t);
 template void embedding_backward_ref<double>(double*, const double*, const int32_t*, int64_t,
                                              int64_t);
 

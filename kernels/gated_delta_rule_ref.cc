@@ -1,9 +1,9 @@
 // CPU reference for the gated delta rule in its per-token recurrent form (the same recurrence as
 // transformers' torch_recurrent_gated_delta_rule), with a state-replaying backward.
-#include "kernels/gated_delta_rule.h"
-
 #include <cmath>
 #include <vector>
+
+#include "kernels/gated_delta_rule.h"
 
 namespace deltatune {
 namespace {
@@ -47,8 +47,8 @@ void step_state(T* S, T* p, T* delta, const Step<T>& s, int64_t dk, int64_t dv) 
 
 // Gathers the step operands of token t for value head j (key head kh).
 template <typename T>
-Step<T> step_at(const T* q, const T* k, const T* v, const T* g, const T* beta, int64_t t,
-                int64_t j, int64_t kh, int64_t k_heads, int64_t v_heads, int64_t dk, int64_t dv) {
+Step<T> step_at(const T* q, const T* k, const T* v, const T* g, const T* beta, int64_t t, int64_t j,
+                int64_t kh, int64_t k_heads, int64_t v_heads, int64_t dk, int64_t dv) {
     return Step<T>{q + (t * k_heads + kh) * dk, k + (t * k_heads + kh) * dk,
                    v + (t * v_heads + j) * dv, g[t * v_heads + j], beta[t * v_heads + j]};
 }

@@ -1,8 +1,8 @@
 // CPU reference for the Gated DeltaNet's output norm, y = w * (x * rstd) * silu(z), in the
 // operation order of transformers' Qwen3.5 RMSNormGated.
-#include "kernels/gated_rmsnorm.h"
-
 #include <cmath>
+
+#include "kernels/gated_rmsnorm.h"
 
 namespace deltatune {
 namespace {

@@ -1,8 +1,8 @@
 // CPU reference for the Gated DeltaNet gates: beta = sigmoid(b) and the log decay
 // g = -exp(A_log) * softplus(a + dt_bias), with torch's thresholded softplus.
-#include "kernels/gdn_gates.h"
-
 #include <cmath>
+
+#include "kernels/gdn_gates.h"
 
 namespace deltatune {
 namespace {
@@ -23,8 +23,8 @@ T softplus(T x) {
 }  // namespace
 
 template <typename T>
-void gdn_gates_forward_ref(T* beta, T* g, const T* b, const T* a, const T* A_log,
-                           const T* dt_bias, int64_t tokens, int64_t heads) {
+void gdn_gates_forward_ref(T* beta, T* g, const T* b, const T* a, const T* A_log, const T* dt_bias,
+                           int64_t tokens, int64_t heads) {
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t h = 0; h < heads; ++h) {
             const int64_t n = t * heads + h;
@@ -55,13 +55,13 @@ void gdn_gates_backward_ref(T* db, T* da, T* dA_log, T* ddt_bias, const T* dbeta
     }
 }
 
-template void gdn_gates_forward_ref<float>(float*, float*, const float*, const float*,
-                                           const float*, const float*, int64_t, int64_t);
+template void gdn_gates_forward_ref<float>(float*, float*, const float*, const float*, const float*,
+                                           const float*, int64_t, int64_t);
 template void gdn_gates_forward_ref<double>(double*, double*, const double*, const double*,
                                             const double*, const double*, int64_t, int64_t);
 template void gdn_gates_backward_ref<float>(float*, float*, float*, float*, const float*,
-                                            const float*, const float*, const float*,
-                                            const float*, const float*, int64_t, int64_t);
+                                            const float*, const float*, const float*, const float*,
+                                            const float*, int64_t, int64_t);
 template void gdn_gates_backward_ref<double>(double*, double*, double*, double*, const double*,
                                              const double*, const double*, const double*,
                                              const double*, const double*, int64_t, int64_t);

@@ -1,7 +1,7 @@
 // CPU reference for the Gated DeltaNet's q/k L2 normalisation, y = x * rsqrt(sum(x^2) + eps).
-#include "kernels/l2norm.h"
-
 #include <cmath>
+
+#include "kernels/l2norm.h"
 
 namespace deltatune {
 
@@ -39,8 +39,7 @@ void l2norm_backward_ref(T* dx, const T* dout, const T* out, const T* rnorm, int
 }
 
 template void l2norm_forward_ref<float>(float*, float*, const float*, int64_t, int64_t, float);
-template void l2norm_forward_ref<double>(double*, double*, const double*, int64_t, int64_t,
-                                         double);
+template void l2norm_forward_ref<double>(double*, double*, const double*, int64_t, int64_t, double);
 template void l2norm_backward_ref<float>(float*, const float*, const float*, const float*, int64_t,
                                          int64_t);
 template void l2norm_backward_ref<double>(double*, const double*, const double*, const double*,

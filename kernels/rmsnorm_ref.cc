@@ -1,8 +1,8 @@
 // CPU reference for the zero-centred RMSNorm, y = (x * rstd) * (1 + w), as transformers' Qwen3.5
 // computes it (all math in T, so T = float mirrors its fp32 upcast).
-#include "kernels/rmsnorm.h"
-
 #include <cmath>
+
+#include "kernels/rmsnorm.h"
 
 namespace deltatune {
 
@@ -51,8 +51,8 @@ template void rmsnorm_forward_ref<float>(float*, float*, const float*, const flo
                                          int64_t, float);
 template void rmsnorm_forward_ref<double>(double*, double*, const double*, const double*, int64_t,
                                           int64_t, double);
-template void rmsnorm_backward_ref<float>(float*, float*, const float*, const float*,
-                                          const float*, const float*, int64_t, int64_t);
+template void rmsnorm_backward_ref<float>(float*, float*, const float*, const float*, const float*,
+                                          const float*, int64_t, int64_t);
 template void rmsnorm_backward_ref<double>(double*, double*, const double*, const double*,
                                            const double*, const double*, int64_t, int64_t);
 

@@ -1,9 +1,9 @@
 // CPU reference for partial rotate-half RoPE. For T = float the angles follow transformers' fp32
 // recipe step by step (inv_freq, pos * inv_freq, cos/sin all in fp32) so the parity is tight.
-#include "kernels/rope.h"
-
 #include <cmath>
 #include <vector>
+
+#include "kernels/rope.h"
 
 namespace deltatune {
 namespace {
@@ -56,11 +56,11 @@ void rope_backward_ref(T* dx, const int32_t* positions, int64_t tokens, int64_t 
 
 template void rope_forward_ref<float>(float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
                                       double);
-template void rope_forward_ref<double>(double*, const int32_t*, int64_t, int64_t, int64_t,
-                                       int64_t, double);
+template void rope_forward_ref<double>(double*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                       double);
 template void rope_backward_ref<float>(float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
                                        double);
-template void rope_backward_ref<double>(double*, const int32_t*, int64_t, int64_t, int64_t,
-                                        int64_t, double);
+template void rope_backward_ref<double>(double*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                        double);
 
 }  // namespace deltatune

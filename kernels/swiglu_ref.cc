@@ -1,7 +1,7 @@
 // CPU reference for the SwiGLU activation of the dense MLP, h = silu(gate) * up.
-#include "kernels/swiglu.h"
-
 #include <cmath>
+
+#include "kernels/swiglu.h"
 
 namespace deltatune {
 

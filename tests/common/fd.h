@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,8 +13,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 namespace deltatune::test {
 
@@ -47,21 +46,17 @@ class Rng {
         return out;
     }
 
-    int32_t index(int32_t n) { return std::uniform_int_distribution<int32_t>(0, n - 1)(gen_); }
-
   private:
     std::mt19937_64 gen_;
 };
 
-inline Vec nans(int64_t n) {
-    return Vec(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
-}
-
-template <typename T>
-std::vector<T> nans_of(int64_t n) {
+// NaN-filled buffers for "=" outputs: an element the kernel forgets to write stays NaN.
+template <typename T = double>
+std::vector<T> nans(int64_t n) {
     return std::vector<T>(static_cast<size_t>(n), std::numeric_limits<T>::quiet_NaN());
 }
 
+// The same values in T (float inputs are the double inputs rounded once).
 template <typename T>
 std::vector<T> cast(const Vec& v) {
     return std::vector<T>(v.begin(), v.end());
@@ -91,8 +86,9 @@ inline double max_abs(const Vec& v) {
     return m;
 }
 
-inline bool all_finite(const Vec& v) {
-    return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+template <typename T>
+bool all_finite(const std::vector<T>& v) {
+    return std::all_of(v.begin(), v.end(), [](T x) { return std::isfinite(x); });
 }
 
 // Normwise relative difference max|a - ref| / max|ref|: the yardstick for float vs double.
@@ -134,13 +130,13 @@ inline double check_gradients(const std::string& op, const std::function<double(
         for (size_t i = 0; i < x.size(); ++i) {
             const double saved = x[i];
             x[i] = saved + h;
-            const double plus = loss();
+            const double loss_up = loss();
             x[i] = saved - h;
-            const double minus_ = loss();
+            const double loss_down = loss();
             x[i] = saved;
-            const double fd = (plus - minus_) / (2 * h);
+            const double fd = (loss_up - loss_down) / (2 * h);
             const double err = std::abs(fd - in.analytic[i]);
-            if (!(err <= max_err)) {
+            if (!(err <= max_err)) {  // a NaN error counts as the worst
                 max_err = err;
                 worst_i = i;
                 worst_fd = fd;
@@ -158,6 +154,11 @@ inline double check_gradients(const std::string& op, const std::function<double(
         worst = std::max(worst, rel);
     }
     return worst;
+}
+
+// Rows [begin, end) of a row-major buffer with `width` values per row, e.g. one document's tokens.
+inline Vec rows_of(const Vec& v, int64_t begin, int64_t end, int64_t width) {
+    return Vec(v.begin() + begin * width, v.begin() + end * width);
 }
 
 // Document boundaries (cu_seqlens) from document lengths.

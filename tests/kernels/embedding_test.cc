@@ -66,7 +66,7 @@ TEST_CASE("embedding float agrees with double", "[kernels][embedding]") {
     embedding_backward_ref(dtable.data(), dout.data(), kIds.data(), kTokens, kHidden);
     const auto table_f = cast<float>(table);
     const auto dout_f = cast<float>(dout);
-    auto out_f = nans_of<float>(kTokens * kHidden);
+    auto out_f = nans<float>(kTokens * kHidden);
     std::vector<float> dtable_f(static_cast<size_t>(kVocab * kHidden), 0.0f);
     embedding_forward_ref(out_f.data(), table_f.data(), kIds.data(), kTokens, kHidden);
     embedding_backward_ref(dtable_f.data(), dout_f.data(), kIds.data(), kTokens, kHidden);

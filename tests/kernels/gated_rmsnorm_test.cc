@@ -15,11 +15,10 @@ struct Result {
 };
 
 template <typename T>
-Result<T> run(const Vec& x, const Vec& z, const Vec& w, const Vec& dy, const Vec& dw0,
-              double eps) {
+Result<T> run(const Vec& x, const Vec& z, const Vec& w, const Vec& dy, const Vec& dw0, double eps) {
     const auto xt = cast<T>(x), zt = cast<T>(z), wt = cast<T>(w), dyt = cast<T>(dy);
-    Result<T> r{nans_of<T>(kRows * kCols), nans_of<T>(kRows), nans_of<T>(kRows * kCols),
-                nans_of<T>(kRows * kCols), cast<T>(dw0)};
+    Result<T> r{nans<T>(kRows * kCols), nans<T>(kRows), nans<T>(kRows * kCols),
+                nans<T>(kRows * kCols), cast<T>(dw0)};
     gated_rmsnorm_forward_ref(r.y.data(), r.rstd.data(), xt.data(), zt.data(), wt.data(), kRows,
                               kCols, T(eps));
     gated_rmsnorm_backward_ref(r.dx.data(), r.dz.data(), r.dw.data(), dyt.data(), xt.data(),
@@ -58,8 +57,8 @@ TEST_CASE("gated_rmsnorm backward matches finite differences", "[kernels][gated_
     const double eps = 1e-6;
     auto loss = [&] {
         Vec y(static_cast<size_t>(kRows * kCols)), rstd(static_cast<size_t>(kRows));
-        gated_rmsnorm_forward_ref(y.data(), rstd.data(), x.data(), z.data(), w.data(), kRows,
-                                  kCols, eps);
+        gated_rmsnorm_forward_ref(y.data(), rstd.data(), x.data(), z.data(), w.data(), kRows, kCols,
+                                  eps);
         return dot(weights, y);
     };
     const auto r = run<double>(x, z, w, weights, dw0, eps);

@@ -21,8 +21,8 @@ Result<T> run(const Vec& b, const Vec& a, const Vec& A_log, const Vec& dt_bias, 
               const Vec& dg, const Vec& dA_log0, const Vec& ddt_bias0) {
     const auto bt = cast<T>(b), at = cast<T>(a), At = cast<T>(A_log), dtt = cast<T>(dt_bias);
     const auto dbetat = cast<T>(dbeta), dgt = cast<T>(dg);
-    Result<T> r{nans_of<T>(kN), nans_of<T>(kN), nans_of<T>(kN), nans_of<T>(kN),
-                cast<T>(dA_log0), cast<T>(ddt_bias0)};
+    Result<T> r{nans<T>(kN), nans<T>(kN),      nans<T>(kN),
+                nans<T>(kN), cast<T>(dA_log0), cast<T>(ddt_bias0)};
     gdn_gates_forward_ref(r.beta.data(), r.g.data(), bt.data(), at.data(), At.data(), dtt.data(),
                           kTokens, kHeads);
     gdn_gates_backward_ref(r.db.data(), r.da.data(), r.dA_log.data(), r.ddt_bias.data(),

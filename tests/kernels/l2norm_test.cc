@@ -17,7 +17,7 @@ struct Result {
 template <typename T>
 Result<T> run(const Vec& x, const Vec& dy, double eps) {
     const auto xt = cast<T>(x), dyt = cast<T>(dy);
-    Result<T> r{nans_of<T>(kRows * kCols), nans_of<T>(kRows), nans_of<T>(kRows * kCols)};
+    Result<T> r{nans<T>(kRows * kCols), nans<T>(kRows), nans<T>(kRows * kCols)};
     l2norm_forward_ref(r.y.data(), r.rnorm.data(), xt.data(), kRows, kCols, T(eps));
     l2norm_backward_ref(r.dx.data(), dyt.data(), r.y.data(), r.rnorm.data(), kRows, kCols);
     return r;

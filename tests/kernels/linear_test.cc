@@ -13,10 +13,10 @@ struct Result {
 };
 
 template <typename T>
-Result<T> run(const Vec& x, const Vec& w, const Vec& dy, const Vec& dw0, int64_t rows,
-              int64_t in, int64_t out) {
+Result<T> run(const Vec& x, const Vec& w, const Vec& dy, const Vec& dw0, int64_t rows, int64_t in,
+              int64_t out) {
     const auto xt = cast<T>(x), wt = cast<T>(w), dyt = cast<T>(dy);
-    Result<T> r{nans_of<T>(rows * out), nans_of<T>(rows * in), cast<T>(dw0)};
+    Result<T> r{nans<T>(rows * out), nans<T>(rows * in), cast<T>(dw0)};
     linear_forward_ref(r.y.data(), xt.data(), wt.data(), rows, in, out);
     linear_backward_ref(r.dx.data(), r.dw.data(), dyt.data(), xt.data(), wt.data(), rows, in, out);
     return r;
@@ -54,8 +54,7 @@ TEST_CASE("linear backward skips a null dx or dw", "[kernels][linear]") {
     const Vec x = rng.normal(rows * in);
     const Vec w = rng.normal(out * in);
     const Vec dy = rng.normal(rows * out);
-    const auto both = run<double>(x, w, dy, Vec(static_cast<size_t>(out * in), 0.0), rows, in,
-                                  out);
+    const auto both = run<double>(x, w, dy, Vec(static_cast<size_t>(out * in), 0.0), rows, in, out);
 
     Vec dx_only = nans(rows * in);
     linear_backward_ref(dx_only.data(), static_cast<double*>(nullptr), dy.data(), x.data(),

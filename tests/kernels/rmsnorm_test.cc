@@ -18,11 +18,10 @@ struct Result {
 template <typename T>
 Result<T> run(const Vec& x, const Vec& w, const Vec& dy, const Vec& dw0, double eps) {
     const auto xt = cast<T>(x), wt = cast<T>(w), dyt = cast<T>(dy);
-    Result<T> r{nans_of<T>(kRows * kCols), nans_of<T>(kRows), nans_of<T>(kRows * kCols),
-                cast<T>(dw0)};
+    Result<T> r{nans<T>(kRows * kCols), nans<T>(kRows), nans<T>(kRows * kCols), cast<T>(dw0)};
     rmsnorm_forward_ref(r.y.data(), r.rstd.data(), xt.data(), wt.data(), kRows, kCols, T(eps));
-    rmsnorm_backward_ref(r.dx.data(), r.dw.data(), dyt.data(), xt.data(), wt.data(),
-                         r.rstd.data(), kRows, kCols);
+    rmsnorm_backward_ref(r.dx.data(), r.dw.data(), dyt.data(), xt.data(), wt.data(), r.rstd.data(),
+                         kRows, kCols);
     return r;
 }
 

@@ -16,7 +16,7 @@ struct Result {
 template <typename T>
 Result<T> run(const Vec& gate, const Vec& up, const Vec& dh) {
     const auto gt = cast<T>(gate), ut = cast<T>(up), dht = cast<T>(dh);
-    Result<T> r{nans_of<T>(kN), nans_of<T>(kN), nans_of<T>(kN)};
+    Result<T> r{nans<T>(kN), nans<T>(kN), nans<T>(kN)};
     swiglu_forward_ref(r.h.data(), gt.data(), ut.data(), kN);
     swiglu_backward_ref(r.dgate.data(), r.dup.data(), dht.data(), gt.data(), ut.data(), kN);
     return r;

@@ -25,13 +25,15 @@ int main(int argc, char** argv) {
     try {
         const YAML::Node root = YAML::LoadFile(config);
         if (!root.IsMap()) {
-            std::fprintf(stderr, "deltatuned: %s: the top level must be a mapping\n", config.c_str());
+            std::fprintf(stderr, "deltatuned: %s: the top level must be a mapping\n",
+                         config.c_str());
             return 1;
         }
     } catch (const YAML::Exception& e) {
         std::fprintf(stderr, "deltatuned: %s: %s\n", config.c_str(), e.what());
         return 1;
     }
-    std::fprintf(stderr, "deltatuned: %s is valid; serving is not implemented in this build\n", config.c_str());
+    std::fprintf(stderr, "deltatuned: %s is valid; serving is not implemented in this build\n",
+                 config.c_str());
     return 3;
 }

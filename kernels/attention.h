@@ -15,10 +15,9 @@ void attention_forward_ref(T* out, T* lse, const T* q, const T* k, const T* v,
                            const int32_t* cu_seqlens, int64_t num_docs, int64_t q_heads,
                            int64_t kv_heads, int64_t head_dim, T scale);
 template <typename T>
-void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                            const T* v, const T* out, const T* lse, const int32_t* cu_seqlens,
-                            int64_t num_docs, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
-                            T scale);
+void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                            const T* out, const T* lse, const int32_t* cu_seqlens, int64_t num_docs,
+                            int64_t q_heads, int64_t kv_heads, int64_t head_dim, T scale);
 
 // y = o * sigmoid(gate), elementwise over n values.
 template <typename T>

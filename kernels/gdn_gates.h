@@ -9,8 +9,8 @@ namespace deltatune {
 
 // b, a, beta, g: (tokens, heads); A_log, dt_bias: (heads).
 template <typename T>
-void gdn_gates_forward_ref(T* beta, T* g, const T* b, const T* a, const T* A_log,
-                           const T* dt_bias, int64_t tokens, int64_t heads);
+void gdn_gates_forward_ref(T* beta, T* g, const T* b, const T* a, const T* A_log, const T* dt_bias,
+                           int64_t tokens, int64_t heads);
 template <typename T>
 void gdn_gates_backward_ref(T* db, T* da, T* dA_log, T* ddt_bias, const T* dbeta, const T* dg,
                             const T* b, const T* a, const T* A_log, const T* dt_bias,

@@ -8,7 +8,8 @@
 
 namespace deltatune::cli {
 
-absl::StatusOr<Flags> Flags::parse(const std::vector<std::string>& args, const std::set<std::string>& known,
+absl::StatusOr<Flags> Flags::parse(const std::vector<std::string>& args,
+                                   const std::set<std::string>& known,
                                    const std::set<std::string>& boolean) {
     Flags f;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -32,7 +33,8 @@ absl::StatusOr<Flags> Flags::parse(const std::vector<std::string>& args, const s
             continue;
         }
         if (!inline_value) {
-            if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+            if (i + 1 >= args.size())
+                return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
             value = args[++i];
         }
         f.values_[name] = value;
@@ -47,7 +49,8 @@ std::string Flags::get(const std::string& name, const std::string& fallback) con
 
 absl::StatusOr<std::string> Flags::require(const std::string& name) const {
     auto it = values_.find(name);
-    if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("missing required flag --", name));
+    if (it == values_.end())
+        return absl::InvalidArgumentError(absl::StrCat("missing required flag --", name));
     return it->second;
 }
 
@@ -58,7 +61,8 @@ absl::StatusOr<double> Flags::get_double(const std::string& name, double fallbac
     errno = 0;
     const double v = std::strtod(s.c_str(), &end);
     if (s.empty() || *end != '\0' || errno != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, ": '", s, "' is not a number"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag --", name, ": '", s, "' is not a number"));
     }
     return v;
 }
@@ -70,7 +74,8 @@ absl::StatusOr<uint64_t> Flags::get_uint(const std::string& name, uint64_t fallb
     errno = 0;
     const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
     if (s.empty() || *end != '\0' || errno != 0 || s[0] == '-') {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, ": '", s, "' is not a non-negative integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag --", name, ": '", s, "' is not a non-negative integer"));
     }
     return static_cast<uint64_t>(v);
 }

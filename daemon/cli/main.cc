@@ -10,11 +10,13 @@
 namespace {
 
 void usage(FILE* out) {
-    std::fprintf(out,
-                 "usage: deltatune <command> [flags]\n"
-                 "  init-model --config CONFIG.json --out DIR [--seed N]   random-init HF checkpoint\n"
-                 "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
-                 "       [--update-out F.safetensors] [--lr X --beta1 X --beta2 X --eps X --weight-decay X]\n");
+    std::fprintf(
+        out,
+        "usage: deltatune <command> [flags]\n"
+        "  init-model --config CONFIG.json --out DIR [--seed N]   random-init HF checkpoint\n"
+        "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
+        "       [--update-out F.safetensors] [--lr X --beta1 X --beta2 X --eps X --weight-decay "
+        "X]\n");
 }
 
 }  // namespace

@@ -13,8 +13,9 @@ namespace deltatune::cli {
 namespace {
 
 absl::StatusOr<StepOptions> parse_step_options(const std::vector<std::string>& args) {
-    DT_ASSIGN_OR_RETURN(Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out", "update-out", "lr",
-                                                     "beta1", "beta2", "eps", "weight-decay"}));
+    DT_ASSIGN_OR_RETURN(
+        Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out", "update-out", "lr",
+                                     "beta1", "beta2", "eps", "weight-decay"}));
     StepOptions o;
     DT_ASSIGN_OR_RETURN(o.model_dir, f.require("model"));
     DT_ASSIGN_OR_RETURN(o.batch_path, f.require("batch"));
@@ -36,15 +37,13 @@ int step_command(const std::vector<std::string>& args) {
     auto options = parse_step_options(args);
     absl::StatusOr<StepReport> report = options.ok() ? run_step(*options) : options.status();
     if (!report.ok()) {
-        std::fprintf(stderr, "deltatune step: %s\n", std::string(report.status().message()).c_str());
+        std::fprintf(stderr, "deltatune step: %s\n",
+                     std::string(report.status().message()).c_str());
         return 1;
     }
-    nlohmann::json j = {{"loss", report->loss},
-                        {"label_tokens", report->label_tokens},
-                        {"tokens", report->tokens},
-                        {"documents", report->documents},
-                        {"grad_norm", report->grad_norm},
-                        {"device", options->device},
+    nlohmann::json j = {{"loss", report->loss},           {"label_tokens", report->label_tokens},
+                        {"tokens", report->tokens},       {"documents", report->documents},
+                        {"grad_norm", report->grad_norm}, {"device", options->device},
                         {"seconds", report->seconds}};
     std::printf("%s\n", j.dump().c_str());
     return 0;

@@ -31,7 +31,8 @@ absl::Status write_file_atomic(const std::string& path,
     const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+        return absl::PermissionDeniedError(
+            absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
     }
     for (const auto& [data, size] : chunks) {
         const char* p = static_cast<const char*>(data);
@@ -55,7 +56,8 @@ absl::Status write_file_atomic(const std::string& path,
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         ::unlink(tmp.c_str());
-        return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+        return absl::InternalError(
+            absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
     }
     std::string dir = std::filesystem::path(path).parent_path().string();
     if (dir.empty()) dir = ".";

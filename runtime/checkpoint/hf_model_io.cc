@@ -7,9 +7,9 @@
 #include <memory>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/file_util.h"
@@ -42,7 +42,8 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
         try {
             j = nlohmann::json::parse(text);
         } catch (const nlohmann::json::exception& e) {
-            return absl::DataLossError(absl::StrCat(index.string(), ": not valid JSON: ", e.what()));
+            return absl::DataLossError(
+                absl::StrCat(index.string(), ": not valid JSON: ", e.what()));
         }
         if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
             return absl::DataLossError(absl::StrCat(index.string(), ": no weight_map object"));
@@ -50,8 +51,8 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
         std::set<std::string> shards;
         for (const auto& [name, file] : j["weight_map"].items()) {
             if (!file.is_string()) {
-                return absl::DataLossError(absl::StrCat(index.string(), ": weight_map entry '", name,
-                                                        "' is not a file name"));
+                return absl::DataLossError(absl::StrCat(index.string(), ": weight_map entry '",
+                                                        name, "' is not a file name"));
             }
             weight_map[name] = file.get<std::string>();
             shards.insert(file.get<std::string>());
@@ -60,8 +61,9 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
     } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
         shard_names.push_back("model.safetensors");
     } else {
-        return absl::NotFoundError(absl::StrCat(dir, ": neither model.safetensors nor "
-                                                     "model.safetensors.index.json exists"));
+        return absl::NotFoundError(absl::StrCat(dir,
+                                                ": neither model.safetensors nor "
+                                                "model.safetensors.index.json exists"));
     }
     std::map<std::string, const SafetensorsFile*> by_file;
     for (const auto& shard : shard_names) {
@@ -69,7 +71,8 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
             return absl::InvalidArgumentError(absl::StrCat(index.string(), ": shard name '", shard,
                                                            "' must be a plain file name"));
         }
-        DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open((fs::path(dir) / shard).string()));
+        DT_ASSIGN_OR_RETURN(SafetensorsFile f,
+                            SafetensorsFile::open((fs::path(dir) / shard).string()));
         ck.files.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
         by_file[shard] = ck.files.back().get();
         for (const auto& name : ck.files.back()->names()) ck.where[name] = ck.files.back().get();
@@ -105,13 +108,15 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
     DT_ASSIGN_OR_RETURN(OpenCheckpoint ck, open_checkpoint(dir));
 
     bool any_multimodal = false;
-    for (const auto& [name, f] : ck.where) any_multimodal |= absl::StartsWith(name, kMultimodalPrefix);
+    for (const auto& [name, f] : ck.where)
+        any_multimodal |= absl::StartsWith(name, kMultimodalPrefix);
     m.layout = any_multimodal ? CheckpointLayout::kMultimodal : CheckpointLayout::kText;
     m.tied = ck.where.count("lm_head.weight") == 0;
     if (m.tied != m.config.tie_word_embeddings) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": config.json says tie_word_embeddings=", m.config.tie_word_embeddings ? "true" : "false",
-            " but the checkpoint ", m.tied ? "has no" : "has an", " lm_head.weight tensor"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": config.json says tie_word_embeddings=",
+                         m.config.tie_word_embeddings ? "true" : "false", " but the checkpoint ",
+                         m.tied ? "has no" : "has an", " lm_head.weight tensor"));
     }
     m.params = make_qwen35_params(m.config, m.tied);
     std::set<std::string> used;
@@ -119,18 +124,20 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
         const std::string name = checkpoint_name(p.name, m.layout);
         auto it = ck.where.find(name);
         if (it == ck.where.end()) {
-            return absl::NotFoundError(absl::StrCat(dir, ": missing tensor '", name, "' (expected shape ",
-                                                    p.value.shape_string(), ")"));
+            return absl::NotFoundError(absl::StrCat(dir, ": missing tensor '", name,
+                                                    "' (expected shape ", p.value.shape_string(),
+                                                    ")"));
         }
         DT_ASSIGN_OR_RETURN(Tensor t, it->second->get(name));
         if (t.shape() != p.value.shape()) {
-            return absl::InvalidArgumentError(absl::StrCat(it->second->path(), ": tensor '", name, "' has shape ",
-                                                           t.shape_string(), ", config.json implies ",
-                                                           p.value.shape_string()));
+            return absl::InvalidArgumentError(
+                absl::StrCat(it->second->path(), ": tensor '", name, "' has shape ",
+                             t.shape_string(), ", config.json implies ", p.value.shape_string()));
         }
         if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
-            return absl::InvalidArgumentError(absl::StrCat(it->second->path(), ": tensor '", name, "' has dtype ",
-                                                           dtype_name(t.dtype()), ", expected a float type"));
+            return absl::InvalidArgumentError(absl::StrCat(it->second->path(), ": tensor '", name,
+                                                           "' has dtype ", dtype_name(t.dtype()),
+                                                           ", expected a float type"));
         }
         DT_ASSIGN_OR_RETURN(Tensor f32, t.to_cpu_f32());
         std::memcpy(p.value.raw_data(), f32.raw_data(), f32.nbytes());
@@ -139,8 +146,9 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
     }
     for (const auto& [name, f] : ck.where) {
         if (used.count(name) || ignored_tensor(name)) continue;
-        return absl::InvalidArgumentError(absl::StrCat(f->path(), ": unexpected tensor '", name,
-                                                       "' for this config (wrong layer_types or model?)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(f->path(), ": unexpected tensor '", name,
+                         "' for this config (wrong layer_types or model?)"));
     }
     return m;
 }
@@ -148,7 +156,8 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
 absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t max_shard_bytes) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+    if (ec)
+        return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
     // Group tensors into shards in parameter order.
     std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
     size_t shard_bytes = 0;
@@ -163,12 +172,14 @@ absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t 
     }
     const std::map<std::string, std::string> meta = {{"format", "pt"}};
     if (shards.size() == 1) {
-        DT_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], meta));
+        DT_RETURN_IF_ERROR(
+            write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], meta));
     } else {
         nlohmann::json index;
         size_t total = 0;
         for (size_t i = 0; i < shards.size(); ++i) {
-            const std::string file = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+            const std::string file =
+                absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
             for (const auto& [name, t] : shards[i]) {
                 index["weight_map"][name] = file;
                 total += t.nbytes();
@@ -176,8 +187,8 @@ absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t 
             DT_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / file).string(), shards[i], meta));
         }
         index["metadata"]["total_size"] = total;
-        DT_RETURN_IF_ERROR(write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(),
-                                             index.dump(2) + "\n"));
+        DT_RETURN_IF_ERROR(write_file_atomic(
+            (fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
     }
     return write_file_atomic((fs::path(dir) / "config.json").string(), model.config_json);
 }

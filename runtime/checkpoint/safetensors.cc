@@ -31,15 +31,19 @@ absl::StatusOr<SafetensorsEntry> parse_entry(const std::string& path, const std:
                                              const nlohmann::json& j, size_t data_bytes) {
     const std::string where = absl::StrCat("tensor '", name, "'");
     if (!j.is_object()) return corrupt(path, where + " is not an object");
-    if (!j.contains("dtype") || !j["dtype"].is_string()) return corrupt(path, where + " has no dtype");
+    if (!j.contains("dtype") || !j["dtype"].is_string())
+        return corrupt(path, where + " has no dtype");
     const std::string dtype = j["dtype"].get<std::string>();
     const auto dt = dtype_from_name(dtype);
     if (!dt) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": ", where, " has unsupported dtype '",
-                                                       dtype, "' (supported: BF16 F16 F32 I32 I64)"));
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", where,
+                                                       " has unsupported dtype '", dtype,
+                                                       "' (supported: BF16 F16 F32 I32 I64)"));
     }
-    if (!j.contains("shape") || !j["shape"].is_array()) return corrupt(path, where + " has no shape");
-    if (!j.contains("data_offsets") || !j["data_offsets"].is_array() || j["data_offsets"].size() != 2) {
+    if (!j.contains("shape") || !j["shape"].is_array())
+        return corrupt(path, where + " has no shape");
+    if (!j.contains("data_offsets") || !j["data_offsets"].is_array() ||
+        j["data_offsets"].size() != 2) {
         return corrupt(path, where + " has no data_offsets pair");
     }
     SafetensorsEntry e;
@@ -66,8 +70,9 @@ absl::StatusOr<SafetensorsEntry> parse_entry(const std::string& path, const std:
                                           " bytes (file truncated?)"));
     }
     if (e.end - e.begin != count * dtype_size(e.dtype)) {
-        return corrupt(path, absl::StrCat(where, " holds ", e.end - e.begin, " bytes but shape and ",
-                                          dtype, " need ", count * dtype_size(e.dtype)));
+        return corrupt(
+            path, absl::StrCat(where, " holds ", e.end - e.begin, " bytes but shape and ", dtype,
+                               " need ", count * dtype_size(e.dtype)));
     }
     return e;
 }
@@ -89,15 +94,16 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     const size_t size = static_cast<size_t>(st.st_size);
     if (size < 8) {
         ::close(fd);
-        return corrupt(path, absl::StrCat("only ", size, " bytes, shorter than the 8-byte header length"));
+        return corrupt(
+            path, absl::StrCat("only ", size, " bytes, shorter than the 8-byte header length"));
     }
     void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
     if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
     SafetensorsFile f;
     f.path_ = path;
-    f.mapping_ = std::make_shared<Storage>(map, size, Device::cpu(),
-                                           [size](void* p) { munmap(p, size); });
+    f.mapping_ =
+        std::make_shared<Storage>(map, size, Device::cpu(), [size](void* p) { munmap(p, size); });
     const auto* bytes = static_cast<const unsigned char*>(map);
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
@@ -162,7 +168,8 @@ absl::Status write_safetensors(const std::string& path,
     size_t offset = 0;
     for (const auto& [name, t] : tensors) {
         if (!seen.insert(name).second) {
-            return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor name '", name, "'"));
+            return absl::InvalidArgumentError(
+                absl::StrCat(path, ": duplicate tensor name '", name, "'"));
         }
         DT_ASSIGN_OR_RETURN(Tensor h, t.to_device(Device::cpu()));
         header[name] = {{"dtype", std::string(dtype_name(h.dtype()))},
@@ -176,7 +183,8 @@ absl::Status write_safetensors(const std::string& path,
     while ((8 + text.size()) % 8 != 0) text.push_back(' ');
     std::string prefix(8, '\0');
     uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) prefix[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+        prefix[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
     std::vector<std::pair<const void*, size_t>> chunks;
     chunks.emplace_back(prefix.data(), prefix.size());
     chunks.emplace_back(text.data(), text.size());

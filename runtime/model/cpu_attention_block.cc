@@ -40,8 +40,10 @@ void attention_block_forward(const Qwen35Config& c, const LayerView& w, const Ba
     acts.q_rstd.resize(T * Hq);
     acts.kn.resize(T * Hkv * D);
     acts.k_rstd.resize(T * Hkv);
-    rmsnorm_forward_ref(acts.qn.data(), acts.q_rstd.data(), acts.q_raw.data(), ptr(w.q_norm), T * Hq, D, eps);
-    rmsnorm_forward_ref(acts.kn.data(), acts.k_rstd.data(), acts.k_raw.data(), ptr(w.k_norm), T * Hkv, D, eps);
+    rmsnorm_forward_ref(acts.qn.data(), acts.q_rstd.data(), acts.q_raw.data(), ptr(w.q_norm),
+                        T * Hq, D, eps);
+    rmsnorm_forward_ref(acts.kn.data(), acts.k_rstd.data(), acts.k_raw.data(), ptr(w.k_norm),
+                        T * Hkv, D, eps);
     acts.q = acts.qn;
     acts.k = acts.kn;
     rope_forward_ref(acts.q.data(), b.position_ids, T, Hq, D, c.rotary_dim(), c.rope_theta);
@@ -50,8 +52,8 @@ void attention_block_forward(const Qwen35Config& c, const LayerView& w, const Ba
     acts.o.resize(T * Hq * D);
     acts.lse.resize(T * Hq);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    attention_forward_ref(acts.o.data(), acts.lse.data(), acts.q.data(), acts.k.data(), acts.v.data(),
-                          b.cu_seqlens, b.num_docs, Hq, Hkv, D, scale);
+    attention_forward_ref(acts.o.data(), acts.lse.data(), acts.q.data(), acts.k.data(),
+                          acts.v.data(), b.cu_seqlens, b.num_docs, Hq, Hkv, D, scale);
     acts.gated.resize(T * Hq * D);
     output_gate_forward_ref(acts.gated.data(), acts.o.data(), acts.gate.data(), T * Hq * D);
     linear_forward_ref(out, acts.gated.data(), ptr(w.o_proj), T, Hq * D, H);
@@ -64,22 +66,24 @@ void attention_block_backward(const Qwen35Config& c, const LayerView& w, const L
     const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
 
     Buf dgated(T * Hq * D), d_o(T * Hq * D), dgate(T * Hq * D);
-    linear_backward_ref(dgated.data(), ptr(grad.o_proj), dout, acts.gated.data(), ptr(w.o_proj), T, Hq * D, H);
-    output_gate_backward_ref(d_o.data(), dgate.data(), dgated.data(), acts.o.data(), acts.gate.data(), T * Hq * D);
+    linear_backward_ref(dgated.data(), ptr(grad.o_proj), dout, acts.gated.data(), ptr(w.o_proj), T,
+                        Hq * D, H);
+    output_gate_backward_ref(d_o.data(), dgate.data(), dgated.data(), acts.o.data(),
+                             acts.gate.data(), T * Hq * D);
 
     Buf dq(T * Hq * D), dk(T * Hkv * D), dv(T * Hkv * D);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    attention_backward_ref(dq.data(), dk.data(), dv.data(), d_o.data(), acts.q.data(), acts.k.data(),
-                           acts.v.data(), acts.o.data(), acts.lse.data(), b.cu_seqlens, b.num_docs, Hq, Hkv,
-                           D, scale);
+    attention_backward_ref(dq.data(), dk.data(), dv.data(), d_o.data(), acts.q.data(),
+                           acts.k.data(), acts.v.data(), acts.o.data(), acts.lse.data(),
+                           b.cu_seqlens, b.num_docs, Hq, Hkv, D, scale);
     rope_backward_ref(dq.data(), b.position_ids, T, Hq, D, c.rotary_dim(), c.rope_theta);
     rope_backward_ref(dk.data(), b.position_ids, T, Hkv, D, c.rotary_dim(), c.rope_theta);
 
     Buf dq_raw(T * Hq * D), dk_raw(T * Hkv * D);
-    rmsnorm_backward_ref(dq_raw.data(), ptr(grad.q_norm), dq.data(), acts.q_raw.data(), ptr(w.q_norm),
-                         acts.q_rstd.data(), T * Hq, D);
-    rmsnorm_backward_ref(dk_raw.data(), ptr(grad.k_norm), dk.data(), acts.k_raw.data(), ptr(w.k_norm),
-                         acts.k_rstd.data(), T * Hkv, D);
+    rmsnorm_backward_ref(dq_raw.data(), ptr(grad.q_norm), dq.data(), acts.q_raw.data(),
+                         ptr(w.q_norm), acts.q_rstd.data(), T * Hq, D);
+    rmsnorm_backward_ref(dk_raw.data(), ptr(grad.k_norm), dk.data(), acts.k_raw.data(),
+                         ptr(w.k_norm), acts.k_rstd.data(), T * Hkv, D);
 
     Buf dqg(T * Hq * 2 * D);
     for (int64_t r = 0; r < T * Hq; ++r) {
@@ -87,15 +91,18 @@ void attention_block_backward(const Qwen35Config& c, const LayerView& w, const L
         std::memcpy(&dqg[r * 2 * D + D], &dgate[r * D], D * sizeof(float));
     }
     Buf da(T * H), part(T * H);
-    linear_backward_ref(da.data(), ptr(grad.q_proj), dqg.data(), acts.a.data(), ptr(w.q_proj), T, H, 2 * Hq * D);
-    linear_backward_ref(part.data(), ptr(grad.k_proj), dk_raw.data(), acts.a.data(), ptr(w.k_proj), T, H, Hkv * D);
+    linear_backward_ref(da.data(), ptr(grad.q_proj), dqg.data(), acts.a.data(), ptr(w.q_proj), T, H,
+                        2 * Hq * D);
+    linear_backward_ref(part.data(), ptr(grad.k_proj), dk_raw.data(), acts.a.data(), ptr(w.k_proj),
+                        T, H, Hkv * D);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.v_proj), dv.data(), acts.a.data(), ptr(w.v_proj), T, H, Hkv * D);
+    linear_backward_ref(part.data(), ptr(grad.v_proj), dv.data(), acts.a.data(), ptr(w.v_proj), T,
+                        H, Hkv * D);
     add_into(da.data(), part);
 
     Buf dx_norm(T * H);
-    rmsnorm_backward_ref(dx_norm.data(), ptr(grad.input_norm), da.data(), x, ptr(w.input_norm), acts.rstd.data(),
-                         T, H);
+    rmsnorm_backward_ref(dx_norm.data(), ptr(grad.input_norm), da.data(), x, ptr(w.input_norm),
+                         acts.rstd.data(), T, H);
     add_into(dx, dx_norm);
 }
 

@@ -18,12 +18,16 @@ namespace deltatune {
 namespace {
 
 // Copies columns [col, col + width) of a (T, stride) matrix into a contiguous (T, width) one.
-void take_columns(float* dst, const float* src, int64_t T, int64_t stride, int64_t col, int64_t width) {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * width, src + t * stride + col, width * sizeof(float));
+void take_columns(float* dst, const float* src, int64_t T, int64_t stride, int64_t col,
+                  int64_t width) {
+    for (int64_t t = 0; t < T; ++t)
+        std::memcpy(dst + t * width, src + t * stride + col, width * sizeof(float));
 }
 
-void put_columns(float* dst, const float* src, int64_t T, int64_t stride, int64_t col, int64_t width) {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * stride + col, src + t * width, width * sizeof(float));
+void put_columns(float* dst, const float* src, int64_t T, int64_t stride, int64_t col,
+                 int64_t width) {
+    for (int64_t t = 0; t < T; ++t)
+        std::memcpy(dst + t * stride + col, src + t * width, width * sizeof(float));
 }
 
 }  // namespace
@@ -68,18 +72,19 @@ void gdn_block_forward(const Qwen35Config& c, const LayerView& w, const BatchMet
 
     acts.beta.resize(T * Hv);
     acts.g.resize(T * Hv);
-    gdn_gates_forward_ref(acts.beta.data(), acts.g.data(), acts.b.data(), acts.a_raw.data(), ptr(w.A_log),
-                          ptr(w.dt_bias), T, Hv);
+    gdn_gates_forward_ref(acts.beta.data(), acts.g.data(), acts.b.data(), acts.a_raw.data(),
+                          ptr(w.A_log), ptr(w.dt_bias), T, Hv);
 
     acts.o.resize(T * VD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    gated_delta_rule_forward_ref(acts.o.data(), acts.qn.data(), acts.kn.data(), acts.v.data(), acts.g.data(),
-                                 acts.beta.data(), b.cu_seqlens, b.num_docs, Hk, Hv, dk, dv, scale);
+    gated_delta_rule_forward_ref(acts.o.data(), acts.qn.data(), acts.kn.data(), acts.v.data(),
+                                 acts.g.data(), acts.beta.data(), b.cu_seqlens, b.num_docs, Hk, Hv,
+                                 dk, dv, scale);
 
     acts.norm_rstd.resize(T * Hv);
     acts.normed.resize(T * VD);
-    gated_rmsnorm_forward_ref(acts.normed.data(), acts.norm_rstd.data(), acts.o.data(), acts.z.data(),
-                              ptr(w.gdn_norm), T * Hv, dv, eps);
+    gated_rmsnorm_forward_ref(acts.normed.data(), acts.norm_rstd.data(), acts.o.data(),
+                              acts.z.data(), ptr(w.gdn_norm), T * Hv, dv, eps);
     linear_forward_ref(out, acts.normed.data(), ptr(w.out_proj), T, VD, H);
 }
 
@@ -92,19 +97,23 @@ void gdn_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
     const int64_t KD = c.key_dim(), VD = c.value_dim();
 
     Buf dnormed(T * VD), d_o(T * VD), dz(T * VD);
-    linear_backward_ref(dnormed.data(), ptr(grad.out_proj), dout, acts.normed.data(), ptr(w.out_proj), T, VD, H);
-    gated_rmsnorm_backward_ref(d_o.data(), dz.data(), ptr(grad.gdn_norm), dnormed.data(), acts.o.data(),
-                               acts.z.data(), ptr(w.gdn_norm), acts.norm_rstd.data(), T * Hv, dv);
+    linear_backward_ref(dnormed.data(), ptr(grad.out_proj), dout, acts.normed.data(),
+                        ptr(w.out_proj), T, VD, H);
+    gated_rmsnorm_backward_ref(d_o.data(), dz.data(), ptr(grad.gdn_norm), dnormed.data(),
+                               acts.o.data(), acts.z.data(), ptr(w.gdn_norm), acts.norm_rstd.data(),
+                               T * Hv, dv);
 
     Buf dqn(T * KD), dkn(T * KD), dv_(T * VD), dg(T * Hv), dbeta(T * Hv);
     const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    gated_delta_rule_backward_ref(dqn.data(), dkn.data(), dv_.data(), dg.data(), dbeta.data(), d_o.data(),
-                                  acts.qn.data(), acts.kn.data(), acts.v.data(), acts.g.data(),
-                                  acts.beta.data(), b.cu_seqlens, b.num_docs, Hk, Hv, dk, dv, scale);
+    gated_delta_rule_backward_ref(dqn.data(), dkn.data(), dv_.data(), dg.data(), dbeta.data(),
+                                  d_o.data(), acts.qn.data(), acts.kn.data(), acts.v.data(),
+                                  acts.g.data(), acts.beta.data(), b.cu_seqlens, b.num_docs, Hk, Hv,
+                                  dk, dv, scale);
 
     Buf db(T * Hv), da_raw(T * Hv);
-    gdn_gates_backward_ref(db.data(), da_raw.data(), ptr(grad.A_log), ptr(grad.dt_bias), dbeta.data(), dg.data(),
-                           acts.b.data(), acts.a_raw.data(), ptr(w.A_log), ptr(w.dt_bias), T, Hv);
+    gdn_gates_backward_ref(db.data(), da_raw.data(), ptr(grad.A_log), ptr(grad.dt_bias),
+                           dbeta.data(), dg.data(), acts.b.data(), acts.a_raw.data(), ptr(w.A_log),
+                           ptr(w.dt_bias), T, Hv);
 
     Buf dq(T * KD), dk_(T * KD);
     l2norm_backward_ref(dq.data(), dqn.data(), acts.qn.data(), acts.q_rnorm.data(), T * Hk, dk);
@@ -114,21 +123,26 @@ void gdn_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
     put_columns(dconv.data(), dq.data(), T, C, 0, KD);
     put_columns(dconv.data(), dk_.data(), T, C, KD, KD);
     put_columns(dconv.data(), dv_.data(), T, C, 2 * KD, VD);
-    causal_conv1d_backward_ref(dmixed.data(), ptr(grad.conv_w), dconv.data(), acts.mixed.data(), ptr(w.conv_w),
-                               b.cu_seqlens, b.num_docs, C, c.linear_conv_kernel_dim);
+    causal_conv1d_backward_ref(dmixed.data(), ptr(grad.conv_w), dconv.data(), acts.mixed.data(),
+                               ptr(w.conv_w), b.cu_seqlens, b.num_docs, C,
+                               c.linear_conv_kernel_dim);
 
     Buf da(T * H), part(T * H);
-    linear_backward_ref(da.data(), ptr(grad.in_proj_qkv), dmixed.data(), acts.a.data(), ptr(w.in_proj_qkv), T, H, C);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_z), dz.data(), acts.a.data(), ptr(w.in_proj_z), T, H, VD);
+    linear_backward_ref(da.data(), ptr(grad.in_proj_qkv), dmixed.data(), acts.a.data(),
+                        ptr(w.in_proj_qkv), T, H, C);
+    linear_backward_ref(part.data(), ptr(grad.in_proj_z), dz.data(), acts.a.data(),
+                        ptr(w.in_proj_z), T, H, VD);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_b), db.data(), acts.a.data(), ptr(w.in_proj_b), T, H, Hv);
+    linear_backward_ref(part.data(), ptr(grad.in_proj_b), db.data(), acts.a.data(),
+                        ptr(w.in_proj_b), T, H, Hv);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_a), da_raw.data(), acts.a.data(), ptr(w.in_proj_a), T, H, Hv);
+    linear_backward_ref(part.data(), ptr(grad.in_proj_a), da_raw.data(), acts.a.data(),
+                        ptr(w.in_proj_a), T, H, Hv);
     add_into(da.data(), part);
 
     Buf dx_norm(T * H);
-    rmsnorm_backward_ref(dx_norm.data(), ptr(grad.input_norm), da.data(), x, ptr(w.input_norm), acts.rstd.data(),
-                         T, H);
+    rmsnorm_backward_ref(dx_norm.data(), ptr(grad.input_norm), da.data(), x, ptr(w.input_norm),
+                         acts.rstd.data(), T, H);
     add_into(dx, dx_norm);
 }
 

@@ -19,22 +19,26 @@ absl::StatusOr<PackedBatch> pack_documents(const std::vector<Document>& docs, in
     b.cu_seqlens.push_back(0);
     for (size_t d = 0; d < docs.size(); ++d) {
         const Document& doc = docs[d];
-        if (doc.input_ids.empty()) return absl::InvalidArgumentError(absl::StrCat("document ", d, " is empty"));
+        if (doc.input_ids.empty())
+            return absl::InvalidArgumentError(absl::StrCat("document ", d, " is empty"));
         if (doc.labels.size() != doc.input_ids.size()) {
             return absl::InvalidArgumentError(absl::StrCat("document ", d, ": ", doc.labels.size(),
-                                                           " labels for ", doc.input_ids.size(), " input_ids"));
+                                                           " labels for ", doc.input_ids.size(),
+                                                           " input_ids"));
         }
         const size_t n = doc.input_ids.size();
         for (size_t i = 0; i < n; ++i) {
             const int32_t id = doc.input_ids[i];
             if (id < 0 || id >= vocab_size) {
-                return absl::InvalidArgumentError(absl::StrCat("document ", d, " position ", i, ": token id ",
-                                                               id, " outside the vocabulary [0, ", vocab_size, ")"));
+                return absl::InvalidArgumentError(
+                    absl::StrCat("document ", d, " position ", i, ": token id ", id,
+                                 " outside the vocabulary [0, ", vocab_size, ")"));
             }
             const int32_t label = doc.labels[i];
             if (label != kIgnoreIndex && (label < 0 || label >= vocab_size)) {
-                return absl::InvalidArgumentError(absl::StrCat("document ", d, " position ", i, ": label ",
-                                                               label, " is neither -100 nor a token id"));
+                return absl::InvalidArgumentError(absl::StrCat("document ", d, " position ", i,
+                                                               ": label ", label,
+                                                               " is neither -100 nor a token id"));
             }
             b.input_ids.push_back(id);
             b.position_ids.push_back(static_cast<int32_t>(i));
@@ -57,19 +61,23 @@ absl::StatusOr<std::vector<Document>> parse_batch_json(const std::string& text,
         return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
     }
     if (!j.is_object() || !j.contains("documents") || !j["documents"].is_array()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": expected {\"documents\": [...]}"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": expected {\"documents\": [...]}"));
     }
     std::vector<Document> docs;
     for (size_t d = 0; d < j["documents"].size(); ++d) {
         const auto& jd = j["documents"][d];
         const std::string where = absl::StrCat(source, ": documents[", d, "]");
         auto read_ids = [&](const char* key, std::vector<int32_t>& out) -> absl::Status {
-            if (!jd[key].is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " is not an array"));
+            if (!jd[key].is_array())
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, ".", key, " is not an array"));
             for (size_t i = 0; i < jd[key].size(); ++i) {
                 const auto& v = jd[key][i];
-                if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
-                    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, "[", i, "] = ", v.dump(),
-                                                                   " is not a 32-bit integer"));
+                if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN ||
+                    v.get<int64_t>() > INT32_MAX) {
+                    return absl::InvalidArgumentError(absl::StrCat(
+                        where, ".", key, "[", i, "] = ", v.dump(), " is not a 32-bit integer"));
                 }
                 out.push_back(v.get<int32_t>());
             }

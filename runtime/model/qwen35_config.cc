@@ -24,7 +24,8 @@ absl::StatusOr<int64_t> get_int(const json& j, const std::string& source, const 
         if (fallback) return *fallback;
         return bad(source, key, "missing");
     }
-    if (!j[key].is_number_integer()) return bad(source, key, absl::StrCat("expected an integer, got ", j[key].dump()));
+    if (!j[key].is_number_integer())
+        return bad(source, key, absl::StrCat("expected an integer, got ", j[key].dump()));
     const int64_t v = j[key].get<int64_t>();
     if (v < min_value) return bad(source, key, absl::StrCat("must be >= ", min_value, ", got ", v));
     return v;
@@ -33,7 +34,8 @@ absl::StatusOr<int64_t> get_int(const json& j, const std::string& source, const 
 absl::StatusOr<double> get_double(const json& j, const std::string& source, const std::string& key,
                                   double fallback) {
     if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number()) return bad(source, key, absl::StrCat("expected a number, got ", j[key].dump()));
+    if (!j[key].is_number())
+        return bad(source, key, absl::StrCat("expected a number, got ", j[key].dump()));
     return j[key].get<double>();
 }
 
@@ -65,9 +67,11 @@ absl::Status parse_text(const json& t, const std::string& source, Qwen35Config& 
     DT_ASSIGN_OR_RETURN(c.rms_norm_eps, get_double(t, source, "rms_norm_eps", 1e-6));
     DT_ASSIGN_OR_RETURN(c.initializer_range, get_double(t, source, "initializer_range", 0.02));
     if (t.contains("hidden_act") && t["hidden_act"] != "silu") {
-        return bad(source, "hidden_act", absl::StrCat("only silu is supported, got ", t["hidden_act"].dump()));
+        return bad(source, "hidden_act",
+                   absl::StrCat("only silu is supported, got ", t["hidden_act"].dump()));
     }
-    if (t.contains("attention_bias") && t["attention_bias"].is_boolean() && t["attention_bias"].get<bool>()) {
+    if (t.contains("attention_bias") && t["attention_bias"].is_boolean() &&
+        t["attention_bias"].get<bool>()) {
         return bad(source, "attention_bias", "attention biases are not part of Qwen3.5");
     }
     // RoPE: transformers v5 writes rope_parameters; v4-style files have top-level keys.
@@ -77,11 +81,14 @@ absl::Status parse_text(const json& t, const std::string& source, Qwen35Config& 
     DT_ASSIGN_OR_RETURN(factor, get_double(t, source, "partial_rotary_factor", factor));
     if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
         const json& rp = t["rope_parameters"];
-        DT_ASSIGN_OR_RETURN(theta, get_double(rp, source + " rope_parameters", "rope_theta", theta));
-        DT_ASSIGN_OR_RETURN(factor, get_double(rp, source + " rope_parameters", "partial_rotary_factor", factor));
+        DT_ASSIGN_OR_RETURN(theta,
+                            get_double(rp, source + " rope_parameters", "rope_theta", theta));
+        DT_ASSIGN_OR_RETURN(
+            factor, get_double(rp, source + " rope_parameters", "partial_rotary_factor", factor));
         if (rp.contains("rope_type") && rp["rope_type"] != "default") {
-            return bad(source, "rope_parameters.rope_type",
-                       absl::StrCat("only 'default' RoPE is supported, got ", rp["rope_type"].dump()));
+            return bad(
+                source, "rope_parameters.rope_type",
+                absl::StrCat("only 'default' RoPE is supported, got ", rp["rope_type"].dump()));
         }
     }
     c.rope_theta = theta;
@@ -108,8 +115,9 @@ absl::Status parse_text(const json& t, const std::string& source, Qwen35Config& 
 
 absl::Status validate(const Qwen35Config& c, const std::string& source) {
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers) {
-        return bad(source, "layer_types", absl::StrCat("has ", c.layer_types.size(),
-                                                       " entries for num_hidden_layers ", c.num_layers));
+        return bad(source, "layer_types",
+                   absl::StrCat("has ", c.layer_types.size(), " entries for num_hidden_layers ",
+                                c.num_layers));
     }
     if (c.num_attention_heads % c.num_key_value_heads != 0) {
         return bad(source, "num_key_value_heads",
@@ -117,9 +125,10 @@ absl::Status validate(const Qwen35Config& c, const std::string& source) {
                                 c.num_attention_heads));
     }
     if (c.linear_num_value_heads % c.linear_num_key_heads != 0) {
-        return bad(source, "linear_num_value_heads",
-                   absl::StrCat(c.linear_num_value_heads, " is not a multiple of linear_num_key_heads ",
-                                c.linear_num_key_heads));
+        return bad(
+            source, "linear_num_value_heads",
+            absl::StrCat(c.linear_num_value_heads, " is not a multiple of linear_num_key_heads ",
+                         c.linear_num_key_heads));
     }
     const int64_t rot = c.rotary_dim();
     if (rot <= 0 || rot % 2 != 0 || rot > c.head_dim) {
@@ -140,13 +149,14 @@ absl::StatusOr<Qwen35Config> parse_qwen35_config(const std::string& json_text,
     } catch (const json::exception& e) {
         return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
     }
-    if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+    if (!j.is_object())
+        return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
     Qwen35Config c;
     c.model_type = j.value("model_type", std::string());
     if (c.model_type != "qwen3_5" && c.model_type != "qwen3_5_text") {
-        return absl::UnimplementedError(
-            absl::StrCat(source, ": unsupported model_type '", c.model_type,
-                         "' (supported: qwen3_5, qwen3_5_text)"));
+        return absl::UnimplementedError(absl::StrCat(source, ": unsupported model_type '",
+                                                     c.model_type,
+                                                     "' (supported: qwen3_5, qwen3_5_text)"));
     }
     const json* text = &j;
     if (c.is_multimodal()) {
@@ -158,9 +168,11 @@ absl::StatusOr<Qwen35Config> parse_qwen35_config(const std::string& json_text,
     DT_RETURN_IF_ERROR(parse_text(*text, source, c));
     // The tie decision reads the top-level flag (transformers' get_expanded_tied_weights_keys).
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-    DT_ASSIGN_OR_RETURN(c.dtype, parse_dtype(c.is_multimodal() && !j.contains("dtype") &&
-                                                     !j.contains("torch_dtype") ? *text : j,
-                                             source));
+    DT_ASSIGN_OR_RETURN(
+        c.dtype,
+        parse_dtype(
+            c.is_multimodal() && !j.contains("dtype") && !j.contains("torch_dtype") ? *text : j,
+            source));
     DT_RETURN_IF_ERROR(validate(c, source));
     return c;
 }

@@ -17,12 +17,12 @@ enum class LayerType : uint8_t { kLinearAttention, kFullAttention };
 struct Qwen35Config {
     std::string model_type;  // as written in the file: "qwen3_5" or "qwen3_5_text"
     int64_t vocab_size = 0;
-    int64_t hidden_size = 0;         // H
-    int64_t intermediate_size = 0;   // I (SwiGLU width)
-    int64_t num_layers = 0;          // L
-    int64_t num_attention_heads = 0; // Hq
-    int64_t num_key_value_heads = 0; // Hkv
-    int64_t head_dim = 0;            // D of full attention
+    int64_t hidden_size = 0;             // H
+    int64_t intermediate_size = 0;       // I (SwiGLU width)
+    int64_t num_layers = 0;              // L
+    int64_t num_attention_heads = 0;     // Hq
+    int64_t num_key_value_heads = 0;     // Hkv
+    int64_t head_dim = 0;                // D of full attention
     int64_t linear_num_key_heads = 0;    // Hk
     int64_t linear_num_value_heads = 0;  // Hv
     int64_t linear_key_head_dim = 0;     // dk

@@ -50,8 +50,8 @@ void Qwen35CpuModel::run_layers(const PackedBatch& batch, Buf& x) {
     final_x_ = x;
     final_normed_.resize(T * H);
     final_rstd_.resize(T);
-    rmsnorm_forward_ref(final_normed_.data(), final_rstd_.data(), final_x_.data(), ptr(view_.final_norm), T, H,
-                        static_cast<float>(config_.rms_norm_eps));
+    rmsnorm_forward_ref(final_normed_.data(), final_rstd_.data(), final_x_.data(),
+                        ptr(view_.final_norm), T, H, static_cast<float>(config_.rms_norm_eps));
 }
 
 absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
@@ -66,8 +66,10 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
     Buf logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk);
     for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
         const int64_t n = std::min(kHeadChunk, T - t0);
-        linear_forward_ref(logits.data(), final_normed_.data() + t0 * H, ptr(view_.lm_head), n, H, V);
-        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), batch.targets.data() + t0, n, V);
+        linear_forward_ref(logits.data(), final_normed_.data() + t0 * H, ptr(view_.lm_head), n, H,
+                           V);
+        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(),
+                                  batch.targets.data() + t0, n, V);
         for (int64_t i = 0; i < n; ++i) r.loss_sum += losses[i];
     }
     r.loss = r.loss_sum / static_cast<double>(r.label_tokens);
@@ -77,14 +79,16 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
 }
 
 absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
-    if (batch_ == nullptr) return absl::FailedPreconditionError("backward without a pending forward");
+    if (batch_ == nullptr)
+        return absl::FailedPreconditionError("backward without a pending forward");
     const PackedBatch& batch = *batch_;
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     ModelView g = model_view(config_, grads);
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(label_tokens_));
 
     // LM head: logits are recomputed chunk by chunk (never stored whole).
-    Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk), dlogits(kHeadChunk * V);
+    Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk),
+        dlogits(kHeadChunk * V);
     for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
         const int64_t n = std::min(kHeadChunk, T - t0);
         const float* h = final_normed_.data() + t0 * H;
@@ -92,11 +96,12 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
         linear_forward_ref(logits.data(), h, ptr(view_.lm_head), n, H, V);
         cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), tg, n, V);
         cross_entropy_backward_ref(dlogits.data(), logits.data(), lse.data(), tg, n, V, grad_scale);
-        linear_backward_ref(dnormed.data() + t0 * H, ptr(g.lm_head), dlogits.data(), h, ptr(view_.lm_head), n, H, V);
+        linear_backward_ref(dnormed.data() + t0 * H, ptr(g.lm_head), dlogits.data(), h,
+                            ptr(view_.lm_head), n, H, V);
     }
     Buf dx(T * H);
-    rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(), ptr(view_.final_norm),
-                         final_rstd_.data(), T, H);
+    rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(),
+                         ptr(view_.final_norm), final_rstd_.data(), T, H);
 
     const BatchMeta m = meta(batch);
     for (int64_t l = config_.num_layers - 1; l >= 0; --l) {

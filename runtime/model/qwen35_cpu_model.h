@@ -17,9 +17,9 @@
 namespace deltatune {
 
 struct LossResult {
-    double loss = 0;          // loss_sum / label_tokens
-    double loss_sum = 0;      // sum of per-token cross-entropies
-    int64_t label_tokens = 0; // trained targets in the batch
+    double loss = 0;           // loss_sum / label_tokens
+    double loss_sum = 0;       // sum of per-token cross-entropies
+    int64_t label_tokens = 0;  // trained targets in the batch
 };
 
 class Qwen35CpuModel {

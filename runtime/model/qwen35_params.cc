@@ -8,7 +8,9 @@
 
 namespace deltatune {
 
-std::string layer_prefix(int64_t layer) { return absl::StrCat("model.layers.", layer, "."); }
+std::string layer_prefix(int64_t layer) {
+    return absl::StrCat("model.layers.", layer, ".");
+}
 
 ParamSet make_qwen35_params(const Qwen35Config& c, bool tied) {
     ParamSet p;
@@ -91,7 +93,8 @@ ModelView model_view(const Qwen35Config& c, ParamSet& p) {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -109,13 +112,16 @@ void init_qwen35_params(const Qwen35Config& c, ParamSet& params, uint64_t seed) 
         const int64_t n = p.value.numel();
         const std::string& name = p.name;
         if (ends_with(name, "linear_attn.A_log")) {
-            for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(std::log(0.01 + (16.0 - 0.01) * uniform()));
-        } else if (ends_with(name, "linear_attn.dt_bias") || ends_with(name, "linear_attn.norm.weight")) {
+            for (int64_t i = 0; i < n; ++i)
+                w[i] = static_cast<float>(std::log(0.01 + (16.0 - 0.01) * uniform()));
+        } else if (ends_with(name, "linear_attn.dt_bias") ||
+                   ends_with(name, "linear_attn.norm.weight")) {
             for (int64_t i = 0; i < n; ++i) w[i] = 1.0f;
         } else if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
             for (int64_t i = 0; i < n; ++i) w[i] = 0.0f;  // zero-centred: effective scale 1
         } else {
-            for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(c.initializer_range * normal());
+            for (int64_t i = 0; i < n; ++i)
+                w[i] = static_cast<float>(c.initializer_range * normal());
         }
     }
 }

@@ -17,6 +17,7 @@ struct AdamWState {
 
 AdamWState make_adamw_state(const ParamSet& params);
 // Applies one step (state.step is incremented first, so the first step uses step = 1).
-void adamw_update(ParamSet& params, const ParamSet& grads, AdamWState& state, const AdamWHyper& hyper);
+void adamw_update(ParamSet& params, const ParamSet& grads, AdamWState& state,
+                  const AdamWHyper& hyper);
 
 }  // namespace deltatune

@@ -8,21 +8,29 @@ namespace deltatune {
 size_t dtype_size(DType t) {
     switch (t) {
         case DType::kBF16:
-        case DType::kF16: return 2;
+        case DType::kF16:
+            return 2;
         case DType::kF32:
-        case DType::kI32: return 4;
-        case DType::kI64: return 8;
+        case DType::kI32:
+            return 4;
+        case DType::kI64:
+            return 8;
     }
     return 0;
 }
 
 const char* dtype_name(DType t) {
     switch (t) {
-        case DType::kBF16: return "BF16";
-        case DType::kF16: return "F16";
-        case DType::kF32: return "F32";
-        case DType::kI32: return "I32";
-        case DType::kI64: return "I64";
+        case DType::kBF16:
+            return "BF16";
+        case DType::kF16:
+            return "F16";
+        case DType::kF32:
+            return "F32";
+        case DType::kI32:
+            return "I32";
+        case DType::kI64:
+            return "I64";
     }
     return "?";
 }

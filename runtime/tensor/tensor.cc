@@ -40,7 +40,8 @@ absl::StatusOr<std::shared_ptr<Storage>> allocate(size_t bytes, Device device) {
         // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
         const size_t rounded = ((bytes + 63) / 64) * 64;
         void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-        if (!p) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+        if (!p)
+            return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
         return std::make_shared<Storage>(p, bytes, device, [](void* q) { std::free(q); });
     }
 #if DELTATUNE_HAVE_CUDA
@@ -51,9 +52,8 @@ absl::StatusOr<std::shared_ptr<Storage>> allocate(size_t bytes, Device device) {
     const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
     cudaSetDevice(prev);
     if (err != cudaSuccess) {
-        return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc(", bytes, ") on ",
-                                                         device.to_string(), ": ",
-                                                         cudaGetErrorString(err)));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cudaMalloc(", bytes, ") on ", device.to_string(), ": ", cudaGetErrorString(err)));
     }
     return std::make_shared<Storage>(p, bytes, device, [](void* q) { cudaFree(q); });
 #else
@@ -128,7 +128,9 @@ int64_t Tensor::size(int64_t d) const {
     return shape_[static_cast<size_t>(d)];
 }
 
-int64_t Tensor::numel() const { return count(shape_); }
+int64_t Tensor::numel() const {
+    return count(shape_);
+}
 
 bool Tensor::is_contiguous() const {
     int64_t acc = 1;
@@ -139,7 +141,9 @@ bool Tensor::is_contiguous() const {
     return true;
 }
 
-std::string Tensor::shape_string() const { return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]"); }
+std::string Tensor::shape_string() const {
+    return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]");
+}
 
 void* Tensor::raw_data() const {
     DT_CHECK(storage_ != nullptr) << "undefined tensor";
@@ -148,8 +152,8 @@ void* Tensor::raw_data() const {
 
 Tensor Tensor::view(std::vector<int64_t> shape) const {
     DT_CHECK(is_contiguous()) << "view of a non-contiguous tensor";
-    DT_CHECK(count(shape) == numel()) << "view " << absl::StrJoin(shape, "x") << " of "
-                                      << shape_string();
+    DT_CHECK(count(shape) == numel())
+        << "view " << absl::StrJoin(shape, "x") << " of " << shape_string();
     Tensor t = *this;
     t.strides_ = contiguous_strides(shape);
     t.shape_ = std::move(shape);
@@ -183,19 +187,24 @@ absl::StatusOr<Tensor> Tensor::to_dtype(DType to) const {
     const int64_t n = numel();
     auto load = [&](int64_t i) -> double {
         switch (dtype_) {
-            case DType::kF32: return static_cast<const float*>(src.raw_data())[i];
-            case DType::kBF16: return bf16_bits_to_float(static_cast<const uint16_t*>(src.raw_data())[i]);
-            case DType::kF16: return f16_bits_to_float(static_cast<const uint16_t*>(src.raw_data())[i]);
-            case DType::kI32: return static_cast<const int32_t*>(src.raw_data())[i];
-            case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(src.raw_data())[i]);
+            case DType::kF32:
+                return static_cast<const float*>(src.raw_data())[i];
+            case DType::kBF16:
+                return bf16_bits_to_float(static_cast<const uint16_t*>(src.raw_data())[i]);
+            case DType::kF16:
+                return f16_bits_to_float(static_cast<const uint16_t*>(src.raw_data())[i]);
+            case DType::kI32:
+                return static_cast<const int32_t*>(src.raw_data())[i];
+            case DType::kI64:
+                return static_cast<double>(static_cast<const int64_t*>(src.raw_data())[i]);
         }
         return 0;
     };
     const bool src_int = dtype_ == DType::kI32 || dtype_ == DType::kI64;
     const bool dst_int = to == DType::kI32 || to == DType::kI64;
     if (src_int != dst_int) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot convert ", dtype_name(dtype_), " to ",
-                                                       dtype_name(to)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot convert ", dtype_name(dtype_), " to ", dtype_name(to)));
     }
     for (int64_t i = 0; i < n; ++i) {
         switch (to) {
@@ -205,15 +214,18 @@ absl::StatusOr<Tensor> Tensor::to_dtype(DType to) const {
                 break;
             }
             case DType::kBF16:
-                static_cast<uint16_t*>(out.raw_data())[i] = float_to_bf16_bits(static_cast<float>(load(i)));
+                static_cast<uint16_t*>(out.raw_data())[i] =
+                    float_to_bf16_bits(static_cast<float>(load(i)));
                 break;
             case DType::kF16:
-                static_cast<uint16_t*>(out.raw_data())[i] = float_to_f16_bits(static_cast<float>(load(i)));
+                static_cast<uint16_t*>(out.raw_data())[i] =
+                    float_to_f16_bits(static_cast<float>(load(i)));
                 break;
             case DType::kI32:
                 static_cast<int32_t*>(out.raw_data())[i] =
-                    dtype_ == DType::kI64 ? static_cast<int32_t>(static_cast<const int64_t*>(src.raw_data())[i])
-                                          : static_cast<const int32_t*>(src.raw_data())[i];
+                    dtype_ == DType::kI64
+                        ? static_cast<int32_t>(static_cast<const int64_t*>(src.raw_data())[i])
+                        : static_cast<const int32_t*>(src.raw_data())[i];
                 break;
             case DType::kI64:
                 static_cast<int64_t*>(out.raw_data())[i] =
@@ -235,8 +247,8 @@ absl::StatusOr<Tensor> Tensor::to_device(Device device) const {
     const cudaError_t err =
         cudaMemcpy(out->raw_data(), src.raw_data(), nbytes(), cudaMemcpyDefault);
     if (err != cudaSuccess) {
-        return absl::InternalError(absl::StrCat("cudaMemcpy to ", device.to_string(), ": ",
-                                                cudaGetErrorString(err)));
+        return absl::InternalError(
+            absl::StrCat("cudaMemcpy to ", device.to_string(), ": ", cudaGetErrorString(err)));
     }
     return out;
 #else

@@ -19,7 +19,8 @@ namespace {
 absl::Status write_params(const std::string& path, const HfModel& model, const ParamSet& set,
                           const std::string& prefix) {
     std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& p : set.all()) out.emplace_back(prefix + checkpoint_name(p.name, model.layout), p.value);
+    for (const auto& p : set.all())
+        out.emplace_back(prefix + checkpoint_name(p.name, model.layout), p.value);
     return write_safetensors(path, out);
 }
 
@@ -28,17 +29,21 @@ absl::Status write_params(const std::string& path, const HfModel& model, const P
 absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     if (options.device == "cuda") {
         return absl::UnimplementedError(
-            "--device cuda: the GPU training path is not built yet (GPU runtime issue); use --device cpu");
+            "--device cuda: the GPU training path is not built yet (GPU runtime issue); use "
+            "--device cpu");
     }
     if (options.device != "cpu") {
-        return absl::InvalidArgumentError(absl::StrCat("--device: expected cpu or cuda, got '", options.device, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--device: expected cpu or cuda, got '", options.device, "'"));
     }
     DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(options.model_dir));
     DT_ASSIGN_OR_RETURN(std::string batch_text, read_file(options.batch_path));
-    DT_ASSIGN_OR_RETURN(std::vector<Document> docs, parse_batch_json(batch_text, options.batch_path));
+    DT_ASSIGN_OR_RETURN(std::vector<Document> docs,
+                        parse_batch_json(batch_text, options.batch_path));
     auto packed = pack_documents(docs, model.config.vocab_size);
     if (!packed.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(options.batch_path, ": ", packed.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(options.batch_path, ": ", packed.status().message()));
     }
     StepReport report;
     report.tokens = packed->tokens();
@@ -49,7 +54,8 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     DT_ASSIGN_OR_RETURN(LossResult loss, net.forward(*packed));
     ParamSet grads = model.params.zeros_like();
     DT_RETURN_IF_ERROR(net.backward(grads));
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.loss = loss.loss;
     report.label_tokens = loss.label_tokens;
     double sq = 0;
@@ -59,7 +65,8 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     }
     report.grad_norm = std::sqrt(sq);
 
-    if (!options.grads_out.empty()) DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));
+    if (!options.grads_out.empty())
+        DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));
     if (!options.update_out.empty()) {
         AdamWState state = make_adamw_state(model.params);
         adamw_update(model.params, grads, state, options.adamw);

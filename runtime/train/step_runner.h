@@ -14,9 +14,9 @@ namespace deltatune {
 struct StepOptions {
     std::string model_dir;
     std::string batch_path;
-    std::string device = "cpu";      // "cpu" or "cuda"
-    std::string grads_out;           // fp32 safetensors, names "grad.<HF name>"; empty = skip
-    std::string update_out;          // fp32 safetensors of params after one AdamW step; empty = skip
+    std::string device = "cpu";  // "cpu" or "cuda"
+    std::string grads_out;       // fp32 safetensors, names "grad.<HF name>"; empty = skip
+    std::string update_out;      // fp32 safetensors of params after one AdamW step; empty = skip
     AdamWHyper adamw;
 };
 

@@ -10,7 +10,7 @@
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/model/init_model.h"
-#include "tests/runtime/test_util.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
@@ -18,8 +18,12 @@ namespace {
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& name) { return testing::source_path("tests/fixtures/parity/" + name); }
-std::string message(const absl::Status& s) { return std::string(s.message()); }
+std::string fixture(const std::string& name) {
+    return testing::source_path("tests/fixtures/parity/" + name);
+}
+std::string message(const absl::Status& s) {
+    return std::string(s.message());
+}
 
 void require_same_params(const ParamSet& a, const ParamSet& b) {
     REQUIRE(a.all().size() == b.all().size());
@@ -27,14 +31,16 @@ void require_same_params(const ParamSet& a, const ParamSet& b) {
         INFO(a.all()[i].name);
         REQUIRE(a.all()[i].name == b.all()[i].name);
         REQUIRE(a.all()[i].stored_dtype == b.all()[i].stored_dtype);
-        REQUIRE(std::memcmp(a.all()[i].value.raw_data(), b.all()[i].value.raw_data(), a.all()[i].value.nbytes()) == 0);
+        REQUIRE(std::memcmp(a.all()[i].value.raw_data(), b.all()[i].value.raw_data(),
+                            a.all()[i].value.nbytes()) == 0);
     }
 }
 
 // The text config wrapped as the multimodal qwen3_5 config.
 std::string as_multimodal_config(const std::string& text_json) {
     auto text = nlohmann::json::parse(text_json);
-    nlohmann::json mm = {{"model_type", "qwen3_5"}, {"text_config", text},
+    nlohmann::json mm = {{"model_type", "qwen3_5"},
+                         {"text_config", text},
                          {"tie_word_embeddings", text.value("tie_word_embeddings", false)}};
     return mm.dump(2);
 }
@@ -51,7 +57,9 @@ TEST_CASE("text and multimodal layouts load to identical models", "[checkpoint]"
     REQUIRE(save_hf_model(tmp.str(), mm).ok());
     // A vision tower and MTP head in the file are ignored, as transformers ignores them.
     Tensor extra = Tensor::cpu({2, 2});
-    REQUIRE(write_safetensors(tmp.file("extra.safetensors"), {{"model.visual.blocks.0.w", extra}, {"mtp.fc.weight", extra}}).ok());
+    REQUIRE(write_safetensors(tmp.file("extra.safetensors"),
+                              {{"model.visual.blocks.0.w", extra}, {"mtp.fc.weight", extra}})
+                .ok());
     nlohmann::json index;
     auto written = SafetensorsFile::open(tmp.file("model.safetensors"));
     REQUIRE(written.ok());
@@ -63,7 +71,8 @@ TEST_CASE("text and multimodal layouts load to identical models", "[checkpoint]"
     auto loaded = load_hf_model(tmp.str());
     REQUIRE(loaded.ok());
     CHECK(loaded->layout == CheckpointLayout::kMultimodal);
-    CHECK(SafetensorsFile::open(tmp.file("model.safetensors"))->contains("model.language_model.layers.0.linear_attn.A_log"));
+    CHECK(SafetensorsFile::open(tmp.file("model.safetensors"))
+              ->contains("model.language_model.layers.0.linear_attn.A_log"));
     require_same_params(text->params, loaded->params);
 }
 
@@ -81,7 +90,8 @@ TEST_CASE("sharded save and load round trip keeps stored dtypes", "[checkpoint]"
         if (f.starts_with("model-") && f.ends_with(".safetensors")) shard_files.push_back(f);
     }
     CHECK(shard_files.size() > 1);
-    const std::string first = "model-00001-of-" + std::string(5 - std::to_string(shard_files.size()).size(), '0') +
+    const std::string first = "model-00001-of-" +
+                              std::string(5 - std::to_string(shard_files.size()).size(), '0') +
                               std::to_string(shard_files.size()) + ".safetensors";
     auto again = load_hf_model(tmp.str());
     REQUIRE(again.ok());
@@ -90,12 +100,14 @@ TEST_CASE("sharded save and load round trip keeps stored dtypes", "[checkpoint]"
     REQUIRE(shard.ok());
     CHECK(shard->names().size() > 0);
     for (const auto& p : again->params.all()) {
-        const bool keep_f32 = p.name.ends_with("A_log") || p.name.ends_with("linear_attn.norm.weight");
+        const bool keep_f32 =
+            p.name.ends_with("A_log") || p.name.ends_with("linear_attn.norm.weight");
         CHECK(p.stored_dtype == (keep_f32 ? DType::kF32 : DType::kBF16));
     }
 }
 
-TEST_CASE("init-model is deterministic in the seed and follows transformers' init", "[checkpoint]") {
+TEST_CASE("init-model is deterministic in the seed and follows transformers' init",
+          "[checkpoint]") {
     TempDir a, b, c;
     REQUIRE(init_model(testing::source_path("configs/models/tiny-b.json"), a.str(), 3).ok());
     REQUIRE(init_model(testing::source_path("configs/models/tiny-b.json"), b.str(), 3).ok());
@@ -140,14 +152,17 @@ TEST_CASE("broken checkpoints give clear errors", "[checkpoint]") {
         rewrite("model.layers.2.linear_attn.dt_bias", "");
         auto s = load_hf_model(tmp.str()).status();
         CHECK(s.code() == absl::StatusCode::kNotFound);
-        CHECK(message(s) == tmp.str() + ": missing tensor 'model.layers.2.linear_attn.dt_bias' (expected shape [4])");
+        CHECK(message(s) ==
+              tmp.str() +
+                  ": missing tensor 'model.layers.2.linear_attn.dt_bias' (expected shape [4])");
     }
     SECTION("shape mismatch") {
         rewrite("", "model.layers.0.mlp.up_proj.weight");
         auto s = load_hf_model(tmp.str()).status();
         CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-        CHECK(message(s) == tmp.file("model.safetensors") + ": tensor 'model.layers.0.mlp.up_proj.weight' has shape "
-                                                            "[3072, 2], config.json implies [96, 64]");
+        CHECK(message(s) == tmp.file("model.safetensors") +
+                                ": tensor 'model.layers.0.mlp.up_proj.weight' has shape "
+                                "[3072, 2], config.json implies [96, 64]");
     }
     SECTION("unsupported model type") {
         rewrite("", "");
@@ -156,8 +171,9 @@ TEST_CASE("broken checkpoints give clear errors", "[checkpoint]") {
         REQUIRE(write_file_atomic(tmp.file("config.json"), cfg.dump()).ok());
         auto s = load_hf_model(tmp.str()).status();
         CHECK(s.code() == absl::StatusCode::kUnimplemented);
-        CHECK(message(s) == tmp.file("config.json") +
-                                ": unsupported model_type 'qwen3_next' (supported: qwen3_5, qwen3_5_text)");
+        CHECK(message(s) ==
+              tmp.file("config.json") +
+                  ": unsupported model_type 'qwen3_next' (supported: qwen3_5, qwen3_5_text)");
     }
     SECTION("config field errors name the field") {
         rewrite("", "");
@@ -165,14 +181,16 @@ TEST_CASE("broken checkpoints give clear errors", "[checkpoint]") {
         cfg["num_key_value_heads"] = 3;
         REQUIRE(write_file_atomic(tmp.file("config.json"), cfg.dump()).ok());
         CHECK(message(load_hf_model(tmp.str()).status()) ==
-              tmp.file("config.json") + ": field 'num_key_value_heads': 3 does not divide num_attention_heads 4");
+              tmp.file("config.json") +
+                  ": field 'num_key_value_heads': 3 does not divide num_attention_heads 4");
     }
     SECTION("tie flag that disagrees with the tensors") {
         rewrite("", "");
         auto cfg = nlohmann::json::parse(*read_file(src + "/config.json"));
         cfg["tie_word_embeddings"] = false;
         REQUIRE(write_file_atomic(tmp.file("config.json"), cfg.dump()).ok());
-        CHECK(message(load_hf_model(tmp.str()).status()).find("has no lm_head.weight") != std::string::npos);
+        CHECK(message(load_hf_model(tmp.str()).status()).find("has no lm_head.weight") !=
+              std::string::npos);
     }
     SECTION("truncated weights file") {
         std::string bytes = *read_file(src + "/model.safetensors");
@@ -180,7 +198,8 @@ TEST_CASE("broken checkpoints give clear errors", "[checkpoint]") {
         REQUIRE(write_file_atomic(tmp.file("model.safetensors"), bytes).ok());
         auto s = load_hf_model(tmp.str()).status();
         CHECK(s.code() == absl::StatusCode::kDataLoss);
-        CHECK(message(s).find("model.safetensors: corrupt safetensors file: tensor 'model.norm.weight'") !=
+        CHECK(message(s).find(
+                  "model.safetensors: corrupt safetensors file: tensor 'model.norm.weight'") !=
               std::string::npos);
     }
     SECTION("index pointing at a missing shard") {
@@ -190,7 +209,8 @@ TEST_CASE("broken checkpoints give clear errors", "[checkpoint]") {
         REQUIRE(write_file_atomic(tmp.file("model.safetensors.index.json"), index.dump()).ok());
         auto s = load_hf_model(tmp.str()).status();
         CHECK(s.code() == absl::StatusCode::kNotFound);
-        CHECK(message(s).find("model-00009-of-00009.safetensors: cannot open") != std::string::npos);
+        CHECK(message(s).find("model-00009-of-00009.safetensors: cannot open") !=
+              std::string::npos);
     }
     SECTION("no weights at all") {
         auto s = load_hf_model(tmp.str()).status();

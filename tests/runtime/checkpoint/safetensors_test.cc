@@ -5,22 +5,26 @@
 
 #include "runtime/checkpoint/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "tests/runtime/test_util.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
 
 using testing::TempDir;
 
-std::string message(const absl::Status& s) { return std::string(s.message()); }
+std::string message(const absl::Status& s) {
+    return std::string(s.message());
+}
 
 void write_raw(const std::string& path, const std::string& header, const std::string& data) {
     std::string prefix(8, '\0');
-    for (int i = 0; i < 8; ++i) prefix[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+        prefix[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
     REQUIRE(write_file_atomic(path, prefix + header + data).ok());
 }
 
-TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metadata", "[checkpoint]") {
+TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metadata",
+          "[checkpoint]") {
     TempDir tmp;
     Tensor f32 = Tensor::cpu_from({2, 3}, std::vector<float>{1.5f, -2, 3, 4, 5, 6.25f});
     auto bf16 = f32.to_dtype(DType::kBF16);
@@ -33,8 +37,13 @@ TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metada
     REQUIRE(bf16.ok());
     REQUIRE(f16.ok());
     const std::string path = tmp.file("t.safetensors");
-    REQUIRE(write_safetensors(path, {{"a.f32", f32}, {"b.bf16", *bf16}, {"c.f16", *f16}, {"d.i64", i64},
-                                     {"e.i32", i32}, {"f.empty", empty}},
+    REQUIRE(write_safetensors(path,
+                              {{"a.f32", f32},
+                               {"b.bf16", *bf16},
+                               {"c.f16", *f16},
+                               {"d.i64", i64},
+                               {"e.i32", i32},
+                               {"f.empty", empty}},
                               {{"format", "pt"}})
                 .ok());
     auto f = SafetensorsFile::open(path);
@@ -44,7 +53,8 @@ TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metada
     auto a = f->get("a.f32");
     REQUIRE(a.ok());
     CHECK(a->shape() == std::vector<int64_t>{2, 3});
-    CHECK(std::vector<float>(a->data<float>(), a->data<float>() + 6) == std::vector<float>{1.5f, -2, 3, 4, 5, 6.25f});
+    CHECK(std::vector<float>(a->data<float>(), a->data<float>() + 6) ==
+          std::vector<float>{1.5f, -2, 3, 4, 5, 6.25f});
     auto b = f->get("b.bf16");
     REQUIRE(b.ok());
     CHECK(b->dtype() == DType::kBF16);
@@ -80,7 +90,8 @@ TEST_CASE("corrupt safetensors files give clear errors naming file and tensor", 
     }
     SECTION("shorter than the length prefix") {
         REQUIRE(write_file_atomic(path, std::string("abc")).ok());
-        CHECK(message(open_error()).find("shorter than the 8-byte header length") != std::string::npos);
+        CHECK(message(open_error()).find("shorter than the 8-byte header length") !=
+              std::string::npos);
     }
     SECTION("header length beyond the file") {
         write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "");
@@ -92,25 +103,33 @@ TEST_CASE("corrupt safetensors files give clear errors naming file and tensor", 
         CHECK(message(s).find("exceeds the file size") != std::string::npos);
     }
     SECTION("truncated data region") {
-        write_raw(path, R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(8, '\0'));
+        write_raw(path, R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                  std::string(8, '\0'));
         const auto s = open_error();
         CHECK(s.code() == absl::StatusCode::kDataLoss);
-        CHECK(message(s) == path + ": corrupt safetensors file: tensor 'w' data_offsets [0, 16) exceed the data "
-                                   "region of 8 bytes (file truncated?)");
+        CHECK(message(s) ==
+              path +
+                  ": corrupt safetensors file: tensor 'w' data_offsets [0, 16) exceed the data "
+                  "region of 8 bytes (file truncated?)");
     }
     SECTION("header is not JSON") {
         write_raw(path, "{not json", "");
         CHECK(message(open_error()).find("header is not valid JSON") != std::string::npos);
     }
     SECTION("unknown dtype names the tensor") {
-        write_raw(path, R"({"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", std::string(2, '\0'));
+        write_raw(path, R"({"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})",
+                  std::string(2, '\0'));
         const auto s = open_error();
         CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-        CHECK(message(s) == path + ": tensor 'q' has unsupported dtype 'F8_E4M3' (supported: BF16 F16 F32 I32 I64)");
+        CHECK(message(s) ==
+              path +
+                  ": tensor 'q' has unsupported dtype 'F8_E4M3' (supported: BF16 F16 F32 I32 I64)");
     }
     SECTION("byte count that does not match the shape") {
-        write_raw(path, R"({"m":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}})", std::string(4, '\0'));
-        CHECK(message(open_error()).find("tensor 'm' holds 4 bytes but shape and BF16 need 6") != std::string::npos);
+        write_raw(path, R"({"m":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}})",
+                  std::string(4, '\0'));
+        CHECK(message(open_error()).find("tensor 'm' holds 4 bytes but shape and BF16 need 6") !=
+              std::string::npos);
     }
     SECTION("overlapping tensors") {
         write_raw(path,
@@ -121,7 +140,8 @@ TEST_CASE("corrupt safetensors files give clear errors naming file and tensor", 
     }
     SECTION("missing data_offsets") {
         write_raw(path, R"({"a":{"dtype":"F32","shape":[2]}})", std::string(8, '\0'));
-        CHECK(message(open_error()).find("tensor 'a' has no data_offsets pair") != std::string::npos);
+        CHECK(message(open_error()).find("tensor 'a' has no data_offsets pair") !=
+              std::string::npos);
     }
 }
 

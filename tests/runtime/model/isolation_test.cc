@@ -7,7 +7,7 @@
 
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/model/qwen35_cpu_model.h"
-#include "tests/runtime/test_util.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
@@ -50,7 +50,8 @@ void check_isolation(const std::string& fixture) {
         auto single = net.logits(*alone);
         REQUIRE(single.ok());
         const int64_t start = packed->cu_seqlens[d];
-        const double err = max_relative_error(all->data() + start * V, single->data(), alone->tokens() * V);
+        const double err =
+            max_relative_error(all->data() + start * V, single->data(), alone->tokens() * V);
         INFO(fixture << " document " << d << " of length " << alone->tokens());
         CHECK(err < 1e-6);
     }
@@ -64,12 +65,17 @@ void check_isolation(const std::string& fixture) {
     const int64_t after = packed->cu_seqlens[3];
     for (int64_t i = after * V; i < packed->tokens() * V; ++i) REQUIRE((*other)[i] == (*all)[i]);
     bool differs = false;
-    for (int64_t i = packed->cu_seqlens[2] * V; i < after * V; ++i) differs |= (*other)[i] != (*all)[i];
+    for (int64_t i = packed->cu_seqlens[2] * V; i < after * V; ++i)
+        differs |= (*other)[i] != (*all)[i];
     CHECK(differs);
 }
 
-TEST_CASE("packed logits equal per-document logits (tiny-a)", "[model][isolation]") { check_isolation("tiny-a"); }
-TEST_CASE("packed logits equal per-document logits (tiny-b)", "[model][isolation]") { check_isolation("tiny-b"); }
+TEST_CASE("packed logits equal per-document logits (tiny-a)", "[model][isolation]") {
+    check_isolation("tiny-a");
+}
+TEST_CASE("packed logits equal per-document logits (tiny-b)", "[model][isolation]") {
+    check_isolation("tiny-b");
+}
 
 TEST_CASE("labels shift inside each document and never across a boundary", "[model]") {
     std::vector<Document> docs = {{{5, 6, 7}, {-100, 6, 7}}, {{8}, {8}}, {{9, 10}, {9, 10}}};
@@ -84,13 +90,16 @@ TEST_CASE("labels shift inside each document and never across a boundary", "[mod
 TEST_CASE("bad batches are rejected with the document and position", "[model]") {
     auto out_of_vocab = pack_documents({{{1, 99}, {1, 99}}}, 50);
     REQUIRE_FALSE(out_of_vocab.ok());
-    CHECK(out_of_vocab.status().message() == "document 0 position 1: token id 99 outside the vocabulary [0, 50)");
+    CHECK(out_of_vocab.status().message() ==
+          "document 0 position 1: token id 99 outside the vocabulary [0, 50)");
     auto mismatch = pack_documents({{{1, 2}, {1}}}, 50);
     REQUIRE_FALSE(mismatch.ok());
-    CHECK(std::string(mismatch.status().message()).find("1 labels for 2 input_ids") != std::string::npos);
+    CHECK(std::string(mismatch.status().message()).find("1 labels for 2 input_ids") !=
+          std::string::npos);
     auto parsed = parse_batch_json(R"({"documents": [{"input_ids": [1, "x"]}]})", "b.json");
     REQUIRE_FALSE(parsed.ok());
-    CHECK(std::string(parsed.status().message()).find("b.json: documents[0].input_ids[1]") != std::string::npos);
+    CHECK(std::string(parsed.status().message()).find("b.json: documents[0].input_ids[1]") !=
+          std::string::npos);
 }
 
 }  // namespace

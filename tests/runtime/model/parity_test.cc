@@ -19,7 +19,7 @@
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/optim/adamw.h"
-#include "tests/runtime/test_util.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
@@ -28,7 +28,9 @@ using testing::TempDir;
 
 constexpr double kSignAmbiguous = 1e-5;  // relative to the tensor's largest |gradient|
 
-std::string fixture_dir(const std::string& name) { return testing::source_path("tests/fixtures/parity/" + name); }
+std::string fixture_dir(const std::string& name) {
+    return testing::source_path("tests/fixtures/parity/" + name);
+}
 
 nlohmann::json expected_json(const std::string& dir) {
     auto text = read_file(dir + "/expected.json");
@@ -57,7 +59,8 @@ std::vector<bool> sign_ambiguous(const Tensor& grad) {
     float max_abs = 0;
     for (int64_t i = 0; i < grad.numel(); ++i) max_abs = std::max(max_abs, std::abs(g[i]));
     std::vector<bool> mask(static_cast<size_t>(grad.numel()));
-    for (int64_t i = 0; i < grad.numel(); ++i) mask[i] = g[i] != 0 && std::abs(g[i]) < kSignAmbiguous * max_abs;
+    for (int64_t i = 0; i < grad.numel(); ++i)
+        mask[i] = g[i] != 0 && std::abs(g[i]) < kSignAmbiguous * max_abs;
     return mask;
 }
 
@@ -67,7 +70,8 @@ double masked_relative_error(const Tensor& a, const Tensor& b, const std::vector
     double num = 0, den = 0;
     for (int64_t i = 0; i < b.numel(); ++i) {
         den += static_cast<double>(y[i]) * y[i];
-        if (!skip[i]) num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+        if (!skip[i])
+            num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
     }
     return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
@@ -77,11 +81,12 @@ void check_fixture(const std::string& name) {
     const auto expected = expected_json(dir);
     const auto& h = expected["adamw"];
     TempDir tmp;
-    const std::string cmd = testing::cli_path() + " step --model " + dir + " --batch " + dir + "/batch.json" +
-                            " --grads-out " + tmp.file("grads.safetensors") + " --update-out " +
-                            tmp.file("update.safetensors") + " --lr " + h["lr"].dump() + " --beta1 " +
-                            h["beta1"].dump() + " --beta2 " + h["beta2"].dump() + " --eps " + h["eps"].dump() +
-                            " --weight-decay " + h["weight_decay"].dump();
+    const std::string cmd = testing::cli_path() + " step --model " + dir + " --batch " + dir +
+                            "/batch.json" + " --grads-out " + tmp.file("grads.safetensors") +
+                            " --update-out " + tmp.file("update.safetensors") + " --lr " +
+                            h["lr"].dump() + " --beta1 " + h["beta1"].dump() + " --beta2 " +
+                            h["beta2"].dump() + " --eps " + h["eps"].dump() + " --weight-decay " +
+                            h["weight_decay"].dump();
     std::string out;
     REQUIRE(testing::run_command(cmd, out) == 0);
     const auto report = nlohmann::json::parse(out);
@@ -102,12 +107,13 @@ void check_fixture(const std::string& name) {
     for (const auto& pname : ref_update.names()) {
         INFO(name << ": " << pname);
         const Tensor g_ref = tensor_or_fail(ref_grads, "grad." + pname);
-        const double grad_err = testing::relative_error(tensor_or_fail(grads, "grad." + pname), g_ref);
+        const double grad_err =
+            testing::relative_error(tensor_or_fail(grads, "grad." + pname), g_ref);
         CHECK(grad_err < 1e-4);
         const auto skip = sign_ambiguous(g_ref);
         for (bool s : skip) ambiguous += s;
-        const double update_err =
-            masked_relative_error(tensor_or_fail(update, pname), tensor_or_fail(ref_update, pname), skip);
+        const double update_err = masked_relative_error(tensor_or_fail(update, pname),
+                                                        tensor_or_fail(ref_update, pname), skip);
         CHECK(update_err < 1e-6);
         worst_grad = std::max(worst_grad, grad_err);
         worst_update = std::max(worst_update, update_err);
@@ -127,13 +133,14 @@ void check_optimizer(const std::string& name) {
     const SafetensorsFile ref_update = open_or_fail(dir + "/update.safetensors");
     ParamSet grads = model->params.zeros_like();
     for (auto& p : grads.all()) {
-        const Tensor g = tensor_or_fail(ref_grads, "grad." + checkpoint_name(p.name, model->layout));
+        const Tensor g =
+            tensor_or_fail(ref_grads, "grad." + checkpoint_name(p.name, model->layout));
         std::memcpy(p.value.raw_data(), g.raw_data(), g.nbytes());
     }
     AdamWState state = make_adamw_state(model->params);
     adamw_update(model->params, grads, state,
-                 {h["lr"].get<double>(), h["beta1"].get<double>(), h["beta2"].get<double>(), h["eps"].get<double>(),
-                  h["weight_decay"].get<double>()});
+                 {h["lr"].get<double>(), h["beta1"].get<double>(), h["beta2"].get<double>(),
+                  h["eps"].get<double>(), h["weight_decay"].get<double>()});
     double worst = 0;
     for (const auto& p : model->params.all()) {
         INFO(name << ": " << p.name);
@@ -150,7 +157,8 @@ TEST_CASE("step matches transformers: tiny-a (text layout, tied, GQA 2, v/k head
     check_optimizer("tiny-a");
 }
 
-TEST_CASE("step matches transformers: tiny-b (multimodal sharded bf16, GQA 3, v/k heads 3)", "[parity]") {
+TEST_CASE("step matches transformers: tiny-b (multimodal sharded bf16, GQA 3, v/k heads 3)",
+          "[parity]") {
     check_fixture("tiny-b");
     check_optimizer("tiny-b");
 }

@@ -67,7 +67,8 @@ TEST_CASE("tensor views, narrow and dtype conversion", "[tensor]") {
     CHECK_FALSE(col.is_contiguous());
     Tensor c = col.contiguous();
     CHECK(c.shape() == std::vector<int64_t>{2, 2});
-    CHECK(std::vector<float>(c.data<float>(), c.data<float>() + 4) == std::vector<float>{2, 3, 5, 6});
+    CHECK(std::vector<float>(c.data<float>(), c.data<float>() + 4) ==
+          std::vector<float>{2, 3, 5, 6});
     auto bf = t.to_dtype(DType::kBF16);
     REQUIRE(bf.ok());
     auto back = bf->to_dtype(DType::kF32);

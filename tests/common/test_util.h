@@ -30,8 +30,12 @@ class TempDir {
     std::filesystem::path path_;
 };
 
-inline std::string source_path(const std::string& rel) { return std::string(DT_SOURCE_DIR) + "/" + rel; }
-inline std::string cli_path() { return std::string(DT_BINARY_DIR) + "/daemon/deltatune"; }
+inline std::string source_path(const std::string& rel) {
+    return std::string(DT_SOURCE_DIR) + "/" + rel;
+}
+inline std::string cli_path() {
+    return std::string(DT_BINARY_DIR) + "/daemon/deltatune";
+}
 
 // Runs a shell command, returns its exit status and fills `out` with its stdout.
 inline int run_command(const std::string& cmd, std::string& out) {

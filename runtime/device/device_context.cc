@@ -1,0 +1,63 @@
+// DeviceContext creation and teardown.
+#include "runtime/device/device_context.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/device/cuda_status.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace deltatune {
+
+int cuda_device_count(std::string* why_not) {
+#if DELTATUNE_HAVE_CUDA
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        if (why_not) *why_not = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(err));
+        cudaGetLastError();  // clear the non-sticky error
+        return 0;
+    }
+    if (n == 0 && why_not) *why_not = "no CUDA device present";
+    return n;
+#else
+    if (why_not) *why_not = "built without CUDA (DELTATUNE_CUDA=OFF or no nvcc)";
+    return 0;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::create(Device device) {
+    std::unique_ptr<DeviceContext> ctx(new DeviceContext(device));
+    if (device.is_cpu()) return ctx;
+    std::string why;
+    const int n = cuda_device_count(&why);
+    if (device.index < 0 || device.index >= n) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot use ", device.to_string(), ": ",
+                         n == 0 ? why : absl::StrCat(n, " CUDA devices present")));
+    }
+#if DELTATUNE_HAVE_CUDA
+    DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->compute_, cudaStreamNonBlocking));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->comm_, cudaStreamNonBlocking));
+#endif
+    return ctx;
+}
+
+DeviceContext::~DeviceContext() {
+#if DELTATUNE_HAVE_CUDA
+    if (compute_) cudaStreamDestroy(compute_);
+    if (comm_) cudaStreamDestroy(comm_);
+#endif
+}
+
+absl::Status DeviceContext::synchronize() const {
+#if DELTATUNE_HAVE_CUDA
+    if (compute_) DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+    if (comm_) DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+#endif
+    return absl::OkStatus();
+}
+
+}  // namespace deltatune

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every test: builds (scripts/build.sh), then CTest (unit, parity, isolation, CLI and guard
+# tests). GPU tests skip with a printed reason where no GPU is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+./scripts/build.sh
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}"

@@ -1,0 +1,55 @@
+// DeviceContext on CPU and CUDA ([cuda]: skipped with a printed reason where no GPU is present),
+// tensor device round trips, and the CUDA error translation.
+#include <catch2/catch.hpp>
+
+#include "runtime/device/cuda_status.h"
+#include "runtime/device/device_context.h"
+
+namespace deltatune {
+namespace {
+
+TEST_CASE("CPU contexts always work; CUDA contexts fail clearly without a device", "[runtime]") {
+    auto cpu = DeviceContext::create(Device::cpu());
+    REQUIRE(cpu.ok());
+    CHECK((*cpu)->compute_stream() == nullptr);
+    CHECK((*cpu)->synchronize().ok());
+    std::string why;
+    if (cuda_device_count(&why) == 0) {
+        auto gpu = DeviceContext::create(Device::cuda(0));
+        REQUIRE_FALSE(gpu.ok());
+        CHECK(gpu.status().code() == absl::StatusCode::kFailedPrecondition);
+        CHECK(std::string(gpu.status().message()).find("cannot use cuda:0: ") == 0);
+    }
+}
+
+TEST_CASE("CUDA errors keep the statement and location", "[runtime]") {
+    const absl::Status s =
+        cuda_status(2, "cudaMalloc(&p, n)", "x.cc", 12);  // cudaErrorMemoryAllocation
+    CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(std::string(s.message()).find("cudaMalloc(&p, n) failed at x.cc:12") == 0);
+    CHECK(cuda_status(0, "ok", "x.cc", 1).ok());
+}
+
+TEST_CASE("tensors round trip through the GPU and contexts own their streams", "[runtime][cuda]") {
+    std::string why;
+    if (cuda_device_count(&why) == 0) {
+        WARN("skipped: " << why);
+        return;
+    }
+    auto ctx = DeviceContext::create(Device::cuda(0));
+    REQUIRE(ctx.ok());
+    CHECK((*ctx)->compute_stream() != nullptr);
+    CHECK((*ctx)->comm_stream() != (*ctx)->compute_stream());
+    Tensor t = Tensor::cpu_from(
+        {3, 5}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15.5f});
+    auto gpu = t.to_device(Device::cuda(0));
+    REQUIRE(gpu.ok());
+    CHECK(gpu->device() == Device::cuda(0));
+    auto back = gpu->to_cpu_f32();
+    REQUIRE(back.ok());
+    for (int i = 0; i < 15; ++i) CHECK(back->data<float>()[i] == t.data<float>()[i]);
+    CHECK((*ctx)->synchronize().ok());
+}
+
+}  // namespace
+}  // namespace deltatune

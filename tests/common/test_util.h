@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -30,11 +31,17 @@ class TempDir {
     std::filesystem::path path_;
 };
 
+// The source and build trees, baked in at compile time; DELTATUNE_SOURCE_DIR and
+// DELTATUNE_BINARY_DIR override them where the binaries run elsewhere (the GPU machine).
+inline std::string tree_dir(const char* env, const char* built_in) {
+    const char* v = std::getenv(env);
+    return v && *v ? v : built_in;
+}
 inline std::string source_path(const std::string& rel) {
-    return std::string(DT_SOURCE_DIR) + "/" + rel;
+    return tree_dir("DELTATUNE_SOURCE_DIR", DT_SOURCE_DIR) + "/" + rel;
 }
 inline std::string cli_path() {
-    return std::string(DT_BINARY_DIR) + "/daemon/deltatune";
+    return tree_dir("DELTATUNE_BINARY_DIR", DT_BINARY_DIR) + "/daemon/deltatune";
 }
 
 // Runs a shell command, returns its exit status and fills `out` with its stdout.

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs into .device-build/ (git-ignored, carried by the device tool):
+# stripped test binaries plus the non-system shared libraries they link (absl, ...), because the
+# GPU machine has the CUDA toolkit, NCCL and cuDNN but none of the Debian libraries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+OUT=.device-build
+rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
+for t in "$BUILD_DIR"/tests/*_tests; do strip --strip-debug -o "$OUT/bin/$(basename "$t")" "$t"; done
+strip --strip-debug -o "$OUT/daemon/deltatune" "$BUILD_DIR/daemon/deltatune"
+for f in "$OUT"/bin/* "$OUT"/daemon/*; do
+  for lib in $(ldd "$f" | awk '/=>/ {print $3}'); do
+    case "$lib" in
+      /usr/local/cuda*|*/libc.so*|*/libm.so*|*/libstdc++.so*|*/libgcc_s.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*) ;;
+      *) cp -nL "$lib" "$OUT/lib/" ;;
+    esac
+  done
+done
+du -sh "$OUT"

@@ -79,12 +79,16 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
 }
 
 absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
+    return backward(grads, 1.0 / static_cast<double>(label_tokens_));
+}
+
+absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
     if (batch_ == nullptr)
         return absl::FailedPreconditionError("backward without a pending forward");
     const PackedBatch& batch = *batch_;
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     ModelView g = model_view(config_, grads);
-    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(label_tokens_));
+    const auto grad_scale = static_cast<float>(loss_scale);
 
     // LM head: logits are recomputed chunk by chunk (never stored whole).
     Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk),

@@ -33,6 +33,9 @@ class Qwen35CpuModel {
     // Gradient of the last forward's loss, accumulated into `grads` (+=). Consumes the saved
     // activations.
     absl::Status backward(ParamSet& grads);
+    // Gradient of loss_sum * grad_scale instead: gradient accumulation over micro-batches uses
+    // grad_scale = 1 / (trained targets of all micro-batches of the step).
+    absl::Status backward(ParamSet& grads, double grad_scale);
 
     // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
     absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);

@@ -1,0 +1,50 @@
+// Training checkpoints (architecture.md "Checkpoints"): one directory per step under a root,
+// written into a temporary directory, a manifest with every file's size and SHA-256 written last,
+// then renamed into place and the parent directory fsynced. A directory without a manifest was
+// never committed and is ignored (and garbage-collected). Loading verifies sizes and checksums.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace deltatune {
+
+struct CheckpointInfo {
+    int64_t step = 0;
+    std::string path;
+    int64_t bytes = 0;
+    std::string manifest_sha256;
+};
+
+class CheckpointWriter {
+  public:
+    // Starts checkpoint `step` under `root` (created if needed) in a temporary directory.
+    static absl::StatusOr<CheckpointWriter> begin(const std::string& root, int64_t step);
+    // Path of a file to write inside the checkpoint (write it completely before commit()).
+    std::string file(const std::string& name) const;
+    // Hashes every file, writes manifest.json, renames the directory into place, fsyncs the root.
+    absl::StatusOr<CheckpointInfo> commit();
+    // Removes the temporary directory (a checkpoint that failed to write).
+    void abandon();
+
+  private:
+    std::string root_, tmp_dir_, final_dir_;
+    int64_t step_ = 0;
+};
+
+// Committed checkpoints under `root`, oldest first. Stray temporary directories are removed.
+absl::StatusOr<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root);
+// Verifies every file of the checkpoint against its manifest: DataLoss naming the file on a size
+// or checksum mismatch, a missing file or a malformed manifest.
+absl::Status verify_checkpoint(const std::string& checkpoint_dir);
+// Deletes committed checkpoints beyond the newest `keep_last_n`; returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last_n);
+
+// Hex SHA-256 of a file's contents.
+absl::StatusOr<std::string> sha256_file(const std::string& path);
+
+}  // namespace deltatune

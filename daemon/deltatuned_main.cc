@@ -1,39 +1,138 @@
-// deltatuned: the supervisor. Today it loads and validates its YAML config; the control plane
-// (gRPC FineTuningService, job store, scheduler, rank processes) is built by the daemon issue.
+// deltatuned: the supervisor (wiring only). `deltatuned --config F [--listen ADDR]` serves the
+// public gRPC API (FineTuningService, grpc.health.v1, reflection) and the rank socket;
+// `deltatuned rank ...` is a rank process, dispatched to deltatune::rank_main(argc, argv) with
+// the full argv (argv[1] == "rank"). SIGTERM/SIGINT: stop admitting, ask ranks to checkpoint and
+// exit, wait up to shutdown_grace_seconds, leave jobs QUEUED/PAUSED for the next start, then stop
+// serving.
+#include <signal.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
-#include "yaml-cpp/yaml.h"
+#include "daemon/config/daemon_config.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/jobs/rank_service.h"
+#include "daemon/rank/rank_main.h"
+#include "daemon/service/admin_http.h"
+#include "daemon/service/auth.h"
+#include "daemon/service/fine_tuning_service.h"
+
+namespace {
+
+using deltatune::daemon::AdminHttpServer;
+using deltatune::daemon::Authenticator;
+using deltatune::daemon::DaemonConfig;
+using deltatune::daemon::FineTuningService;
+using deltatune::daemon::job_manager_options;
+using deltatune::daemon::JobManager;
+using deltatune::daemon::JobManagerOptions;
+using deltatune::daemon::load_daemon_config;
+using deltatune::daemon::RankServiceImpl;
+using deltatune::daemon::start_public_server;
+using deltatune::daemon::start_rank_server;
+using deltatune::daemon::validate_daemon_config;
+
+int usage() {
+    std::fprintf(stderr,
+                 "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT]\n"
+                 "       deltatuned rank --supervisor ADDR --job jobs/ID --attempt N --rank R "
+                 "--world W --spec FILE\n");
+    return 2;
+}
+
+int fail(const absl::Status& s) {
+    std::fprintf(stderr, "deltatuned: %s\n", std::string(s.message()).c_str());
+    return 1;
+}
+
+// Blocks SIGTERM/SIGINT in every thread (those started later inherit the mask) so the main
+// thread can take them synchronously with sigwait; ranks get default dispositions back at spawn.
+sigset_t block_shutdown_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    return set;
+}
+
+int serve(const std::string& config_path, const std::string& listen) {
+    const sigset_t signals = block_shutdown_signals();
+    absl::StatusOr<DaemonConfig> config = load_daemon_config(config_path);
+    if (!config.ok()) return fail(config.status());
+    if (!listen.empty()) {
+        config->grpc_address = listen;
+        if (absl::Status s = validate_daemon_config(*config); !s.ok()) return fail(s);
+    }
+    absl::StatusOr<Authenticator> auth = Authenticator::from_token_file(config->auth_token_file);
+    if (!auth.ok()) return fail(auth.status());
+    const JobManagerOptions options = job_manager_options(*config);
+    absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::open(options);
+    if (!manager.ok()) return fail(manager.status());
+    RankServiceImpl rank_service(manager->get());
+    auto rank_server = start_rank_server(&rank_service, config->state_dir + "/rank.sock");
+    if (!rank_server.ok()) return fail(rank_server.status());
+    (*manager)->start();
+    const Authenticator http_auth = *auth;
+    auto service = std::make_unique<FineTuningService>(manager->get(), std::move(*auth));
+    auto server = start_public_server(service.get(), *config);
+    if (!server.ok()) return fail(server.status());
+    absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin;
+    if (!config->http_address.empty()) {
+        FineTuningService* svc = service.get();
+        admin = AdminHttpServer::start(manager->get(), {config->http_address, http_auth, [svc] {
+                                                            return svc->stream_subscribers();
+                                                        }});
+        if (!admin.ok()) return fail(admin.status());
+        (*admin)->set_ready(true);
+    }
+    std::fprintf(stderr, "deltatuned: serving on %s, admin http %s (state %s)\n",
+                 config->grpc_address.c_str(),
+                 config->http_address.empty() ? "off" : config->http_address.c_str(),
+                 config->state_dir.c_str());
+
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "deltatuned: %s: checkpointing running jobs (up to %.0f s)\n",
+                 strsignal(sig), config->shutdown_grace_seconds);
+    (*server)->GetHealthCheckService()->SetServingStatus(false);
+    if (admin.ok() && *admin) (*admin)->set_ready(false);
+    const auto grace =
+        std::chrono::milliseconds(static_cast<int64_t>(config->shutdown_grace_seconds * 1000));
+    (*manager)->shutdown(grace);
+    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    (*rank_server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (admin.ok()) admin->reset();
+    server->reset();
+    service.reset();
+    rank_server->reset();
+    std::fprintf(stderr, "deltatuned: stopped\n");
+    return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-    std::string config;
+    if (argc >= 2 && std::strcmp(argv[1], "rank") == 0) return deltatune::rank_main(argc, argv);
+    std::string config, listen;
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
+        const std::string arg = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (arg == "--config" && has_value) {
             config = argv[++i];
-        } else if (!std::strncmp(argv[i], "--config=", 9)) {
-            config = argv[i] + 9;
+        } else if (arg.rfind("--config=", 0) == 0) {
+            config = arg.substr(9);
+        } else if (arg == "--listen" && has_value) {
+            listen = argv[++i];
+        } else if (arg.rfind("--listen=", 0) == 0) {
+            listen = arg.substr(9);
         } else {
-            std::fprintf(stderr, "usage: deltatuned --config configs/daemon.yaml\n");
-            return 2;
+            return usage();
         }
     }
-    if (config.empty()) {
-        std::fprintf(stderr, "usage: deltatuned --config configs/daemon.yaml\n");
-        return 2;
-    }
-    try {
-        const YAML::Node root = YAML::LoadFile(config);
-        if (!root.IsMap()) {
-            std::fprintf(stderr, "deltatuned: %s: the top level must be a mapping\n",
-                         config.c_str());
-            return 1;
-        }
-    } catch (const YAML::Exception& e) {
-        std::fprintf(stderr, "deltatuned: %s: %s\n", config.c_str(), e.what());
-        return 1;
-    }
-    std::fprintf(stderr, "deltatuned: %s is valid; serving is not implemented in this build\n",
-                 config.c_str());
-    return 3;
+    if (config.empty()) return usage();
+    return serve(config, listen);
 }

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
-  libutf8proc-dev libpcre2-dev libssl-dev clang-format
+  libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev clang-format
 )
 
 missing=()

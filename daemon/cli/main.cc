@@ -2,6 +2,7 @@
 // reference path; the job commands (submit, list, ...) arrive with the daemon.
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,17 @@ void usage(FILE* out) {
         "  init-model --config CONFIG.json --out DIR [--seed N]   random-init HF checkpoint\n"
         "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
         "       [--update-out F.safetensors] [--lr X --beta1 X --beta2 X --eps X --weight-decay "
-        "X]\n");
+        "X]\n"
+        "  pack-stats --data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
+        "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate]\n"
+        "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding\n"
+        "  tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads "
+        "N]\n"
+        "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
+        "  submit JOB.yaml [--watch] | get JOB | list [--state S] [--label k=v] | watch JOB\n"
+        "  cancel JOB | pause JOB | resume JOB | events JOB [--follow] | checkpoints JOB\n"
+        "       job commands take [--address HOST:PORT] [--token-file F] [--output text|json] "
+        "[--timeout S]\n");
 }
 
 }  // namespace
@@ -30,6 +41,11 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 2, argv + argc);
     if (command == "init-model") return deltatune::cli::init_model_command(args);
     if (command == "step") return deltatune::cli::step_command(args);
+    if (command == "pack-stats") return deltatune::cli::pack_stats_command(args);
+    if (command == "tokenize") return deltatune::cli::tokenize_command(args);
+    static const std::set<std::string> kJobCommands = {
+        "submit", "get", "list", "watch", "cancel", "pause", "resume", "events", "checkpoints"};
+    if (kJobCommands.count(command)) return deltatune::cli::job_command(command, args);
     std::fprintf(stderr, "deltatune: unknown command '%s'\n", command.c_str());
     usage(stderr);
     return 2;

@@ -52,6 +52,16 @@ absl::StatusOr<PackedBatch> pack_documents(const std::vector<Document>& docs, in
     return b;
 }
 
+std::vector<int32_t> flattened_labels(const PackedBatch& batch) {
+    std::vector<int32_t> labels(batch.input_ids.size(), kIgnoreIndex);
+    for (size_t d = 0; d + 1 < batch.cu_seqlens.size(); ++d) {
+        const auto begin = static_cast<size_t>(batch.cu_seqlens[d]);
+        const auto end = static_cast<size_t>(batch.cu_seqlens[d + 1]);
+        for (size_t t = begin + 1; t < end; ++t) labels[t] = batch.targets[t - 1];
+    }
+    return labels;
+}
+
 absl::StatusOr<std::vector<Document>> parse_batch_json(const std::string& text,
                                                        const std::string& source) {
     nlohmann::json j;

@@ -31,6 +31,12 @@ struct PackedBatch {
 // Validates ids against the vocabulary (InvalidArgument naming the document and position).
 absl::StatusOr<PackedBatch> pack_documents(const std::vector<Document>& docs, int64_t vocab_size);
 
+// Labels for a flattened batch in the Hugging Face DataCollatorWithFlattening convention: in input
+// order, -100 on each document's first token and where not trained; i.e. labels[t] = targets[t-1]
+// inside a document. Feeding these to a model that shifts labels across the whole flat stream
+// reproduces `targets` without any cross-document prediction.
+std::vector<int32_t> flattened_labels(const PackedBatch& batch);
+
 // Parses BATCH.json: {"documents": [{"input_ids": [...], "labels": [...]}, ...]}; labels default
 // to input_ids when absent. `source` names the file in errors.
 absl::StatusOr<std::vector<Document>> parse_batch_json(const std::string& text,

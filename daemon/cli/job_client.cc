@@ -1,0 +1,115 @@
+// Channel, auth and printing helpers for the job subcommands.
+#include "daemon/cli/job_client.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace deltatune::cli {
+
+absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
+    JobClient c;
+    const char* env_addr = std::getenv("DELTATUNE_ADDRESS");
+    const std::string address =
+        flags.get("address", env_addr && *env_addr ? env_addr : "localhost:7070");
+    std::string token_file = flags.get("token-file");
+    if (token_file.empty() && std::getenv("DELTATUNE_TOKEN_FILE"))
+        token_file = std::getenv("DELTATUNE_TOKEN_FILE");
+    if (!token_file.empty()) {
+        std::ifstream in(token_file);
+        if (!in)
+            return absl::NotFoundError(absl::StrCat("--token-file ", token_file, ": cannot open"));
+        std::getline(in, c.token_);
+    } else if (const char* t = std::getenv("DELTATUNE_TOKEN")) {
+        c.token_ = t;
+    }
+    const std::string output = flags.get("output", "text");
+    if (output != "text" && output != "json") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--output: expected text or json, got '", output, "'"));
+    }
+    c.json_ = output == "json";
+    auto timeout = flags.get_double("timeout", 30);
+    if (!timeout.ok()) return timeout.status();
+    c.timeout_seconds_ = *timeout;
+    c.channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    c.stub_ = v1::FineTuningService::NewStub(c.channel_);
+    return c;
+}
+
+std::unique_ptr<grpc::ClientContext> JobClient::context(bool streaming) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+    if (!streaming) {
+        ctx->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_ * 1000)));
+    }
+    return ctx;
+}
+
+std::string job_name(const std::string& id) {
+    return id.rfind("jobs/", 0) == 0 ? id : "jobs/" + id;
+}
+
+std::string to_json(const google::protobuf::Message& m) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions o;
+    o.preserve_proto_field_names = false;
+    (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+    return out;
+}
+
+std::string state_name(v1::Job::State s) {
+    return v1::Job::State_Name(s);
+}
+
+bool is_terminal(v1::Job::State s) {
+    return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
+}
+
+std::string job_line(const v1::Job& job) {
+    std::string line =
+        absl::StrFormat("%-24s %-11s step %lld/%lld", job.name(), state_name(job.state()),
+                        static_cast<long long>(job.progress().step()),
+                        static_cast<long long>(job.progress().total_steps()));
+    auto it = job.latest_metrics().find("loss");
+    if (it != job.latest_metrics().end()) line += absl::StrFormat("  loss %.4f", it->second);
+    if (job.state() == v1::Job::QUEUED && job.queue_position() > 0)
+        line += absl::StrCat("  queue #", job.queue_position());
+    if (!job.state_reason().empty()) line += absl::StrCat("  ", job.state_reason());
+    if (!job.error_message().empty()) line += absl::StrCat(": ", job.error_message());
+    if (!job.result_model().empty()) line += absl::StrCat("  model ", job.result_model());
+    return line;
+}
+
+int report_rpc_error(const grpc::Status& s) {
+    static const char* kCodes[] = {"OK",
+                                   "CANCELLED",
+                                   "UNKNOWN",
+                                   "INVALID_ARGUMENT",
+                                   "DEADLINE_EXCEEDED",
+                                   "NOT_FOUND",
+                                   "ALREADY_EXISTS",
+                                   "PERMISSION_DENIED",
+                                   "RESOURCE_EXHAUSTED",
+                                   "FAILED_PRECONDITION",
+                                   "ABORTED",
+                                   "OUT_OF_RANGE",
+                                   "UNIMPLEMENTED",
+                                   "INTERNAL",
+                                   "UNAVAILABLE",
+                                   "DATA_LOSS",
+                                   "UNAUTHENTICATED"};
+    const int code = static_cast<int>(s.error_code());
+    std::fprintf(stderr, "deltatune: %s: %s\n", code >= 0 && code <= 16 ? kCodes[code] : "?",
+                 s.error_message().c_str());
+    return 1;
+}
+
+}  // namespace deltatune::cli

@@ -1,0 +1,266 @@
+// deltatune submit|get|list|watch|cancel|pause|resume|events|checkpoints: the job commands.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/cli/commands.h"
+#include "daemon/cli/job_client.h"
+#include "daemon/config/job_yaml.h"
+
+namespace deltatune::cli {
+
+namespace {
+
+int fail(const std::string& command, const absl::Status& s) {
+    std::fprintf(stderr, "deltatune %s: %s\n", command.c_str(), std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+std::set<std::string> with_client_flags(std::set<std::string> flags) {
+    flags.insert(kClientFlags.begin(), kClientFlags.end());
+    return flags;
+}
+
+std::string format_eta(const v1::Job& job) {
+    const int64_t end = job.progress().estimated_end_time().seconds();
+    if (end <= 0 || job.state() != v1::Job::RUNNING) return "--:--";
+    const int64_t left =
+        std::max<int64_t>(0, end - std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+    return absl::StrFormat("%02d:%02d", left / 60, left % 60);
+}
+
+// A live progress bar on a terminal; one line per update otherwise.
+void print_progress(const v1::Job& job, bool tty) {
+    const auto& p = job.progress();
+    auto metric = [&](const char* k) {
+        auto it = job.latest_metrics().find(k);
+        return it == job.latest_metrics().end() ? NAN : it->second;
+    };
+    if (tty) {
+        const int width = 30;
+        const int filled =
+            p.total_steps() > 0 ? static_cast<int>(width * p.step() / p.total_steps()) : 0;
+        std::fprintf(stderr, "\r[%s%s] %lld/%lld  loss %.4f  %.0f tok/s  ETA %s  %-10s",
+                     std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                     static_cast<long long>(p.step()), static_cast<long long>(p.total_steps()),
+                     metric("loss"), p.tokens_per_second(), format_eta(job).c_str(),
+                     state_name(job.state()).c_str());
+        if (is_terminal(job.state())) std::fprintf(stderr, "\n");
+    } else {
+        std::printf("%s\n", job_line(job).c_str());
+        std::fflush(stdout);
+    }
+}
+
+// Streams the job until it ends; exit 0 only if it SUCCEEDED.
+int watch(JobClient& client, const std::string& name) {
+    auto ctx = client.context(/*streaming=*/true);
+    v1::WatchJobRequest req;
+    req.set_name(name);
+    auto reader = client.stub().WatchJob(ctx.get(), req);
+    v1::Job job;
+    const bool tty = isatty(STDERR_FILENO) && !client.json();
+    while (reader->Read(&job)) {
+        if (!client.json()) print_progress(job, tty);
+        if (is_terminal(job.state())) break;
+    }
+    ctx->TryCancel();
+    reader->Finish();
+    if (job.name().empty())
+        return report_rpc_error(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream ended"));
+    if (client.json()) std::printf("%s\n", to_json(job).c_str());
+    return job.state() == v1::Job::SUCCEEDED ? 0 : 1;
+}
+
+int submit(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, with_client_flags({"request-id"}), {"watch", "validate-only"});
+    if (!flags.ok()) return fail("submit", flags.status());
+    if (flags->positional().size() != 1)
+        return fail("submit", absl::InvalidArgumentError("expected one JOB.yaml"));
+    const std::string path = flags->positional()[0];
+    std::ifstream in(path);
+    if (!in) return fail("submit", absl::NotFoundError(path + ": cannot open"));
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = daemon::parse_job_yaml(text.str(), daemon::InputLimits{});
+    if (!parsed.ok())
+        return fail("submit", absl::InvalidArgumentError(
+                                  absl::StrCat(path, ": ", parsed.status().message())));
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("submit", client.status());
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = parsed->spec;
+    req.set_request_id(flags->get("request-id"));
+    req.set_validate_only(flags->has("validate-only"));
+    v1::Job job;
+    auto ctx = client->context();
+    const grpc::Status s = client->stub().CreateJob(ctx.get(), req, &job);
+    if (!s.ok()) return report_rpc_error(s);
+    if (flags->has("watch")) {
+        if (!client->json()) std::fprintf(stderr, "submitted %s\n", job.name().c_str());
+        return watch(*client, job.name());
+    }
+    std::printf("%s\n", client->json() ? to_json(job).c_str() : job.name().c_str());
+    return 0;
+}
+
+// get, cancel, pause, resume: one job name in, one Job out.
+int single(const std::string& command, const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, kClientFlags);
+    if (!flags.ok()) return fail(command, flags.status());
+    if (flags->positional().size() != 1)
+        return fail(command, absl::InvalidArgumentError("expected one JOB_ID"));
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail(command, client.status());
+    const std::string name = job_name(flags->positional()[0]);
+    if (command == "watch") return watch(*client, name);
+    auto ctx = client->context();
+    v1::Job job;
+    grpc::Status s;
+    if (command == "get") {
+        v1::GetJobRequest r;
+        r.set_name(name);
+        s = client->stub().GetJob(ctx.get(), r, &job);
+    } else if (command == "cancel") {
+        v1::CancelJobRequest r;
+        r.set_name(name);
+        s = client->stub().CancelJob(ctx.get(), r, &job);
+    } else if (command == "pause") {
+        v1::PauseJobRequest r;
+        r.set_name(name);
+        s = client->stub().PauseJob(ctx.get(), r, &job);
+    } else {
+        v1::ResumeJobRequest r;
+        r.set_name(name);
+        s = client->stub().ResumeJob(ctx.get(), r, &job);
+    }
+    if (!s.ok()) return report_rpc_error(s);
+    std::printf("%s\n", client->json() ? to_json(job).c_str() : job_line(job).c_str());
+    return 0;
+}
+
+int list(const std::vector<std::string>& args) {
+    auto flags =
+        Flags::parse(args, with_client_flags({"state", "page-size", "page-token", "label"}));
+    if (!flags.ok()) return fail("list", flags.status());
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("list", client.status());
+    v1::ListJobsRequest req;
+    if (flags->has("state")) {
+        v1::Job::State st;
+        if (!v1::Job::State_Parse(flags->get("state"), &st)) {
+            return fail("list", absl::InvalidArgumentError("--state: unknown state '" +
+                                                           flags->get("state") + "'"));
+        }
+        req.set_state(st);
+    }
+    auto size = flags->get_uint("page-size", 0);
+    if (!size.ok()) return fail("list", size.status());
+    req.set_page_size(static_cast<int32_t>(std::min<uint64_t>(*size, INT32_MAX)));
+    req.set_page_token(flags->get("page-token"));
+    if (flags->has("label")) {
+        const std::string kv = flags->get("label");
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos)
+            return fail("list", absl::InvalidArgumentError("--label: expected key=value"));
+        (*req.mutable_labels())[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    v1::ListJobsResponse resp;
+    auto ctx = client->context();
+    const grpc::Status s = client->stub().ListJobs(ctx.get(), req, &resp);
+    if (!s.ok()) return report_rpc_error(s);
+    if (client->json()) {
+        std::printf("%s\n", to_json(resp).c_str());
+        return 0;
+    }
+    for (const auto& j : resp.jobs()) std::printf("%s\n", job_line(j).c_str());
+    if (!resp.next_page_token().empty())
+        std::printf("next page: --page-token %s\n", resp.next_page_token().c_str());
+    return 0;
+}
+
+std::string event_line(const v1::JobEvent& e) {
+    std::string line = absl::StrFormat("%6lld %-22s %s", static_cast<long long>(e.sequence()),
+                                       e.type(), e.message());
+    for (const auto& [k, v] : e.metrics()) line += absl::StrFormat(" %s=%.6g", k, v);
+    for (const auto& [k, v] : e.details()) line += absl::StrCat(" ", k, "=", v);
+    return line;
+}
+
+int events(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, with_client_flags({"since"}), {"follow"});
+    if (!flags.ok()) return fail("events", flags.status());
+    if (flags->positional().size() != 1)
+        return fail("events", absl::InvalidArgumentError("expected one JOB_ID"));
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("events", client.status());
+    auto since = flags->get_uint("since", 0);
+    if (!since.ok()) return fail("events", since.status());
+    auto ctx = client->context(/*streaming=*/true);
+    v1::StreamJobEventsRequest req;
+    req.set_name(job_name(flags->positional()[0]));
+    req.set_since_sequence(static_cast<int64_t>(*since));
+    auto reader = client->stub().StreamJobEvents(ctx.get(), req);
+    v1::JobEvent e;
+    const bool follow = flags->has("follow");
+    // Without --follow: print what exists, stopping at the first heartbeat (the stream is idle).
+    while (reader->Read(&e)) {
+        if (e.type() == "HEARTBEAT") {
+            if (!follow) break;
+            continue;
+        }
+        std::printf("%s\n", client->json() ? to_json(e).c_str() : event_line(e).c_str());
+        std::fflush(stdout);
+        if (!follow && (e.type() == "SUCCEEDED" || e.type() == "FAILED" || e.type() == "CANCELLED"))
+            break;
+    }
+    ctx->TryCancel();
+    const grpc::Status s = reader->Finish();
+    if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) return report_rpc_error(s);
+    return 0;
+}
+
+int checkpoints(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, kClientFlags);
+    if (!flags.ok()) return fail("checkpoints", flags.status());
+    if (flags->positional().size() != 1)
+        return fail("checkpoints", absl::InvalidArgumentError("expected one JOB_ID"));
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("checkpoints", client.status());
+    v1::ListCheckpointsRequest req;
+    req.set_name(job_name(flags->positional()[0]));
+    v1::ListCheckpointsResponse resp;
+    auto ctx = client->context();
+    const grpc::Status s = client->stub().ListCheckpoints(ctx.get(), req, &resp);
+    if (!s.ok()) return report_rpc_error(s);
+    if (client->json()) {
+        std::printf("%s\n", to_json(resp).c_str());
+        return 0;
+    }
+    for (const auto& c : resp.checkpoints()) {
+        std::printf("step %-8lld %12lld bytes  %s  sha256 %s\n", static_cast<long long>(c.step()),
+                    static_cast<long long>(c.bytes()), c.path().c_str(),
+                    c.manifest_sha256().c_str());
+    }
+    return 0;
+}
+
+}  // namespace
+
+int job_command(const std::string& command, const std::vector<std::string>& args) {
+    if (command == "submit") return submit(args);
+    if (command == "list") return list(args);
+    if (command == "events") return events(args);
+    if (command == "checkpoints") return checkpoints(args);
+    return single(command, args);
+}
+
+}  // namespace deltatune::cli

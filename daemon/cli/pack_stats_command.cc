@@ -1,0 +1,99 @@
+// deltatune pack-stats --data FILE [--tokenizer T] --tokens-per-batch N [--window W] [--seed S]
+//     [--chat-template qwen3|qwen3_5] [--format auto|chat|pretokenized] [--world-size R]
+//     [--overlong split|truncate] [--bad-lines fail|skip] [--cache-dir DIR] [--threads N]
+//     [--vocab-size V]   (ids are checked against V, default the tokenizer's vocabulary if given)
+// Loads (and tokenizes) a dataset, plans one epoch of packing and prints one JSON line: documents,
+// tokens, batches, packing efficiency (real tokens / (batches x N)), the batches 2D padding would
+// need over the same shuffled order, the relative reduction, and the ranks' token balance.
+#include <cstdio>
+#include <memory>
+
+#include "daemon/cli/commands.h"
+#include "daemon/cli/flags.h"
+#include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/packing.h"
+#include "runtime/data/tokenizer.h"
+
+namespace deltatune::cli {
+namespace {
+
+absl::StatusOr<nlohmann::json> pack_stats(const Flags& flags) {
+    DT_ASSIGN_OR_RETURN(const std::string data_path, flags.require("data"));
+    DT_ASSIGN_OR_RETURN(const uint64_t tokens_per_batch, flags.get_uint("tokens-per-batch", 0));
+    if (!flags.has("tokens-per-batch") || tokens_per_batch == 0) {
+        return absl::InvalidArgumentError("--tokens-per-batch must be a positive integer");
+    }
+    DatasetOptions dopt;
+    DT_ASSIGN_OR_RETURN(dopt.format, parse_dataset_format(flags.get("format", "auto")));
+    DT_ASSIGN_OR_RETURN(dopt.bad_lines, parse_bad_line_policy(flags.get("bad-lines", "fail")));
+    DT_ASSIGN_OR_RETURN(const uint64_t threads, flags.get_uint("threads", 0));
+    dopt.num_threads = static_cast<int>(threads);
+    dopt.cache_dir = flags.get("cache-dir");
+    DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
+                        parse_chat_template_kind(flags.get("chat-template", "qwen3_5")));
+    std::unique_ptr<Tokenizer> tokenizer;
+    if (flags.has("tokenizer")) {
+        DT_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(flags.get("tokenizer")));
+        dopt.chat = make_chat_tokenizer(*tokenizer, kind);
+        dopt.vocab_size = tokenizer->vocab_size();
+    }
+    DT_ASSIGN_OR_RETURN(const uint64_t vocab, flags.get_uint("vocab-size", 0));
+    if (vocab) dopt.vocab_size = static_cast<int64_t>(vocab);
+    DT_ASSIGN_OR_RETURN(const TokenizedDataset data, load_dataset(data_path, dopt));
+
+    PackingOptions popt;
+    popt.tokens_per_batch = static_cast<int64_t>(tokens_per_batch);
+    DT_ASSIGN_OR_RETURN(const uint64_t window, flags.get_uint("window", popt.window));
+    DT_ASSIGN_OR_RETURN(popt.seed, flags.get_uint("seed", 0));
+    DT_ASSIGN_OR_RETURN(const uint64_t world, flags.get_uint("world-size", 1));
+    DT_ASSIGN_OR_RETURN(popt.overlong, parse_overlong_policy(flags.get("overlong", "split")));
+    popt.window = static_cast<int64_t>(window);
+    popt.world_size = static_cast<int>(world);
+    DT_ASSIGN_OR_RETURN(const Packer packer, Packer::create(data.lengths(), popt));
+    const PackingStats& s = packer.epoch_stats();
+    const double reduction =
+        s.padded_2d_batches
+            ? 1.0 - static_cast<double>(s.batches) / static_cast<double>(s.padded_2d_batches)
+            : 0.0;
+    return nlohmann::json{{"documents", s.documents},
+                          {"segments", s.segments},
+                          {"tokens", s.tokens},
+                          {"truncated_tokens", s.truncated_tokens},
+                          {"tokens_per_batch", popt.tokens_per_batch},
+                          {"window", popt.window},
+                          {"seed", popt.seed},
+                          {"world_size", popt.world_size},
+                          {"batches", s.batches},
+                          {"steps", s.steps},
+                          {"empty_batches", s.empty_batches},
+                          {"efficiency", s.efficiency},
+                          {"padded_2d_batches", s.padded_2d_batches},
+                          {"batch_reduction_vs_2d", reduction},
+                          {"rank_balance_worst", s.rank_balance_worst},
+                          {"rank_balance_mean", s.rank_balance_mean},
+                          {"lines", data.counts().lines},
+                          {"skipped_lines", data.counts().skipped},
+                          {"skipped_by_reason", data.counts().by_reason},
+                          {"cache", data.from_cache() ? data.cache_path() : ""}};
+}
+
+}  // namespace
+
+int pack_stats_command(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(
+        args, {"data", "tokenizer", "tokens-per-batch", "window", "seed", "chat-template", "format",
+               "world-size", "overlong", "bad-lines", "cache-dir", "threads", "vocab-size"});
+    absl::StatusOr<nlohmann::json> out =
+        flags.ok() ? pack_stats(*flags) : absl::StatusOr<nlohmann::json>(flags.status());
+    if (!out.ok()) {
+        std::fprintf(stderr, "deltatune pack-stats: %s\n",
+                     std::string(out.status().message()).c_str());
+        return 1;
+    }
+    std::printf("%s\n", out->dump().c_str());
+    return 0;
+}
+
+}  // namespace deltatune::cli

@@ -1,0 +1,128 @@
+// deltatune tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5]
+//     [--threads N] [--input FILE] < in.jsonl > out.jsonl
+// Reads JSON lines with "text" (or "messages" with --chat) and writes, in input order, one JSON
+// line per input with "input_ids" (and "labels" with --chat). Special tokens written in the text
+// are recognised, as the Hugging Face library does by default. Lines are tokenized in chunks on
+// all cores; the first bad line stops the run with "FILE:LINE: reason" and exit status 2.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/cli/commands.h"
+#include "daemon/cli/flags.h"
+#include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
+#include "runtime/data/chat_template.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/jsonl_reader.h"
+#include "runtime/data/tokenizer.h"
+
+namespace deltatune::cli {
+namespace {
+
+constexpr size_t kLinesPerChunk = 4096;
+
+struct Job {
+    const Tokenizer* tokenizer = nullptr;
+    bool chat = false;
+    ChatTemplateKind kind = ChatTemplateKind::kQwen35;
+};
+
+// One input line -> one output line, or an error message "reason: detail".
+absl::StatusOr<std::string> tokenize_line(const Job& job, std::string_view text) {
+    if (job.chat) {
+        std::vector<ChatMessage> messages;
+        if (auto e = parse_chat_line(text, messages)) {
+            return absl::InvalidArgumentError(
+                e->detail.empty() ? e->reason : absl::StrCat(e->reason, ": ", e->detail));
+        }
+        DT_ASSIGN_OR_RETURN(const Document doc, tokenize_chat(*job.tokenizer, messages, job.kind));
+        return nlohmann::json{{"input_ids", doc.input_ids}, {"labels", doc.labels}}.dump();
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+    if (!j.is_object() || !j.contains("text"))
+        return absl::InvalidArgumentError("missing \"text\"");
+    if (!j["text"].is_string()) return absl::InvalidArgumentError("\"text\" is not a string");
+    DT_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                        job.tokenizer->encode(j["text"].get_ref<const std::string&>()));
+    return nlohmann::json{{"input_ids", ids}}.dump();
+}
+
+// Tokenizes one chunk on `threads` threads; results keep input order.
+std::vector<absl::StatusOr<std::string>> run_chunk(const Job& job,
+                                                   const std::vector<std::string>& lines,
+                                                   int threads) {
+    std::vector<absl::StatusOr<std::string>> out(lines.size(), std::string());
+    const size_t n = lines.size();
+    const size_t workers = std::min<size_t>(static_cast<size_t>(threads), n);
+    std::vector<std::thread> pool;
+    for (size_t w = 0; w < workers; ++w) {
+        pool.emplace_back([&, w] {
+            for (size_t i = w; i < n; i += workers) out[i] = tokenize_line(job, lines[i]);
+        });
+    }
+    for (auto& t : pool) t.join();
+    return out;
+}
+
+absl::Status tokenize(const Flags& flags) {
+    DT_ASSIGN_OR_RETURN(const std::string tokenizer_path, flags.require("tokenizer"));
+    DT_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
+                        Tokenizer::load(tokenizer_path));
+    Job job{tokenizer.get(), flags.has("chat"), ChatTemplateKind::kQwen35};
+    DT_ASSIGN_OR_RETURN(job.kind, parse_chat_template_kind(flags.get("chat-template", "qwen3_5")));
+    DT_ASSIGN_OR_RETURN(uint64_t threads, flags.get_uint("threads", 0));
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    const std::string input = flags.get("input", "/dev/stdin");
+    const std::string shown = flags.has("input") ? input : "<stdin>";
+    DT_ASSIGN_OR_RETURN(JsonlReader reader, JsonlReader::open(input));
+    std::vector<std::string> lines;
+    std::vector<int64_t> numbers;
+    auto flush = [&]() -> absl::Status {
+        const auto results = run_chunk(job, lines, static_cast<int>(threads));
+        for (size_t i = 0; i < results.size(); ++i) {
+            if (!results[i].ok()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(shown, ":", numbers[i], ": ", results[i].status().message()));
+            }
+            std::fwrite(results[i]->data(), 1, results[i]->size(), stdout);
+            std::fputc('\n', stdout);
+        }
+        if (std::ferror(stdout)) return absl::DataLossError("writing stdout failed");
+        lines.clear();
+        numbers.clear();
+        return absl::OkStatus();
+    };
+    JsonlReader::Line line;
+    while (true) {
+        DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));
+        if (!more) break;
+        if (line.too_long) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(shown, ":", line.number, ": line too long"));
+        }
+        if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
+        lines.emplace_back(line.text);
+        numbers.push_back(line.number);
+        if (lines.size() == kLinesPerChunk) DT_RETURN_IF_ERROR(flush());
+    }
+    DT_RETURN_IF_ERROR(flush());
+    std::fflush(stdout);
+    return absl::OkStatus();
+}
+
+}  // namespace
+
+int tokenize_command(const std::vector<std::string>& args) {
+    absl::StatusOr<Flags> flags =
+        Flags::parse(args, {"tokenizer", "chat", "chat-template", "threads", "input"}, {"chat"});
+    absl::Status s = flags.ok() ? tokenize(*flags) : flags.status();
+    if (s.ok()) return 0;
+    std::fprintf(stderr, "deltatune tokenize: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace deltatune::cli

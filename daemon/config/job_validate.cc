@@ -1,0 +1,254 @@
+// JobSpec cross-field rules and path confinement (declared in job_yaml.h). Every message quotes
+// the offending values so a user can fix the file without reading code (torchtitan style).
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/config/job_yaml.h"
+#include "runtime/base/status_macros.h"
+
+namespace deltatune::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxStringBytes = 4096;
+constexpr int kMaxLabels = 64;
+
+absl::Status invalid(const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat("INVALID_CONFIG: ", msg));
+}
+
+absl::Status check_string(const std::string& path, const std::string& v) {
+    if (v.size() > kMaxStringBytes) {
+        return invalid(absl::StrCat(path, " is ", v.size(), " bytes, more than ", kMaxStringBytes));
+    }
+    if (v.find('\0') != std::string::npos) return invalid(absl::StrCat(path, " contains a NUL"));
+    return absl::OkStatus();
+}
+
+absl::Status check_list(const std::string& path,
+                        const google::protobuf::RepeatedPtrField<std::string>& v,
+                        const InputLimits& limits) {
+    if (v.size() > limits.max_list_length) {
+        return invalid(absl::StrCat(path, " has ", v.size(),
+                                    " entries, more than max_list_length (", limits.max_list_length,
+                                    ")"));
+    }
+    for (int i = 0; i < v.size(); ++i) {
+        DT_RETURN_IF_ERROR(check_string(absl::StrCat(path, "[", i, "]"), v[i]));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status validate_hyperparameters(const v1::Hyperparameters& h) {
+    if (h.max_steps() <= 0) {
+        return invalid(absl::StrCat("hyperparameters.max_steps (", h.max_steps(), ") must be > 0"));
+    }
+    if (!(h.learning_rate() > 0 && h.learning_rate() <= 1)) {
+        return invalid(absl::StrCat("hyperparameters.learning_rate (", h.learning_rate(),
+                                    ") must be in (0, 1]"));
+    }
+    if (h.warmup_steps() < 0 || h.warmup_steps() > h.max_steps()) {
+        return invalid(absl::StrCat("hyperparameters.warmup_steps (", h.warmup_steps(),
+                                    ") must be in [0, hyperparameters.max_steps (", h.max_steps(),
+                                    ")]"));
+    }
+    if (h.min_lr_ratio() < 0 || h.min_lr_ratio() > 1) {
+        return invalid(absl::StrCat("hyperparameters.min_lr_ratio (", h.min_lr_ratio(),
+                                    ") must be in [0, 1]"));
+    }
+    if (h.beta1() < 0 || h.beta1() >= 1 || h.beta2() < 0 || h.beta2() >= 1) {
+        return invalid(absl::StrCat("hyperparameters.beta1 (", h.beta1(), ") and beta2 (",
+                                    h.beta2(), ") must be in [0, 1)"));
+    }
+    if (h.eps() <= 0 || h.weight_decay() < 0 || h.max_grad_norm() < 0) {
+        return invalid(absl::StrCat("hyperparameters.eps (", h.eps(),
+                                    ") must be > 0, weight_decay (", h.weight_decay(),
+                                    ") and max_grad_norm (", h.max_grad_norm(), ") >= 0"));
+    }
+    if (h.gradient_accumulation() < 1 || h.gradient_accumulation() > 4096) {
+        return invalid(absl::StrCat("hyperparameters.gradient_accumulation (",
+                                    h.gradient_accumulation(), ") must be in [1, 4096]"));
+    }
+    if (h.tokens_per_batch() < 16 || h.tokens_per_batch() > (int64_t{1} << 24)) {
+        return invalid(absl::StrCat("hyperparameters.tokens_per_batch (", h.tokens_per_batch(),
+                                    ") must be in [16, 16777216]"));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status validate_data(const v1::DataSpec& d, const InputLimits& limits) {
+    if (d.train_files().empty()) return invalid("data.train_files is required");
+    DT_RETURN_IF_ERROR(check_list("data.train_files", d.train_files(), limits));
+    DT_RETURN_IF_ERROR(check_list("data.eval_files", d.eval_files(), limits));
+    DT_RETURN_IF_ERROR(check_string("data.tokenizer", d.tokenizer()));
+    const std::string& t = d.chat_template();
+    if (!t.empty() && t != "qwen3" && t != "qwen3_5") {
+        return invalid(absl::StrCat("data.chat_template ('", t, "') must be qwen3 or qwen3_5"));
+    }
+    if (d.shuffle_window() < 1) {
+        return invalid(absl::StrCat("data.shuffle_window (", d.shuffle_window(), ") must be >= 1"));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status validate_labels(const google::protobuf::Map<std::string, std::string>& labels) {
+    static const std::regex kKey("[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?");
+    if (labels.size() > kMaxLabels) {
+        return invalid(
+            absl::StrCat("labels has ", labels.size(), " entries, more than ", kMaxLabels));
+    }
+    for (const auto& [k, v] : labels) {
+        if (!std::regex_match(k, kKey)) {
+            return invalid(
+                absl::StrCat("labels key '", k.substr(0, 80),
+                             "' must match [a-z0-9]([a-z0-9_.-]*[a-z0-9])?, <= 63 bytes"));
+        }
+        if (v.size() > 256) return invalid(absl::StrCat("labels[", k, "] is over 256 bytes"));
+    }
+    return absl::OkStatus();
+}
+
+// Lexically clean, symlink-resolved form; weakly_canonical so output folders need not exist yet.
+fs::path resolve(const fs::path& p) {
+    std::error_code ec;
+    fs::path r = fs::weakly_canonical(p, ec);
+    return ec ? p.lexically_normal() : r;
+}
+
+bool strictly_beneath(const std::string& path, const std::string& root) {
+    if (path.size() <= root.size() || path.compare(0, root.size(), root) != 0) return false;
+    return root.back() == '/' || path[root.size()] == '/';
+}
+
+struct PathRule {
+    const char* kind;  // "models", "data", "outputs"
+    std::vector<std::string> roots;
+    fs::file_type must_be = fs::file_type::none;  // none: may be missing (outputs)
+    const char* missing_reason = "INVALID_CONFIG";
+};
+
+// Resolves `value` (relative ones against the first root), confines it under the rule's roots,
+// then checks existence. Confinement comes first so probing outside the roots reveals nothing.
+absl::StatusOr<std::string> confine(const std::string& field, const std::string& value,
+                                    const PathRule& rule) {
+    DT_RETURN_IF_ERROR(check_string(field, value));
+    if (value.empty()) return invalid(absl::StrCat(field, " is required"));
+    if (rule.roots.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PATH_NOT_ALLOWED: ", field, ": no ", rule.kind, " roots are configured"));
+    }
+    fs::path p(value);
+    if (p.is_relative()) p = fs::path(rule.roots.front()) / p;
+    const std::string resolved = resolve(p).string();
+    std::vector<std::string> roots;
+    bool allowed = false;
+    for (const std::string& root : rule.roots) {
+        roots.push_back(resolve(root).string());
+        allowed = allowed || strictly_beneath(resolved, roots.back());
+    }
+    if (!allowed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PATH_NOT_ALLOWED: ", field, ": '", value, "' resolves to '", resolved,
+                         "', which is not beneath the ", rule.kind, " roots [",
+                         absl::StrJoin(roots, ", "), "]"));
+    }
+    if (rule.must_be != fs::file_type::none) {
+        std::error_code ec;
+        const fs::file_type t = fs::status(resolved, ec).type();
+        const bool any = rule.must_be == fs::file_type::unknown && t != fs::file_type::not_found;
+        if (!any && t != rule.must_be) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(rule.missing_reason, ": ", field, ": '", resolved, "' ",
+                             rule.must_be == fs::file_type::directory ? "is not a folder"
+                             : rule.must_be == fs::file_type::regular ? "is not a file"
+                                                                      : "does not exist"));
+        }
+    }
+    return resolved;
+}
+
+}  // namespace
+
+absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limits) {
+    DT_RETURN_IF_ERROR(check_string("display_name", spec.display_name()));
+    if (spec.model().empty()) return invalid("model is required");
+    if (spec.output_dir().empty()) return invalid("output_dir is required");
+    DT_RETURN_IF_ERROR(validate_hyperparameters(spec.hyperparameters()));
+    DT_RETURN_IF_ERROR(validate_data(spec.data(), limits));
+    DT_RETURN_IF_ERROR(validate_labels(spec.labels()));
+    const auto& c = spec.checkpoint();
+    if (c.every_n_steps() < 0 || c.keep_last_n() < 1) {
+        return invalid(absl::StrCat("checkpoint.every_n_steps (", c.every_n_steps(),
+                                    ") must be >= 0 and keep_last_n (", c.keep_last_n(), ") >= 1"));
+    }
+    const auto& r = spec.resources();
+    if (r.gpus() < 0 || r.gpus() > 64) {
+        return invalid(absl::StrCat("resources.gpus (", r.gpus(), ") must be in [0, 64]"));
+    }
+    if (r.gpus() > 0 && r.cpu_ranks() != 0) {
+        return invalid(absl::StrCat("resources.cpu_ranks (", r.cpu_ranks(),
+                                    ") applies only when resources.gpus is 0, got gpus (", r.gpus(),
+                                    ")"));
+    }
+    if (r.gpus() == 0 && (r.cpu_ranks() < 1 || r.cpu_ranks() > 64)) {
+        return invalid(
+            absl::StrCat("resources.cpu_ranks (", r.cpu_ranks(), ") must be in [1, 64]"));
+    }
+    if (spec.eval_every_n_steps() < 0) {
+        return invalid(
+            absl::StrCat("eval_every_n_steps (", spec.eval_every_n_steps(), ") must be >= 0"));
+    }
+    if (spec.eval_every_n_steps() > 0 && spec.data().eval_files().empty()) {
+        return invalid(absl::StrCat("eval_every_n_steps (", spec.eval_every_n_steps(),
+                                    ") needs data.eval_files"));
+    }
+    if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
+        return invalid(
+            absl::StrCat("max_restarts (", spec.max_restarts(), ") must be in [0, 100]"));
+    }
+    if (spec.priority() < -1000 || spec.priority() > 1000) {
+        return invalid(absl::StrCat("priority (", spec.priority(), ") must be in [-1000, 1000]"));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
+    const PathRule model{"models", roots.models, fs::file_type::directory};
+    PathRule tokenizer{"models or data", roots.models, fs::file_type::unknown};
+    tokenizer.roots.insert(tokenizer.roots.end(), roots.data.begin(), roots.data.end());
+    const PathRule data{"data", roots.data, fs::file_type::regular, "DATASET_NOT_FOUND"};
+    const PathRule output{"outputs", roots.outputs};
+    DT_ASSIGN_OR_RETURN(*spec->mutable_model(), confine("model", spec->model(), model));
+    v1::DataSpec* d = spec->mutable_data();
+    if (!d->tokenizer().empty()) {
+        DT_ASSIGN_OR_RETURN(*d->mutable_tokenizer(),
+                            confine("data.tokenizer", d->tokenizer(), tokenizer));
+    }
+    for (int i = 0; i < d->train_files_size(); ++i) {
+        DT_ASSIGN_OR_RETURN(
+            *d->mutable_train_files(i),
+            confine(absl::StrCat("data.train_files[", i, "]"), d->train_files(i), data));
+    }
+    for (int i = 0; i < d->eval_files_size(); ++i) {
+        DT_ASSIGN_OR_RETURN(
+            *d->mutable_eval_files(i),
+            confine(absl::StrCat("data.eval_files[", i, "]"), d->eval_files(i), data));
+    }
+    DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
+                        confine("output_dir", spec->output_dir(), output));
+    return absl::OkStatus();
+}
+
+absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,
+                              const InputLimits& limits) {
+    normalize_job_spec(spec);
+    DT_RETURN_IF_ERROR(validate_job_spec(*spec, limits));
+    return resolve_job_paths(spec, roots);
+}
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,52 @@
+// Job files (configs/jobs/*.yaml) -> deltatune.v1.JobSpec, and the checks every JobSpec passes
+// before the daemon accepts it, whether it came from YAML or over gRPC (style.md R11):
+//   parse_job_yaml (field names identical to the proto, unknown keys rejected with their path,
+//   depth/list/size bounds) -> normalize_job_spec (documented defaults) -> validate_job_spec
+//   (cross-field rules quoting the values) -> resolve_job_paths (symlink-resolved, under roots).
+// Error messages start with an ErrorInfo-style reason: "INVALID_CONFIG: ...", "PATH_NOT_ALLOWED:".
+#pragma once
+
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "daemon/config/daemon_config.h"
+#include "deltatune/v1/job.pb.h"
+#include "yaml-cpp/yaml.h"
+
+namespace deltatune::daemon {
+
+// Parses YAML text under the byte, depth and list bounds; `what` names the document in errors.
+// Size over the bound is RESOURCE_EXHAUSTED, anything else INVALID_ARGUMENT.
+absl::StatusOr<YAML::Node> load_yaml_bounded(std::string_view text, const InputLimits& limits,
+                                             const std::string& what);
+
+struct ParsedJobSpec {
+    v1::JobSpec spec;
+    std::set<std::string> present;  // dotted paths given explicitly, e.g. "hyperparameters.beta1"
+};
+
+// Maps a YAML job document onto JobSpec by proto reflection. Enums take the full name
+// ("LR_SCHEDULE_LINEAR") or the short one, any case ("linear"); null values count as absent.
+absl::StatusOr<ParsedJobSpec> parse_job_yaml(std::string_view text, const InputLimits& limits);
+
+// Fills the defaults documented in job.proto. A zero value means "default" unless its dotted path
+// is in `present` (YAML can say `max_restarts: 0`) or the field is declared `optional` and set.
+// Plain proto3 scalars cannot tell 0 from unset over gRPC, so there 0 means the default for
+// fields whose default is not 0 (min_lr_ratio, beta1, beta2, max_grad_norm, max_restarts).
+void normalize_job_spec(v1::JobSpec* spec, const std::set<std::string>* present = nullptr);
+
+// Cross-field rules on a normalized spec; INVALID_ARGUMENT "INVALID_CONFIG: <rule with values>".
+absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limits);
+
+// Rewrites model, tokenizer, data files and output_dir to their symlink-resolved absolute paths
+// and checks each lies strictly beneath a root of its kind. Escapes (via "..", absolute paths or
+// symlinks) are INVALID_ARGUMENT "PATH_NOT_ALLOWED: ..."; a missing model or data file (inside
+// the roots) is INVALID_ARGUMENT "DATASET_NOT_FOUND: ..." / "INVALID_CONFIG: ...".
+absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
+
+// normalize -> validate -> resolve paths: what CreateJob applies to an incoming spec.
+absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots, const InputLimits& limits);
+
+}  // namespace deltatune::daemon

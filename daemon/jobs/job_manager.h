@@ -1,0 +1,125 @@
+// JobManager: the job lifecycle as a domain object (no gRPC types; the services are adapters).
+// It owns the store, the scheduler thread (priority, then FIFO; at most max_concurrent_jobs
+// active), rank supervision through RankLauncher, and the AIP-216 state machine:
+//
+//   create -> QUEUED -> PENDING (ranks spawned) -> RUNNING (first report) -> SUCCEEDED
+//   fault (rank exit, HEARTBEAT_LOST) -> RECOVERING (attempt+1, relaunch) -> RUNNING
+//                                     \-> FAILED MAX_RESTARTS_EXCEEDED after spec.max_restarts
+//   cancel: QUEUED/PAUSED -> CANCELLED; PENDING/RUNNING/RECOVERING/PAUSING -> CANCELLING ->
+//   CANCELLED pause:  QUEUED -> PAUSED; PENDING/RUNNING/RECOVERING -> PAUSING -> PAUSED; resume:
+//   PAUSED -> QUEUED delete: SUCCEEDED/FAILED/CANCELLED only
+// Any other transition is FAILED_PRECONDITION naming both states; cancel and pause repeat
+// idempotently. Every change commits the job row and its events in one store transaction.
+// Thread-safe; listeners are called with no lock held after every change.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/config/daemon_config.h"
+#include "daemon/jobs/rank_launcher.h"
+#include "daemon/store/job_store.h"
+#include "deltatune/v1/job.pb.h"
+#include "deltatune/v1/rank.pb.h"
+
+namespace deltatune::daemon {
+
+struct JobManagerOptions {
+    std::string state_dir;  // holds jobs.db, deltatuned.lock and jobs/<id>/attempt-<n>/
+    PathRoots roots;
+    InputLimits limits;
+    int max_concurrent_jobs = 1;
+    std::chrono::milliseconds heartbeat_timeout{60000};
+    std::chrono::milliseconds rank_term_grace{2000};
+    std::string rank_executable;  // absolute path, run as `<exe> rank ...`
+    std::string rank_supervisor;  // the address ranks report to, "unix:<state_dir>/rank.sock"
+};
+
+// Options from the daemon config; rank_executable defaults to this process's binary.
+JobManagerOptions job_manager_options(const DaemonConfig& config);
+
+class JobManager {
+  public:
+    struct ListRequest {
+        int page_size = 0;  // 0 = 50, capped at 1000, negative is INVALID_ARGUMENT
+        std::string page_token;
+        v1::Job::State state = v1::Job::STATE_UNSPECIFIED;  // filter; unspecified = any
+        std::map<std::string, std::string> labels;          // each must match
+    };
+    struct ListResult {
+        std::vector<v1::Job> jobs;
+        std::string next_page_token;
+    };
+    struct EventsRequest {
+        std::string name;
+        int page_size = 0;  // 0 = 100, capped at 1000
+        std::string page_token;
+        int64_t min_sequence = 0;  // inclusive
+        std::string type;          // filter when non-empty
+    };
+    struct EventsResult {
+        std::vector<v1::JobEvent> events;
+        std::string next_page_token;
+    };
+    // What a stream needs to decide whether to read: bumped on every change of the job.
+    struct Cursor {
+        uint64_t version = 0;
+        int64_t last_sequence = 0;
+        bool terminal = false;
+    };
+
+    // Opens the store, takes the state_dir lock, and re-queues jobs orphaned by a previous daemon
+    // (killing their recorded ranks). Nothing is launched before start().
+    static absl::StatusOr<std::unique_ptr<JobManager>> open(JobManagerOptions options);
+    struct Impl;    // job_manager_impl.h; public only so the implementation files can name it
+    ~JobManager();  // shutdown({}) unless already shut down or abandoned
+    JobManager(const JobManager&) = delete;
+    JobManager& operator=(const JobManager&) = delete;
+
+    void start();  // starts the scheduler
+
+    // `name` arguments accept "jobs/{id}" or "{id}".
+    absl::StatusOr<v1::Job> create_job(v1::JobSpec spec, const std::string& request_id,
+                                       bool validate_only);
+    absl::StatusOr<v1::Job> get_job(const std::string& name);
+    absl::StatusOr<ListResult> list_jobs(const ListRequest& request);
+    absl::StatusOr<v1::Job> cancel_job(const std::string& name);
+    absl::StatusOr<v1::Job> pause_job(const std::string& name);
+    absl::StatusOr<v1::Job> resume_job(const std::string& name);
+    absl::Status delete_job(const std::string& name);
+    absl::StatusOr<EventsResult> list_events(const EventsRequest& request);
+    absl::StatusOr<std::vector<v1::JobEvent>> events_after(const std::string& name, int64_t after,
+                                                           int limit);
+    absl::StatusOr<std::vector<v1::Checkpoint>> list_checkpoints(const std::string& name);
+    absl::StatusOr<Cursor> cursor(const std::string& name);
+
+    // `fn` runs after any change, on the changing thread, with no manager lock held: keep it cheap.
+    int add_listener(std::function<void()> fn);
+    void remove_listener(int id);
+
+    // The rank protocol: applies a report and says what the rank must do next.
+    v1::RankDirective::Action on_rank_report(const v1::RankReport& report);
+
+    // Daemon shutdown: stop admitting, ask running ranks to checkpoint and exit, wait up to
+    // `grace`, kill what is left, and leave every job QUEUED/PAUSED/terminal so a restart resumes.
+    void shutdown(std::chrono::milliseconds grace);
+    // Tests: stop threads as if the daemon had crashed; ranks and the store stay as they are.
+    void abandon_for_test();
+
+  private:
+    explicit JobManager(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+bool is_terminal(v1::Job::State state);
+
+}  // namespace deltatune::daemon

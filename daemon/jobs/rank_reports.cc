@@ -1,0 +1,107 @@
+// JobManager: applying rank reports (rank.proto). Ranks are local, same-user processes, but a
+// report is still bounded (events per report) and checked against the current attempt, so a stray
+// or stale rank is told to exit instead of corrupting the job.
+#include <google/protobuf/util/message_differencer.h>
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "daemon/jobs/job_manager_impl.h"
+
+namespace deltatune::daemon {
+namespace {
+
+using v1::Job;
+using v1::JobEvent;
+
+// A number from an event's details, else from its metrics (the trainer puts step and bytes in
+// metrics, path and sha256 in details).
+int64_t event_number(const v1::JobEvent& e, const std::string& key) {
+    int64_t v = 0;
+    auto d = e.details().find(key);
+    if (d != e.details().end() && absl::SimpleAtoi(d->second, &v)) return v;
+    auto m = e.metrics().find(key);
+    return m != e.metrics().end() ? static_cast<int64_t>(m->second) : 0;
+}
+
+// Applies one rank event to the pending change.
+void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
+    Attempt& a = *r.attempt;
+    JobEvent& e = c.events.emplace_back(in);
+    e.set_sequence(0);  // the supervisor numbers events
+    e.set_attempt(a.number);
+    auto& details = *e.mutable_details();
+    if (!details.count("rank")) details["rank"] = std::to_string(rank);
+    if (e.type() == "EXPORT_COMPLETED" && details.count("path")) a.export_path = details["path"];
+    if (e.level() == JobEvent::ERROR) {
+        r.last_error_reason = details.count("reason") ? details["reason"] : "";
+        r.last_error_message = e.message();
+    }
+    if (e.type() == "CHECKPOINT_COMMITTED" && details.count("path")) {
+        v1::Checkpoint& cp = c.checkpoints.emplace_back();
+        cp.set_step(event_number(e, "step"));
+        cp.set_path(details["path"]);
+        cp.set_bytes(event_number(e, "bytes"));
+        cp.set_manifest_sha256(details["sha256"]);
+        c.next.job.set_latest_checkpoint(details["path"]);
+    }
+}
+
+}  // namespace
+
+v1::RankDirective::Action JobManager::Impl::report(const v1::RankReport& rep) {
+    constexpr int kMaxEventsPerReport = 1000;
+    const std::string& name = rep.job();
+    auto it = jobs.find(name.rfind("jobs/", 0) == 0 ? name.substr(5) : name);
+    // A report from a rank we do not supervise (an old attempt, a stray) tells it to exit.
+    if (it == jobs.end() || !it->second.attempt) return v1::RankDirective::EXIT_NOW;
+    Record& r = it->second;
+    Attempt& a = *r.attempt;
+    const int rank = rep.rank();
+    if (rep.attempt() != a.number || rank < 0 || rank >= static_cast<int>(a.exited.size()) ||
+        a.exited[rank]) {
+        return v1::RankDirective::EXIT_NOW;
+    }
+    a.last_report[rank] = Clock::now();
+    Change c(r.stored);
+    for (int i = 0; i < rep.events_size() && i < kMaxEventsPerReport; ++i) {
+        apply_rank_event(r, c, rep.events(i), rank);
+    }
+    Job& j = c.next.job;
+    if (rank == 0 && rep.has_progress()) {
+        v1::Progress* p = j.mutable_progress();
+        *p = rep.progress();
+        if (p->total_steps() == 0) p->set_total_steps(j.spec().hyperparameters().max_steps());
+        if (p->percent() == 0 && p->total_steps() > 0) {
+            p->set_percent(100.0 * static_cast<double>(p->step()) / p->total_steps());
+        }
+    }
+    if (rank == 0) {
+        for (const auto& [k, v] : rep.latest_metrics()) (*j.mutable_latest_metrics())[k] = v;
+    }
+    if (!rep.latest_checkpoint().empty()) j.set_latest_checkpoint(rep.latest_checkpoint());
+    if (a.ending == Ending::kNone && j.state() == Job::PENDING) c.set_state(Job::RUNNING);
+    if (a.ending == Ending::kNone && j.state() == Job::RECOVERING) {
+        c.set_state(Job::RUNNING);
+        c.add("RECOVERY_COMPLETED", JobEvent::INFO, "ranks report again",
+              {{"resumed_from", j.latest_checkpoint()}});
+    }
+    if (!c.events.empty() ||
+        !google::protobuf::util::MessageDifferencer::Equals(c.next.job, r.stored.job)) {
+        log_error(commit(r, std::move(c)));
+    }
+    switch (a.ending) {
+        case Ending::kNone:
+            return shutting_down ? v1::RankDirective::CHECKPOINT_AND_EXIT
+                                 : v1::RankDirective::CONTINUE;
+        case Ending::kSucceeded:
+            return v1::RankDirective::CONTINUE;
+        case Ending::kPause:
+        case Ending::kShutdown:
+            return v1::RankDirective::CHECKPOINT_AND_EXIT;
+        default:
+            return v1::RankDirective::EXIT_NOW;
+    }
+}
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,33 @@
+// RankService: the supervisor end of the rank protocol (rank.proto), served on the local unix
+// socket <state_dir>/rank.sock (mode 0600: only the daemon's user can report). Each RankReport
+// is applied to the job by JobManager and answered with the rank's next RankDirective.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/jobs/job_manager.h"
+#include "deltatune/v1/rank.grpc.pb.h"
+
+namespace deltatune::daemon {
+
+class RankServiceImpl final : public v1::RankService::CallbackService {
+  public:
+    explicit RankServiceImpl(JobManager* manager) : manager_(manager) {}
+    grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
+                                     const v1::RankReport* request,
+                                     v1::RankDirective* response) override;
+
+  private:
+    JobManager* manager_;
+};
+
+// Starts a server for `service` on the unix socket at `socket_path` (a stale socket file is
+// replaced). The socket path must fit sockaddr_un (107 bytes).
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(RankServiceImpl* service,
+                                                                const std::string& socket_path);
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,223 @@
+// The rank process: JobSpec -> TrainConfig, train with runtime/train, report to the supervisor.
+#include "daemon/rank/rank_main.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "daemon/rank/spec_to_config.h"
+#include "deltatune/v1/rank.grpc.pb.h"
+
+namespace deltatune {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RankArgs {
+    std::string supervisor, job, spec;
+    int attempt = 0, rank = 0, world = 1;
+};
+
+bool parse_args(int argc, char** argv, RankArgs& a) {
+    std::map<std::string, std::string> kv;
+    for (int i = 2; i + 1 < argc; i += 2) kv[argv[i]] = argv[i + 1];
+    if (!kv.count("--supervisor") || !kv.count("--job") || !kv.count("--spec")) return false;
+    a.supervisor = kv["--supervisor"];
+    a.job = kv["--job"];
+    a.spec = kv["--spec"];
+    a.attempt = kv.count("--attempt") ? std::atoi(kv["--attempt"].c_str()) : 0;
+    a.rank = kv.count("--rank") ? std::atoi(kv["--rank"].c_str()) : 0;
+    a.world = kv.count("--world") ? std::atoi(kv["--world"].c_str()) : 1;
+    return true;
+}
+
+// Buffers events and progress and sends them to the supervisor: on every step, on important
+// events, and every second from a heartbeat thread while long phases (load, tokenize) run.
+class Reporter {
+  public:
+    Reporter(const RankArgs& args) : args_(args) {
+        stub_ = v1::RankService::NewStub(
+            grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials()));
+        heartbeat_ = std::thread([this] { heartbeat_loop(); });
+    }
+    ~Reporter() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        heartbeat_.join();
+    }
+
+    void event(const TrainerEvent& e, bool flush_now) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            v1::JobEvent* out = pending_.add_events();
+            out->set_type(e.type);
+            out->set_message(e.message);
+            out->set_level(e.level == "ERROR"     ? v1::JobEvent::ERROR
+                           : e.level == "WARNING" ? v1::JobEvent::WARNING
+                                                  : v1::JobEvent::INFO);
+            out->set_attempt(args_.attempt);
+            for (const auto& [k, v] : e.metrics) (*out->mutable_metrics())[k] = v;
+            for (const auto& [k, v] : e.details) (*out->mutable_details())[k] = v;
+        }
+        if (flush_now) flush();
+    }
+
+    void progress(const TrainProgress& p) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            v1::Progress* out = pending_.mutable_progress();
+            out->set_step(p.step);
+            out->set_total_steps(p.total_steps);
+            out->set_epoch(p.epoch);
+            out->set_tokens(p.tokens);
+            out->set_percent(p.total_steps ? 100.0 * p.step / p.total_steps : 0);
+            out->set_tokens_per_second(p.tokens_per_second);
+            const auto eta = std::chrono::system_clock::now() +
+                             std::chrono::seconds(static_cast<int64_t>(p.eta_seconds));
+            out->mutable_estimated_end_time()->set_seconds(
+                std::chrono::duration_cast<std::chrono::seconds>(eta.time_since_epoch()).count());
+            for (const auto& [k, v] : p.metrics) (*pending_.mutable_latest_metrics())[k] = v;
+            if (!p.latest_checkpoint.empty()) pending_.set_latest_checkpoint(p.latest_checkpoint);
+        }
+        flush();
+    }
+
+    StopRequest directive() const { return directive_.load(); }
+
+    // Sends what is pending. Unreachable for 30 s: the rank stops (checkpoint and exit), since
+    // a supervisor that restarts re-queues the job anyway.
+    void flush() {
+        std::lock_guard<std::mutex> send_lock(send_mu_);
+        v1::RankReport report;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            report.Swap(&pending_);
+        }
+        report.set_job(args_.job);
+        report.set_attempt(args_.attempt);
+        report.set_rank(args_.rank);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        v1::RankDirective d;
+        const grpc::Status s = stub_->Report(&ctx, report, &d);
+        last_flush_ = Clock::now();
+        if (!s.ok()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            // Keep the unsent events (in order) for the next attempt.
+            v1::RankReport merged = report;
+            merged.mutable_events()->MergeFrom(pending_.events());
+            if (pending_.has_progress()) *merged.mutable_progress() = pending_.progress();
+            pending_.Swap(&merged);
+            if (Clock::now() - last_ok_ > std::chrono::seconds(30))
+                directive_ = StopRequest::kCheckpointAndExit;
+            return;
+        }
+        last_ok_ = Clock::now();
+        if (d.action() == v1::RankDirective::EXIT_NOW) directive_ = StopRequest::kExitNow;
+        if (d.action() == v1::RankDirective::CHECKPOINT_AND_EXIT &&
+            directive_ != StopRequest::kExitNow) {
+            directive_ = StopRequest::kCheckpointAndExit;
+        }
+    }
+
+  private:
+    void heartbeat_loop() {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!stopping_) {
+            cv_.wait_for(lock, std::chrono::seconds(1));
+            if (stopping_) break;
+            if (Clock::now() - last_flush_.load() < std::chrono::seconds(1)) continue;
+            lock.unlock();
+            flush();
+            if (directive_ == StopRequest::kExitNow) std::_Exit(0);  // cancel during a long phase
+            lock.lock();
+        }
+    }
+
+    RankArgs args_;
+    std::unique_ptr<v1::RankService::Stub> stub_;
+    std::mutex mu_, send_mu_;
+    std::condition_variable cv_;
+    bool stopping_ = false;
+    v1::RankReport pending_;
+    std::atomic<StopRequest> directive_{StopRequest::kNone};
+    std::atomic<Clock::time_point> last_flush_{Clock::now()};
+    Clock::time_point last_ok_ = Clock::now();
+    std::thread heartbeat_;
+};
+
+// Errors that retrying cannot fix are the job's fault: exit 2 with a reason.
+const char* reason_for(const absl::Status& s) {
+    switch (s.code()) {
+        case absl::StatusCode::kInvalidArgument:
+            return "INVALID_CONFIG";
+        case absl::StatusCode::kNotFound:
+            return "DATASET_NOT_FOUND";
+        case absl::StatusCode::kUnimplemented:
+            return "INVALID_CONFIG";
+        case absl::StatusCode::kResourceExhausted:
+            return "OUT_OF_MEMORY";
+        case absl::StatusCode::kDataLoss:
+            return "CHECKPOINT_CORRUPT";
+        default:
+            return "INTERNAL";
+    }
+}
+
+}  // namespace
+
+int rank_main(int argc, char** argv) {
+    RankArgs args;
+    if (!parse_args(argc, argv, args)) {
+        std::fprintf(
+            stderr,
+            "usage: deltatuned rank --supervisor unix:PATH --job jobs/ID --spec SPEC.binpb "
+            "[--attempt N --rank R --world W]\n");
+        return 2;
+    }
+    Reporter reporter(args);
+    v1::JobSpec spec;
+    std::ifstream in(args.spec, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    absl::StatusOr<TrainConfig> config =
+        absl::InvalidArgumentError(args.spec + ": cannot read the job spec");
+    if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
+    absl::StatusOr<TrainResult> result = config.status();
+    if (config.ok()) {
+        TrainerHooks hooks;
+        hooks.on_event = [&](const TrainerEvent& e) {
+            reporter.event(e, e.type != "STEP_METRICS");
+        };
+        hooks.on_progress = [&](const TrainProgress& p) { reporter.progress(p); };
+        hooks.poll = [&] { return reporter.directive(); };
+        result = train(*config, hooks);
+    }
+    if (!result.ok()) {
+        const char* reason = reason_for(result.status());
+        reporter.event({"RANK_ERROR",
+                        "ERROR",
+                        std::string(result.status().message()),
+                        {},
+                        {{"reason", reason}}},
+                       true);
+        std::fprintf(stderr, "rank %d: %s\n", args.rank, result.status().ToString().c_str());
+        return std::string(reason) == "INTERNAL" || std::string(reason) == "OUT_OF_MEMORY" ? 1 : 2;
+    }
+    reporter.flush();
+    return 0;
+}
+
+}  // namespace deltatune

@@ -1,0 +1,298 @@
+#include "daemon/service/admin_http.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "deltatune/v1/service.pb.h"
+#include "nlohmann/json.hpp"
+
+#ifndef DT_VERSION
+#define DT_VERSION "dev"
+#endif
+
+namespace deltatune::daemon {
+namespace {
+
+constexpr double kCheckpointBuckets[] = {0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600};
+
+// Prometheus label values escape backslash, quote and newline.
+std::string label(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\') {
+            out += "\\\\";
+        } else if (c == '"') {
+            out += "\\\"";
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string number(double v) {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    return absl::StrFormat("%.17g", v);
+}
+
+// Every job, paging through the store.
+std::vector<v1::Job> all_jobs(JobManager* manager) {
+    std::vector<v1::Job> jobs;
+    JobManager::ListRequest req;
+    req.page_size = 1000;
+    while (true) {
+        auto page = manager->list_jobs(req);
+        if (!page.ok()) break;
+        for (auto& j : page->jobs) jobs.push_back(std::move(j));
+        if (page->next_page_token.empty()) break;
+        req.page_token = page->next_page_token;
+    }
+    return jobs;
+}
+
+int http_status(absl::StatusCode code) {
+    switch (code) {
+        case absl::StatusCode::kInvalidArgument:
+            return 400;
+        case absl::StatusCode::kUnauthenticated:
+            return 401;
+        case absl::StatusCode::kPermissionDenied:
+            return 403;
+        case absl::StatusCode::kNotFound:
+            return 404;
+        case absl::StatusCode::kFailedPrecondition:
+            return 409;
+        case absl::StatusCode::kResourceExhausted:
+            return 429;
+        case absl::StatusCode::kUnavailable:
+            return 503;
+        default:
+            return 500;
+    }
+}
+
+void reply_error(httplib::Response& res, const absl::Status& s) {
+    res.status = http_status(s.code());
+    const nlohmann::json body = {{"error",
+                                  {{"code", res.status},
+                                   {"status", absl::StatusCodeToString(s.code())},
+                                   {"message", std::string(s.message())}}}};
+    res.set_content(body.dump() + "\n", "application/json");
+}
+
+template <typename Message>
+void reply_json(httplib::Response& res, const Message& m) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions opt;
+    opt.preserve_proto_field_names = false;
+    const auto s = google::protobuf::util::MessageToJsonString(m, &out, opt);
+    if (!s.ok()) return reply_error(res, absl::InternalError(std::string(s.message())));
+    res.set_content(out + "\n", "application/json");
+}
+
+}  // namespace
+
+void MetricsCollector::consume_events(const std::string& name, JobCounters& c) {
+    while (true) {
+        auto events = manager_->events_after(name, c.last_sequence, 1000);
+        if (!events.ok() || events->empty()) return;
+        for (const v1::JobEvent& e : *events) {
+            c.last_sequence = e.sequence();
+            if (e.type() == "FAULT_DETECTED") {
+                auto it = e.details().find("kind");
+                ++c.restarts[it == e.details().end() ? "UNKNOWN" : it->second];
+            } else if (e.type() == "CHECKPOINT_COMMITTED") {
+                auto sec = e.metrics().find("seconds");
+                if (sec != e.metrics().end()) c.checkpoint_seconds.push_back(sec->second);
+                auto bytes = e.metrics().find("bytes");
+                if (bytes != e.metrics().end()) c.checkpoint_bytes += bytes->second;
+            }
+        }
+    }
+}
+
+std::string MetricsCollector::render(size_t subscribers) {
+    const std::vector<v1::Job> jobs = all_jobs(manager_);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    auto help = [&](const char* name, const char* type, const char* text) {
+        absl::StrAppend(&out, "# HELP ", name, " ", text, "\n# TYPE ", name, " ", type, "\n");
+    };
+    help("deltatune_build_info", "gauge", "Build of this daemon.");
+    absl::StrAppend(&out, "deltatune_build_info{version=\"", DT_VERSION, "\"} 1\n");
+
+    help("deltatune_jobs", "gauge", "Jobs by state.");
+    std::map<std::string, int> by_state;
+    for (int s = v1::Job::State_MIN; s <= v1::Job::State_MAX; ++s) {
+        if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED) {
+            by_state[v1::Job::State_Name(static_cast<v1::Job::State>(s))] = 0;
+        }
+    }
+    for (const auto& j : jobs) ++by_state[v1::Job::State_Name(j.state())];
+    for (const auto& [state, n] : by_state) {
+        absl::StrAppend(&out, "deltatune_jobs{state=\"", state, "\"} ", n, "\n");
+    }
+
+    struct Gauge {
+        const char* name;
+        const char* type;
+        const char* help;
+        std::function<double(const v1::Job&)> value;
+    };
+    auto metric = [](const v1::Job& j, const char* key) {
+        auto it = j.latest_metrics().find(key);
+        return it == j.latest_metrics().end() ? NAN : it->second;
+    };
+    const Gauge gauges[] = {
+        {"deltatune_job_step", "gauge", "Last completed optimizer step.",
+         [](const v1::Job& j) { return double(j.progress().step()); }},
+        {"deltatune_job_last_step_timestamp_seconds", "gauge", "Wall time of the last step.",
+         [](const v1::Job& j) {
+             const auto& t = j.progress().last_step_time();
+             return double(t.seconds()) + t.nanos() * 1e-9;
+         }},
+        {"deltatune_job_tokens_total", "counter", "Real (non-padding) tokens trained.",
+         [](const v1::Job& j) { return double(j.progress().tokens()); }},
+        {"deltatune_job_tokens_per_second", "gauge", "Recent real tokens per second.",
+         [](const v1::Job& j) { return j.progress().tokens_per_second(); }},
+        {"deltatune_job_loss", "gauge", "Training loss of the last step.",
+         [&](const v1::Job& j) { return metric(j, "loss"); }},
+    };
+    for (const Gauge& g : gauges) {
+        help(g.name, g.type, g.help);
+        for (const auto& j : jobs) {
+            absl::StrAppend(&out, g.name, "{job=\"", label(j.name()), "\"} ", number(g.value(j)),
+                            "\n");
+        }
+    }
+
+    for (const auto& j : jobs) consume_events(j.name(), jobs_[j.name()]);
+    help("deltatune_job_restarts_total", "counter", "Faults that restarted a job, by kind.");
+    for (const auto& [name, c] : jobs_) {
+        for (const auto& [reason, n] : c.restarts) {
+            absl::StrAppend(&out, "deltatune_job_restarts_total{job=\"", label(name),
+                            "\",reason=\"", label(reason), "\"} ", n, "\n");
+        }
+    }
+    help("deltatune_checkpoint_bytes_total", "counter", "Bytes of committed checkpoints.");
+    for (const auto& [name, c] : jobs_) {
+        absl::StrAppend(&out, "deltatune_checkpoint_bytes_total{job=\"", label(name), "\"} ",
+                        number(c.checkpoint_bytes), "\n");
+    }
+    help("deltatune_checkpoint_duration_seconds", "histogram", "Checkpoint write time.");
+    for (const auto& [name, c] : jobs_) {
+        double sum = 0;
+        for (double s : c.checkpoint_seconds) sum += s;
+        for (double le : kCheckpointBuckets) {
+            int64_t n = 0;
+            for (double s : c.checkpoint_seconds) n += s <= le;
+            absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job=\"",
+                            label(name), "\",le=\"", number(le), "\"} ", n, "\n");
+        }
+        const std::string j = label(name);
+        absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job=\"", j,
+                        "\",le=\"+Inf\"} ", c.checkpoint_seconds.size(), "\n",
+                        "deltatune_checkpoint_duration_seconds_sum{job=\"", j, "\"} ", number(sum),
+                        "\n", "deltatune_checkpoint_duration_seconds_count{job=\"", j, "\"} ",
+                        c.checkpoint_seconds.size(), "\n");
+    }
+    help("deltatune_event_stream_subscribers", "gauge", "Live StreamJobEvents/WatchJob streams.");
+    absl::StrAppend(&out, "deltatune_event_stream_subscribers ", subscribers, "\n");
+    return out;
+}
+
+AdminHttpServer::AdminHttpServer(JobManager* manager, Options options)
+    : manager_(manager),
+      options_(std::move(options)),
+      metrics_(manager),
+      server_(std::make_unique<httplib::Server>()) {}
+
+AdminHttpServer::~AdminHttpServer() {
+    server_->stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManager* manager,
+                                                                        Options options) {
+    const std::string address = options.address;
+    const size_t colon = address.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+        port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("listen.http: '", address, "' is not HOST:PORT"));
+    }
+    std::string host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(manager, std::move(options)));
+    s->routes();
+    s->server_->set_payload_max_length(64 << 10);
+    if (port == 0) {
+        port = s->server_->bind_to_any_port(host);
+    } else if (!s->server_->bind_to_port(host, port)) {
+        port = -1;
+    }
+    if (port <= 0) {
+        return absl::UnavailableError(absl::StrCat("listen.http: cannot bind ", address));
+    }
+    s->port_ = port;
+    s->thread_ = std::thread([srv = s->server_.get()] { srv->listen_after_bind(); });
+    return s;
+}
+
+void AdminHttpServer::routes() {
+    server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content("ok\n", "text/plain");
+    });
+    server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+        res.status = ready_ ? 200 : 503;
+        res.set_content(ready_ ? "ready\n" : "not ready\n", "text/plain");
+    });
+    server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        const size_t subscribers = options_.subscribers ? options_.subscribers() : 0;
+        res.set_content(metrics_.render(subscribers), "text/plain; version=0.0.4");
+    });
+    auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
+        const absl::Status s = options_.auth.check_header(req.get_header_value("Authorization"));
+        if (!s.ok()) reply_error(res, s);
+        return s.ok();
+    };
+    server_->Get(
+        "/v1/jobs", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+            if (!authorized(req, res)) return;
+            JobManager::ListRequest list;
+            if (req.has_param("page_size") &&
+                !absl::SimpleAtoi(req.get_param_value("page_size"), &list.page_size)) {
+                return reply_error(res, absl::InvalidArgumentError("page_size must be an integer"));
+            }
+            list.page_token = req.get_param_value("page_token");
+            if (req.has_param("state") &&
+                !v1::Job::State_Parse(req.get_param_value("state"), &list.state)) {
+                return reply_error(res, absl::InvalidArgumentError(absl::StrCat(
+                                            "unknown state '", req.get_param_value("state"), "'")));
+            }
+            auto page = manager_->list_jobs(list);
+            if (!page.ok()) return reply_error(res, page.status());
+            v1::ListJobsResponse out;
+            for (auto& j : page->jobs) *out.add_jobs() = std::move(j);
+            out.set_next_page_token(page->next_page_token);
+            reply_json(res, out);
+        });
+    server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+))",
+                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
+                     if (!authorized(req, res)) return;
+                     auto job = manager_->get_job(req.matches[1].str());
+                     if (!job.ok()) return reply_error(res, job.status());
+                     reply_json(res, *job);
+                 });
+}
+
+}  // namespace deltatune::daemon

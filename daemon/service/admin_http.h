@@ -1,0 +1,75 @@
+// The admin HTTP port (listen.http): Prometheus `/metrics` (control_plane.md §7.5 names),
+// `/healthz` (the process serves), `/readyz` (the scheduler runs and the daemon is not shutting
+// down), and read-only JSON of jobs for dashboards: `/v1/jobs` (query: page_size, page_token,
+// state) and `/v1/jobs/{id}` in protobuf's JSON mapping. The JSON routes take the same bearer
+// tokens as gRPC; probes and metrics are open (they carry no job specs).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/service/auth.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace deltatune::daemon {
+
+// Counters derived from each job's durable event log, read incrementally at scrape time: a
+// restarted daemon re-derives the same totals, and no job code has to call into metrics.
+class MetricsCollector {
+  public:
+    explicit MetricsCollector(JobManager* manager) : manager_(manager) {}
+    // The exposition text. `subscribers` is the live event-stream count.
+    std::string render(size_t subscribers);
+
+  private:
+    struct JobCounters {
+        int64_t last_sequence = 0;
+        std::map<std::string, int64_t> restarts;  // by fault kind
+        std::vector<double> checkpoint_seconds;
+        double checkpoint_bytes = 0;
+    };
+    void consume_events(const std::string& name, JobCounters& counters);
+
+    JobManager* manager_;
+    std::mutex mu_;
+    std::map<std::string, JobCounters> jobs_;
+};
+
+class AdminHttpServer {
+  public:
+    struct Options {
+        std::string address;  // host:port; port 0 picks one
+        Authenticator auth;
+        std::function<size_t()> subscribers;  // live event streams
+    };
+    // Binds and starts serving on a background thread.
+    static absl::StatusOr<std::unique_ptr<AdminHttpServer>> start(JobManager* manager,
+                                                                  Options options);
+    ~AdminHttpServer();  // stops serving
+    int port() const { return port_; }
+    void set_ready(bool ready) { ready_ = ready; }
+
+  private:
+    AdminHttpServer(JobManager* manager, Options options);
+    void routes();
+
+    JobManager* manager_;
+    Options options_;
+    MetricsCollector metrics_;
+    std::unique_ptr<httplib::Server> server_;
+    std::thread thread_;
+    std::atomic<bool> ready_{false};
+    int port_ = 0;
+};
+
+}  // namespace deltatune::daemon

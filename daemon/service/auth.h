@@ -1,0 +1,35 @@
+// Bearer-token authentication for the public FineTuningService. Tokens are read once from a
+// file (one per line; blank lines and lines starting with '#' ignored). Each handler calls
+// check() first: a missing or wrong "authorization: Bearer <token>" is UNAUTHENTICATED.
+// Checked per handler rather than in an AuthMetadataProcessor because processors only run on
+// secure (TLS) credentials, and the loopback default is plaintext.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace deltatune::daemon {
+
+class Authenticator {
+  public:
+    Authenticator() = default;  // disabled: every call passes
+    // Empty `path` = disabled. A configured but unreadable or empty file is an error, never
+    // a silent fallback to no auth.
+    static absl::StatusOr<Authenticator> from_token_file(const std::string& path);
+    static Authenticator with_tokens(std::vector<std::string> tokens);
+
+    bool enabled() const { return !tokens_.empty(); }
+    absl::Status check(const grpc::ServerContextBase& ctx) const;
+    // The value of an HTTP `Authorization` header (empty when absent).
+    absl::Status check_header(std::string_view authorization) const;
+
+  private:
+    std::vector<std::string> tokens_;
+};
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,186 @@
+// Thin FineTuningService handlers: every error reaches the client with its own code through
+// ToGrpcStatus, never UNKNOWN.
+#include "daemon/service/fine_tuning_service.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
+#include "runtime/base/status_macros.h"
+
+namespace deltatune::daemon {
+namespace {
+
+absl::StatusOr<std::string> read_pem(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open"));
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials(const DaemonConfig& c) {
+    if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+    grpc::SslServerCredentialsOptions opts;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    DT_ASSIGN_OR_RETURN(pair.private_key, read_pem(c.tls_key_file));
+    DT_ASSIGN_OR_RETURN(pair.cert_chain, read_pem(c.tls_cert_file));
+    opts.pem_key_cert_pairs.push_back(std::move(pair));
+    return grpc::SslServerCredentials(opts);
+}
+
+}  // namespace
+
+FineTuningService::FineTuningService(JobManager* manager, Authenticator auth)
+    : manager_(manager), auth_(std::move(auth)), hub_(manager) {}
+
+FineTuningService::~FineTuningService() = default;
+
+template <typename Fn>
+grpc::ServerUnaryReactor* FineTuningService::unary(grpc::CallbackServerContext* ctx, Fn&& fn) {
+    absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = fn();
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+}
+
+grpc::ServerUnaryReactor* FineTuningService::CreateJob(grpc::CallbackServerContext* ctx,
+                                                       const v1::CreateJobRequest* req,
+                                                       v1::Job* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(
+            *resp, manager_->create_job(req->spec(), req->request_id(), req->validate_only()));
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::GetJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::GetJobRequest* req, v1::Job* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(*resp, manager_->get_job(req->name()));
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListJobsRequest* req,
+                                                      v1::ListJobsResponse* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        JobManager::ListRequest q;
+        q.page_size = req->page_size();
+        q.page_token = req->page_token();
+        q.state = req->state();
+        q.labels.insert(req->labels().begin(), req->labels().end());
+        DT_ASSIGN_OR_RETURN(JobManager::ListResult r, manager_->list_jobs(q));
+        for (v1::Job& j : r.jobs) *resp->add_jobs() = std::move(j);
+        resp->set_next_page_token(r.next_page_token);
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                       const v1::CancelJobRequest* req,
+                                                       v1::Job* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(*resp, manager_->cancel_job(req->name()));
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::PauseJob(grpc::CallbackServerContext* ctx,
+                                                      const v1::PauseJobRequest* req,
+                                                      v1::Job* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(*resp, manager_->pause_job(req->name()));
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::ResumeJob(grpc::CallbackServerContext* ctx,
+                                                       const v1::ResumeJobRequest* req,
+                                                       v1::Job* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(*resp, manager_->resume_job(req->name()));
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                       const v1::DeleteJobRequest* req,
+                                                       google::protobuf::Empty*) {
+    return unary(ctx, [&] { return manager_->delete_job(req->name()); });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::ListJobEvents(grpc::CallbackServerContext* ctx,
+                                                           const v1::ListJobEventsRequest* req,
+                                                           v1::ListJobEventsResponse* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        JobManager::EventsRequest q{req->name(), req->page_size(), req->page_token(),
+                                    req->min_sequence(), req->type()};
+        DT_ASSIGN_OR_RETURN(JobManager::EventsResult r, manager_->list_events(q));
+        for (v1::JobEvent& e : r.events) *resp->add_events() = std::move(e);
+        resp->set_next_page_token(r.next_page_token);
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                                             const v1::ListCheckpointsRequest* req,
+                                                             v1::ListCheckpointsResponse* resp) {
+    return unary(ctx, [&]() -> absl::Status {
+        DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cps,
+                            manager_->list_checkpoints(req->name()));
+        for (v1::Checkpoint& c : cps) *resp->add_checkpoints() = std::move(c);
+        return absl::OkStatus();
+    });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* FineTuningService::StreamJobEvents(
+    grpc::CallbackServerContext* ctx, const v1::StreamJobEventsRequest* req) {
+    absl::Status s = auth_.check(*ctx);
+    if (s.ok() && (req->heartbeat_seconds() < 0 || req->heartbeat_seconds() > 3600)) {
+        s = absl::InvalidArgumentError(absl::StrCat("heartbeat_seconds (", req->heartbeat_seconds(),
+                                                    ") must be in [0, 3600]"));
+    }
+    if (s.ok()) s = manager_->cursor(req->name()).status();
+    if (!s.ok()) return failed_stream<v1::JobEvent>(ToGrpcStatus(s));
+    const int seconds = req->heartbeat_seconds() == 0 ? 15 : req->heartbeat_seconds();
+    return start_event_stream(manager_, &hub_, req->name(), req->since_sequence(),
+                              std::chrono::seconds(seconds));
+}
+
+grpc::ServerWriteReactor<v1::Job>* FineTuningService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                               const v1::WatchJobRequest* req) {
+    absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = manager_->cursor(req->name()).status();
+    if (!s.ok()) return failed_stream<v1::Job>(ToGrpcStatus(s));
+    return start_job_watch(manager_, &hub_, req->name());
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningService* service,
+                                                                  const DaemonConfig& config,
+                                                                  int* selected_port) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    DT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, credentials(config));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(config.grpc_address, creds, &port);
+    builder.RegisterService(service);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_request_bytes));
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (!server || port == 0) {
+        return absl::UnavailableError(absl::StrCat("cannot listen on ", config.grpc_address));
+    }
+    server->GetHealthCheckService()->SetServingStatus(v1::FineTuningService::service_full_name(),
+                                                      true);
+    if (selected_port != nullptr) *selected_port = port;
+    return server;
+}
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,81 @@
+// Datasets: a JSONL file of chat conversations ({"messages": [{"role", "content"}, ...]}, with
+// optional "reasoning_content" on assistant messages; HuggingFaceH4/ultrachat_200k's export) or of
+// pre-tokenized documents ({"input_ids": [...], "labels": [...]}, labels default to input_ids),
+// tokenized on every core in chunks of lines (results kept in input order) into a
+// TokenizedDataset, and cached on disk keyed by (tokenizer fingerprint, template kind, the data
+// file's content hash, format, vocabulary size, bad-line policy), so a second run maps the cache
+// instead of tokenizing again. A corrupt cache is rebuilt, never trusted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/data/chat_template.h"
+#include "runtime/data/jsonl_reader.h"
+#include "runtime/data/token_cache.h"
+
+namespace deltatune {
+
+enum class DatasetFormat { kAuto, kChat, kPretokenized };
+// "auto", "chat" or "pretokenized".
+absl::StatusOr<DatasetFormat> parse_dataset_format(std::string_view name);
+const char* dataset_format_name(DatasetFormat format);
+
+// Turns one conversation into a Document. Called from many threads at once, so it must be
+// thread-safe (a loaded Tokenizer is).
+using ChatTokenizeFn = std::function<absl::StatusOr<Document>(const std::vector<ChatMessage>&)>;
+
+struct ChatTokenizer {
+    ChatTokenizeFn tokenize;
+    // Identifies everything that changes the output (tokenizer content and template kind): part
+    // of the cache key. Tests inject their own function and fingerprint.
+    std::string fingerprint;
+};
+
+// The real thing: tokenize_chat(tokenizer, messages, kind). Defined in its own file so programs
+// that only read pre-tokenized data do not link the tokenizer. `tokenizer` must outlive the result.
+ChatTokenizer make_chat_tokenizer(const Tokenizer& tokenizer, ChatTemplateKind kind);
+absl::StatusOr<ChatTemplateKind> parse_chat_template_kind(std::string_view name);  // qwen3|qwen3_5
+
+struct DatasetOptions {
+    DatasetFormat format = DatasetFormat::kAuto;
+    BadLinePolicy bad_lines = BadLinePolicy::kFail;
+    int64_t vocab_size = 0;  // > 0: every id and label is checked against it (a bad line if not)
+    ChatTokenizer chat;      // required for chat data
+    int num_threads = 0;     // 0 = std::thread::hardware_concurrency()
+    int64_t lines_per_chunk = 256;
+    std::string cache_dir;  // empty: no on-disk cache
+    // Bytes of JSONL text buffered while reading; memory stays bounded by this, the chunks in
+    // flight and the longest line, whatever the file size.
+    size_t read_buffer_bytes = JsonlReader::kDefaultBufferBytes;
+    size_t max_line_bytes = JsonlReader::kDefaultMaxLineBytes;
+};
+
+// Loads `path`: from the cache when it holds this key, else by tokenizing (and then writing the
+// cache when cache_dir is set). Under kFail the first bad line (in file order) is InvalidArgument
+// "FILE:LINE: reason: detail"; under kSkipAndCount the result's counts() say what was dropped.
+absl::StatusOr<TokenizedDataset> load_dataset(const std::string& path,
+                                              const DatasetOptions& options);
+
+// Detects the format from the first line that is an object with "messages" or "input_ids"
+// (kChat when none is found within the first 1000 lines, so errors speak of "messages").
+absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path);
+
+// The cache key and file the options map `path` to (the key streams a hash over the file).
+absl::StatusOr<uint64_t> dataset_cache_key(const std::string& path, DatasetFormat format,
+                                           const DatasetOptions& options);
+std::string dataset_cache_path(const std::string& path, const std::string& cache_dir, uint64_t key);
+
+// One line of each format; nullopt when the line is good. Exposed for tests and tools.
+std::optional<LineError> parse_chat_line(std::string_view text, std::vector<ChatMessage>& out);
+std::optional<LineError> parse_pretokenized_line(std::string_view text, int64_t vocab_size,
+                                                 Document& out);
+// Ids in [0, vocab_size), labels -100 or in range, lengths equal, not empty.
+std::optional<LineError> validate_document(const Document& doc, int64_t vocab_size);
+
+}  // namespace deltatune

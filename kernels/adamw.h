@@ -3,6 +3,11 @@
 #pragma once
 #include <cstdint>
 
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
+
 namespace deltatune {
 
 struct AdamWHyper {
@@ -17,5 +22,31 @@ struct AdamWHyper {
 template <typename T>
 void adamw_step_ref(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& hyper,
                     int64_t step);
+
+#if DELTATUNE_HAVE_CUDA
+// One parameter tensor of a multi-tensor AdamW step (all device pointers). param, m, v: fp32
+// master weight and moments, updated in place; grad: fp32; param_bf16 (may be null) receives the
+// updated weight rounded to bf16. chunk_begin is filled by adamw_plan_chunks.
+struct AdamWTensorArgs {
+    float* param;
+    float* m;
+    float* v;
+    const float* grad;
+    __nv_bfloat16* param_bf16;
+    int64_t n;
+    int64_t chunk_begin;
+};
+
+// Host side, once per parameter set: assigns each tensor its first chunk and returns the total
+// number of chunks (the launch's work items).
+int64_t adamw_plan_chunks(AdamWTensorArgs* tensors, int num_tensors);
+
+// One step over every tensor in one launch, the math of adamw_step_ref in fp32. `tensors` is a
+// device copy of the planned array. grad_scale (device, may be null) multiplies every gradient
+// first: global_grad_norm's clip coefficient, so clipping needs no host synchronisation.
+cudaError_t adamw_multi_tensor_step(const AdamWTensorArgs* tensors, int num_tensors,
+                                    int64_t total_chunks, const AdamWHyper& hyper, int64_t step,
+                                    const float* grad_scale, cudaStream_t stream);
+#endif
 
 }  // namespace deltatune

@@ -1,7 +1,13 @@
 // Token embedding: gather rows of the table (forward) and scatter-add into them (backward).
 // CPU references (T = float or double); the CUDA kernels will join them here.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace deltatune {
 
@@ -13,5 +19,19 @@ void embedding_forward_ref(T* out, const T* table, const int32_t* ids, int64_t t
 template <typename T>
 void embedding_backward_ref(T* dtable, const T* dout, const int32_t* ids, int64_t tokens,
                             int64_t hidden);
+
+#if DELTATUNE_HAVE_CUDA
+// CUDA (device pointers, stream-ordered, never synchronises). ids must lie in [0, vocab).
+// out: (tokens, hidden) bf16 = table[ids[t], :].
+cudaError_t embedding_forward(__nv_bfloat16* out, const __nv_bfloat16* table, const int32_t* ids,
+                              int64_t tokens, int64_t hidden, cudaStream_t stream);
+// Deterministic scatter-add: dtable (vocab, hidden) fp32 += dout rows grouped by id. The tokens
+// are stably sorted by id (CUB radix sort in `workspace`), then each distinct id's rows are summed
+// in token order, so the result is bitwise reproducible and equals the reference's order.
+size_t embedding_backward_workspace_bytes(int64_t tokens);
+cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const int32_t* ids,
+                               int64_t tokens, int64_t hidden, int64_t vocab, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
+#endif
 
 }  // namespace deltatune

@@ -195,7 +195,8 @@ int rank_main(int argc, char** argv) {
     absl::StatusOr<TrainConfig> config =
         absl::InvalidArgumentError(args.spec + ": cannot read the job spec");
     if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
-    absl::StatusOr<TrainResult> result = config.status();
+    absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
+    if (!config.ok()) result = config.status();
     if (config.ok()) {
         TrainerHooks hooks;
         hooks.on_event = [&](const TrainerEvent& e) {

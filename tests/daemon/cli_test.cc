@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "tests/common/test_util.h"
@@ -61,6 +63,65 @@ TEST_CASE("bad command lines fail with one clear line", "[cli]") {
     CHECK(run("init-model --config x.json --out y --colour blue", out) == 1);
     CHECK(out == "deltatune init-model: unknown flag --colour\n");
     CHECK(run("frobnicate", out) == 2);
+}
+
+std::string tokenizer_fixtures() {
+    return testing::tree_dir("DELTATUNE_BINARY_DIR", DT_BINARY_DIR) + "/fixtures/tokenizer";
+}
+
+TEST_CASE("tokenize writes the library's ids for every corpus line, in order", "[cli]") {
+    const std::string dir = tokenizer_fixtures();
+    std::string out;
+    REQUIRE(
+        run("tokenize --tokenizer " + dir + "/qwen3 --threads 2 --input " + dir + "/corpus.jsonl",
+            out) == 0);
+    std::ifstream corpus(dir + "/corpus.jsonl");
+    std::istringstream lines(out);
+    size_t n = 0, bad = 0;
+    for (std::string want, got; std::getline(corpus, want);) {
+        REQUIRE(std::getline(lines, got));
+        const auto expected = nlohmann::json::parse(want)["qwen3"]["ids"];
+        bad += nlohmann::json::parse(got)["input_ids"] != expected;
+        ++n;
+    }
+    CHECK(n >= 2000);
+    CHECK(bad == 0);
+}
+
+TEST_CASE("tokenize --chat masks all but the assistant turns; bad lines name file and line",
+          "[cli]") {
+    TempDir tmp;
+    const std::string in = tmp.file("chat.jsonl");
+    std::ofstream(in) << R"({"messages": [{"role": "user", "content": "2+2?"},)"
+                      << R"( {"role": "assistant", "content": "4"}]})"
+                      << "\n";
+    std::string out;
+    REQUIRE(run("tokenize --chat --chat-template qwen3 --tokenizer " + tokenizer_fixtures() +
+                    "/qwen3/tokenizer.json --input " + in,
+                out) == 0);
+    const auto j = nlohmann::json::parse(out);
+    const auto ids = j["input_ids"].get<std::vector<int>>();
+    const auto labels = j["labels"].get<std::vector<int>>();
+    REQUIRE(ids.size() == labels.size());
+    size_t trained = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (labels[i] != -100) {
+            CHECK(labels[i] == ids[i]);
+            ++trained;
+        }
+    }
+    // "4" + "<|im_end|>" (Qwen3's template adds an empty think block to the last turn).
+    CHECK(trained >= 2);
+    CHECK(trained < ids.size() / 2);
+    CHECK(labels.back() == -100);  // the "\n" after <|im_end|> is not trained
+
+    std::ofstream(in) << R"({"text": "ok"})"
+                      << "\n"
+                      << "{not json\n";
+    CHECK(run("tokenize --tokenizer " + tokenizer_fixtures() + "/qwen3 --input " + in, out) == 2);
+    // Lines before the bad one are written (stdout); the error names file and line (stderr).
+    CHECK(out.find("deltatune tokenize: " + in + ":2: not valid JSON\n") != std::string::npos);
+    CHECK(out.find("{\"input_ids\":[") != std::string::npos);
 }
 
 }  // namespace

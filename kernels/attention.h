@@ -3,7 +3,13 @@
 // G = q_heads / kv_heads), then the sigmoid output gate y = o * sigmoid(gate).
 // Gradient contract: all gradients are written (=).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace deltatune {
 
@@ -24,5 +30,41 @@ template <typename T>
 void output_gate_forward_ref(T* y, const T* o, const T* gate, int64_t n);
 template <typename T>
 void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T* gate, int64_t n);
+
+#if DELTATUNE_HAVE_CUDA
+// CUDA flash attention with the output gate fused (flash_attention.cu): bf16 in and out, fp32
+// softmax and accumulation, tensor-core (mma.sync) tiles, no (tokens x tokens) matrix in memory.
+// Device pointers; cu_seqlens lives on the device, `tokens` (= cu_seqlens[num_docs]) is passed
+// from the host. The gate of head h of token t is read at
+// gate + t * gate_token_stride + h * gate_head_stride (head_dim contiguous), so it can be read in
+// place from q_proj's interleaved output; dgate is written with the same strides.
+struct GatedAttentionArgs {
+    const __nv_bfloat16* q = nullptr;  // (tokens, q_heads, head_dim), after q_norm + RoPE
+    const __nv_bfloat16* k = nullptr;  // (tokens, kv_heads, head_dim), after k_norm + RoPE
+    const __nv_bfloat16* v = nullptr;  // (tokens, kv_heads, head_dim)
+    const __nv_bfloat16* gate = nullptr;
+    int64_t gate_token_stride = 0, gate_head_stride = 0;
+    const int32_t* cu_seqlens = nullptr;  // (num_docs + 1), device
+    int64_t num_docs = 0, tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+    float scale = 0.0f;  // head_dim^-1/2 for Qwen3.5
+};
+
+// head_dim 256 (Qwen3.5's only full-attention head size), q_heads a multiple of kv_heads.
+bool gated_attention_supported(const GatedAttentionArgs& a);
+
+// o: (tokens, q_heads, head_dim) ungated attention output, saved for backward;
+// y = o * sigmoid(gate): the layer's output, same shape; lse: (tokens, q_heads) fp32, saved.
+cudaError_t gated_attention_forward(__nv_bfloat16* y, __nv_bfloat16* o, float* lse,
+                                    const GatedAttentionArgs& a, cudaStream_t stream);
+
+// All gradients written (=): dq like q, dk and dv like k and v, dgate at the gate strides.
+// Deterministic (no atomics): dk/dv and dq come from separate kernels.
+size_t gated_attention_backward_workspace_bytes(const GatedAttentionArgs& a);
+cudaError_t gated_attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                     __nv_bfloat16* dgate, const __nv_bfloat16* dy,
+                                     const __nv_bfloat16* o, const float* lse,
+                                     const GatedAttentionArgs& a, void* workspace,
+                                     size_t workspace_bytes, cudaStream_t stream);
+#endif
 
 }  // namespace deltatune

@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT=.device-build
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
+shopt -s nullglob  # a build dir may hold only some of the targets (e.g. just kernels_tests)
 for t in "$BUILD_DIR"/tests/*_tests; do strip --strip-debug -o "$OUT/bin/$(basename "$t")" "$t"; done
-strip --strip-debug -o "$OUT/daemon/deltatune" "$BUILD_DIR/daemon/deltatune"
+if [[ -f "$BUILD_DIR/daemon/deltatune" ]]; then
+  strip --strip-debug -o "$OUT/daemon/deltatune" "$BUILD_DIR/daemon/deltatune"
+fi
 for f in "$OUT"/bin/* "$OUT"/daemon/*; do
   for lib in $(ldd "$f" | awk '/=>/ {print $3}'); do
     case "$lib" in

@@ -1,0 +1,387 @@
+// Per-kernel microbenchmark on Qwen3.5-27B shapes (H 5120, 24 q / 4 kv heads of 256, I 17408,
+// vocab 248320) with an 8192-token packed batch of ultrachat-like documents. Hidden from the
+// default run: `kernels_tests "[bench]"`. Prints, per kernel, the median time over repeats
+// (CUDA events, after warm-up), the bytes or FLOPs counted as the fewest the op must move or
+// do, and the fraction of the ceilings measured in the same run (a device-to-device copy; a
+// cuBLAS 8192^3 bf16 GEMM), plus the datasheet-derived leads 4.3 TB/s and 790 TFLOP/s.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/fused_linear_cross_entropy.h"
+#include "kernels/grad_norm.h"
+#include "kernels/qk_norm_rope.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/swiglu.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace deltatune {
+namespace {
+
+#if DELTATUNE_HAVE_CUDA
+using namespace cudatest;
+using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
+using F32Fill = DeviceBuffer<float>::RandomFill;
+
+constexpr int64_t kTokens = 8192, kHidden = 5120, kQHeads = 24, kKvHeads = 4, kHeadDim = 256,
+                  kInter = 17408, kVocab = 248320;
+
+double median_ms(const std::function<cudaError_t()>& f, int reps) {
+    for (int i = 0; i < 2; ++i) REQUIRE(f() == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<double> ms;
+    cudaEvent_t a, b;
+    REQUIRE(cudaEventCreate(&a) == cudaSuccess);
+    REQUIRE(cudaEventCreate(&b) == cudaSuccess);
+    for (int i = 0; i < reps; ++i) {
+        REQUIRE(cudaEventRecord(a) == cudaSuccess);
+        REQUIRE(f() == cudaSuccess);
+        REQUIRE(cudaEventRecord(b) == cudaSuccess);
+        REQUIRE(cudaEventSynchronize(b) == cudaSuccess);
+        float t = 0;
+        REQUIRE(cudaEventElapsedTime(&t, a, b) == cudaSuccess);
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+struct Ceilings {
+    double copy_gbs = 4300, gemm_tflops = 790;
+};
+
+void row(const char* name, double ms, double bytes, double flops, const Ceilings& c) {
+    if (flops > 0) {
+        const double tf = flops / ms / 1e9;
+        std::printf("%-34s %9.3f ms %9.1f TFLOP/s %6.1f%% of measured %6.1f%% of 790\n", name, ms,
+                    tf, 100 * tf / c.gemm_tflops, 100 * tf / 790);
+    } else {
+        const double gbs = bytes / ms / 1e6;
+        std::printf("%-34s %9.3f ms %9.1f GB/s     %6.1f%% of measured %6.1f%% of 4300\n", name, ms,
+                    gbs, 100 * gbs / c.copy_gbs, 100 * gbs / 4300);
+    }
+    std::fflush(stdout);
+}
+
+std::vector<int32_t> ultrachat_like_lengths(std::mt19937& rng) {
+    std::vector<int32_t> lengths;
+    int32_t left = kTokens;
+    std::lognormal_distribution<double> len(std::log(900.0), 0.8);
+    while (left > 0) {
+        int32_t l = std::clamp(static_cast<int32_t>(len(rng)), 16, 4096);
+        l = std::min(l, left);
+        lengths.push_back(l);
+        left -= l;
+    }
+    return lengths;
+}
+
+TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(7);
+    Ceilings ceil;
+    cublasHandle_t blas = nullptr;
+    REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+    {  // Ceilings measured here: a 4 GiB device-to-device copy and an 8192^3 bf16 GEMM.
+        const size_t n = size_t{1} << 31;
+        DeviceBuffer<uint16_t> src(Bf16Fill{static_cast<size_t>(n), 1.0f}), dst(n);
+        const double ms = median_ms(
+            [&] { return cudaMemcpyAsync(dst.get(), src.get(), 2 * n, cudaMemcpyDeviceToDevice); },
+            10);
+        ceil.copy_gbs = 2.0 * 2 * n / ms / 1e6;
+        const int m = 8192;
+        DeviceBuffer<uint16_t> a(Bf16Fill{static_cast<size_t>(size_t{1} * m * m), 1.0f}),
+            b(Bf16Fill{static_cast<size_t>(size_t{1} * m * m), 1.0f}), c(size_t{1} * m * m);
+        const float one = 1, zero = 0;
+        const double gms = median_ms(
+            [&] {
+                return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a.get(),
+                                    CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
+                                    CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+                           ? cudaSuccess
+                           : cudaErrorUnknown;
+            },
+            10);
+        ceil.gemm_tflops = 2.0 * m * m * m / gms / 1e9;
+        std::printf(
+            "measured ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM %.0f "
+            "TFLOP/s\n",
+            ceil.copy_gbs, ceil.gemm_tflops);
+    }
+    const auto lengths = ultrachat_like_lengths(rng);
+    const auto cu = awkward_cu_seqlens(lengths);
+    const auto pos = positions_from_cu(cu);
+    std::printf("batch: %lld tokens in %zu documents\n", static_cast<long long>(kTokens),
+                lengths.size());
+    const size_t th = static_cast<size_t>(kTokens * kHidden);
+    DeviceBuffer<int32_t> d_cu(cu), d_pos(pos);
+
+    {  // Embedding.
+        std::vector<int32_t> ids(kTokens);
+        for (auto& id : ids) id = static_cast<int32_t>(rng() % 32000);  // a realistic id spread
+        std::vector<int32_t> uniq = ids;
+        std::sort(uniq.begin(), uniq.end());
+        const double unique =
+            static_cast<double>(std::unique(uniq.begin(), uniq.end()) - uniq.begin());
+        DeviceBuffer<int32_t> d_ids(ids);
+        DeviceBuffer<uint16_t> table(
+            Bf16Fill{static_cast<size_t>(static_cast<size_t>(kVocab * kHidden)), 1.0f});
+        DeviceBuffer<uint16_t> out(th), dout(Bf16Fill{static_cast<size_t>(th), 1.0f});
+        DeviceBuffer<float> dtable(static_cast<size_t>(kVocab * kHidden));
+        REQUIRE(cudaMemset(dtable.get(), 0, dtable.size() * 4) == cudaSuccess);
+        const size_t wsb = embedding_backward_workspace_bytes(kTokens);
+        DeviceBuffer<char> ws(wsb);
+        row("embedding forward",
+            median_ms(
+                [&] {
+                    return embedding_forward(bf16_ptr(out), bf16_ptr(table), d_ids.get(), kTokens,
+                                             kHidden, nullptr);
+                },
+                20),
+            2.0 * 2 * th, 0, ceil);
+        row("embedding backward (sorted)",
+            median_ms(
+                [&] {
+                    return embedding_backward(dtable.get(), bf16_ptr(dout), d_ids.get(), kTokens,
+                                              kHidden, kVocab, ws.get(), wsb, nullptr);
+                },
+                20),
+            2.0 * th + 2 * 4 * unique * kHidden, 0, ceil);
+    }
+    {  // RMSNorm + residual.
+        DeviceBuffer<uint16_t> x(Bf16Fill{static_cast<size_t>(th), 1.0f}),
+            r(Bf16Fill{static_cast<size_t>(th), 1.0f}),
+            w(Bf16Fill{static_cast<size_t>(kHidden), 0.1f}), y(th), s(th), ds(th);
+        DeviceBuffer<float> rstd(kTokens), dw(kHidden);
+        REQUIRE(cudaMemset(dw.get(), 0, kHidden * 4) == cudaSuccess);
+        const size_t wsb = rmsnorm_backward_workspace_bytes(kTokens, kHidden);
+        DeviceBuffer<char> ws(wsb);
+        row("rmsnorm+residual forward",
+            median_ms(
+                [&] {
+                    return rmsnorm_residual_forward(bf16_ptr(y), bf16_ptr(s), rstd.get(),
+                                                    bf16_ptr(x), bf16_ptr(r), bf16_ptr(w), kTokens,
+                                                    kHidden, 1e-6f, nullptr);
+                },
+                20),
+            4.0 * 2 * th, 0, ceil);
+        row("rmsnorm+residual backward",
+            median_ms(
+                [&] {
+                    return rmsnorm_residual_backward(
+                        bf16_ptr(ds), dw.get(), bf16_ptr(y), bf16_ptr(r), bf16_ptr(s), bf16_ptr(w),
+                        rstd.get(), kTokens, kHidden, ws.get(), wsb, nullptr);
+                },
+                20),
+            4.0 * 2 * th, 0, ceil);
+    }
+    {  // q norm + RoPE straight out of q_proj's interleaved output.
+        const size_t qn = static_cast<size_t>(kTokens * kQHeads * kHeadDim);
+        DeviceBuffer<uint16_t> qg(Bf16Fill{static_cast<size_t>(2 * qn), 1.0f}), out(qn),
+            dout(Bf16Fill{static_cast<size_t>(qn), 1.0f}), dqg(2 * qn),
+            w(Bf16Fill{static_cast<size_t>(kHeadDim), 0.1f});
+        DeviceBuffer<float> rstd(static_cast<size_t>(kTokens * kQHeads)), dw(kHeadDim);
+        REQUIRE(cudaMemset(dw.get(), 0, kHeadDim * 4) == cudaSuccess);
+        const size_t wsb = qk_norm_rope_backward_workspace_bytes(kTokens, kQHeads, kHeadDim);
+        DeviceBuffer<char> ws(wsb);
+        row("q norm+rope forward (24 heads)",
+            median_ms(
+                [&] {
+                    return qk_norm_rope_forward(bf16_ptr(out), rstd.get(), bf16_ptr(qg),
+                                                kQHeads * 2 * kHeadDim, 2 * kHeadDim, bf16_ptr(w),
+                                                d_pos.get(), kTokens, kQHeads, kHeadDim, 64, 1e7,
+                                                1e-6f, nullptr);
+                },
+                20),
+            2.0 * 2 * qn, 0, ceil);
+        row("q norm+rope backward (24 heads)",
+            median_ms(
+                [&] {
+                    return qk_norm_rope_backward(
+                        bf16_ptr(dqg), dw.get(), bf16_ptr(dout), bf16_ptr(qg),
+                        kQHeads * 2 * kHeadDim, 2 * kHeadDim, bf16_ptr(w), rstd.get(), d_pos.get(),
+                        kTokens, kQHeads, kHeadDim, 64, 1e7, ws.get(), wsb, nullptr);
+                },
+                20),
+            3.0 * 2 * qn, 0, ceil);
+    }
+    {  // SwiGLU.
+        const size_t n = static_cast<size_t>(kTokens * kInter);
+        DeviceBuffer<uint16_t> g(Bf16Fill{static_cast<size_t>(n), 1.0f}),
+            u(Bf16Fill{static_cast<size_t>(n), 1.0f}), h(n),
+            dh(Bf16Fill{static_cast<size_t>(n), 1.0f}), dg(n), du(n);
+        row("swiglu forward",
+            median_ms(
+                [&] { return swiglu_forward(bf16_ptr(h), bf16_ptr(g), bf16_ptr(u), n, nullptr); },
+                20),
+            3.0 * 2 * n, 0, ceil);
+        row("swiglu backward",
+            median_ms(
+                [&] {
+                    return swiglu_backward(bf16_ptr(dg), bf16_ptr(du), bf16_ptr(dh), bf16_ptr(g),
+                                           bf16_ptr(u), n, nullptr);
+                },
+                20),
+            5.0 * 2 * n, 0, ceil);
+    }
+    {  // AdamW and the gradient norm over 64 tensors of 4M params (256M in all).
+        const int count = 64;
+        const int64_t each = 4 << 20;
+        const size_t total = static_cast<size_t>(count * each);
+        DeviceBuffer<float> p(F32Fill{static_cast<size_t>(total), 1.0f}),
+            m(F32Fill{static_cast<size_t>(total), 1e-3f}), v(total),
+            gr(F32Fill{static_cast<size_t>(total), 1e-2f});
+        REQUIRE(cudaMemset(v.get(), 0, total * 4) == cudaSuccess);
+        DeviceBuffer<uint16_t> pb(total);
+        std::vector<AdamWTensorArgs> args;
+        std::vector<GradNormTensor> gn;
+        for (int i = 0; i < count; ++i) {
+            const int64_t o = i * each;
+            args.push_back(
+                {p.get() + o, m.get() + o, v.get() + o, gr.get() + o, bf16_ptr(pb) + o, each, 0});
+            gn.push_back({gr.get() + o, each, 0});
+        }
+        const int64_t chunks = adamw_plan_chunks(args.data(), count);
+        const int64_t gchunks = grad_norm_plan_chunks(gn.data(), count);
+        DeviceBuffer<AdamWTensorArgs> d_args(args);
+        DeviceBuffer<GradNormTensor> d_gn(gn);
+        DeviceBuffer<float> norm(2);
+        const size_t wsb = grad_norm_workspace_bytes(gchunks);
+        DeviceBuffer<char> ws(wsb);
+        AdamWHyper hyper;
+        row("adamw multi-tensor (256M params)",
+            median_ms(
+                [&] {
+                    return adamw_multi_tensor_step(d_args.get(), count, chunks, hyper, 3,
+                                                   norm.get() + 1, nullptr);
+                },
+                10),
+            30.0 * total, 0, ceil);
+        row("global grad norm (256M params)",
+            median_ms(
+                [&] {
+                    return global_grad_norm(norm.get(), norm.get() + 1, d_gn.get(), count, gchunks,
+                                            1.0f, ws.get(), wsb, nullptr);
+                },
+                10),
+            4.0 * total, 0, ceil);
+    }
+    {                      // Gated attention.
+        double pairs = 0;  // causal (query, key) pairs
+        for (int32_t l : lengths) pairs += 0.5 * l * (l + 1.0);
+        const double fwd_flops = 4.0 * kHeadDim * kQHeads * pairs;
+        const size_t qn = static_cast<size_t>(kTokens * kQHeads * kHeadDim);
+        const size_t kvn = static_cast<size_t>(kTokens * kKvHeads * kHeadDim);
+        DeviceBuffer<uint16_t> q(Bf16Fill{static_cast<size_t>(qn), 1.0f}),
+            k(Bf16Fill{static_cast<size_t>(kvn), 1.0f}),
+            v(Bf16Fill{static_cast<size_t>(kvn), 1.0f}),
+            qg(Bf16Fill{static_cast<size_t>(2 * qn), 1.0f}), y(qn), o(qn),
+            dy(Bf16Fill{static_cast<size_t>(qn), 1.0f}), dq(qn), dk(kvn), dv(kvn), dqg(2 * qn);
+        DeviceBuffer<float> lse(static_cast<size_t>(kTokens * kQHeads));
+        GatedAttentionArgs a;
+        a.q = bf16_ptr(q);
+        a.k = bf16_ptr(k);
+        a.v = bf16_ptr(v);
+        a.gate = bf16_ptr(qg) + kHeadDim;
+        a.gate_token_stride = kQHeads * 2 * kHeadDim;
+        a.gate_head_stride = 2 * kHeadDim;
+        a.cu_seqlens = d_cu.get();
+        a.num_docs = static_cast<int64_t>(lengths.size());
+        a.tokens = kTokens;
+        a.q_heads = kQHeads;
+        a.kv_heads = kKvHeads;
+        a.head_dim = kHeadDim;
+        a.scale = 1.0f / 16;
+        const size_t wsb = gated_attention_backward_workspace_bytes(a);
+        DeviceBuffer<char> ws(wsb);
+        row("gated attention forward",
+            median_ms(
+                [&] {
+                    return gated_attention_forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, nullptr);
+                },
+                10),
+            0, fwd_flops, ceil);
+        row("gated attention backward",
+            median_ms(
+                [&] {
+                    return gated_attention_backward(
+                        bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
+                        bf16_ptr(dy), bf16_ptr(o), lse.get(), a, ws.get(), wsb, nullptr);
+                },
+                10),
+            0, 2.5 * fwd_flops, ceil);
+    }
+    {  // Fused linear cross-entropy vs its three GEMMs alone.
+        DeviceBuffer<uint16_t> x(Bf16Fill{static_cast<size_t>(th), 1.0f}),
+            w(Bf16Fill{static_cast<size_t>(static_cast<size_t>(kVocab * kHidden)), 0.02f}), dx(th);
+        DeviceBuffer<float> dw(static_cast<size_t>(kVocab * kHidden)), loss(1), rows(kTokens),
+            lse(kTokens);
+        REQUIRE(cudaMemset(dw.get(), 0, dw.size() * 4) == cudaSuccess);
+        std::vector<int32_t> targets(kTokens);
+        for (auto& t : targets) t = rng() % 5 ? static_cast<int32_t>(rng() % kVocab) : -100;
+        DeviceBuffer<int32_t> d_t(targets);
+        FusedLinearCrossEntropyArgs a;
+        a.loss = loss.get();
+        a.row_losses = rows.get();
+        a.lse = lse.get();
+        a.dx = bf16_ptr(dx);
+        a.dw = dw.get();
+        a.x = bf16_ptr(x);
+        a.w = bf16_ptr(w);
+        a.targets = d_t.get();
+        a.tokens = kTokens;
+        a.hidden = kHidden;
+        a.vocab = kVocab;
+        a.grad_scale = 1.0f / kTokens;
+        a.chunk_tokens = 1024;
+        const size_t wsb = fused_linear_cross_entropy_workspace_bytes(a);
+        DeviceBuffer<char> ws(wsb);
+        const double flops = 6.0 * kTokens * kVocab * kHidden;
+        const double fused = median_ms(
+            [&] { return fused_linear_cross_entropy(a, blas, ws.get(), wsb, nullptr); }, 3);
+        row("fused linear cross-entropy", fused, 0, flops, ceil);
+        // The same three GEMMs per chunk, without the softmax kernel.
+        auto* logits = reinterpret_cast<__nv_bfloat16*>(ws.get());
+        const float one = 1, zero = 0;
+        const int h = kHidden, v = kVocab, rows_c = 1024;
+        const double gemms = median_ms(
+            [&] {
+                bool ok = true;
+                for (int64_t t0 = 0; t0 < kTokens; t0 += rows_c) {
+                    const auto* xc = bf16_ptr(x) + t0 * kHidden;
+                    ok &= cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, v, rows_c, h, &one,
+                                       bf16_ptr(w), CUDA_R_16BF, h, xc, CUDA_R_16BF, h, &zero,
+                                       logits, CUDA_R_16BF, v, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+                    ok &= cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, h, rows_c, v, &one,
+                                       bf16_ptr(w), CUDA_R_16BF, h, logits, CUDA_R_16BF, v, &zero,
+                                       bf16_ptr(dx) + t0 * kHidden, CUDA_R_16BF, h,
+                                       CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+                    ok &= cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, h, v, rows_c, &one, xc,
+                                       CUDA_R_16BF, h, logits, CUDA_R_16BF, v, &one, dw.get(),
+                                       CUDA_R_32F, h, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+                }
+                return ok ? cudaSuccess : cudaErrorUnknown;
+            },
+            3);
+        row("  its 3 GEMMs alone (cuBLAS)", gemms, 0, flops, ceil);
+        std::printf("fused / GEMMs alone = %.3f\n", fused / gemms);
+    }
+    cublasDestroy(blas);
+}
+#endif
+
+}  // namespace
+}  // namespace deltatune

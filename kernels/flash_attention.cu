@@ -24,11 +24,11 @@ constexpr int kPad = 8;             // row padding (bf16) against bank conflicts
 constexpr int kStride = kD + kPad;  // shared-memory row stride
 constexpr int kThreads = 128;       // 4 warps
 constexpr int kFwdRows = 64;        // query rows per forward block
-constexpr int kFwdKeys = 64;        // keys per forward tile
+constexpr int kFwdKeys = 32;        // keys per forward tile (two stages in flight)
 constexpr int kBwdKeys = 32;        // keys per dk/dv block
 constexpr int kBwdQueries = 32;     // queries per dk/dv tile
 constexpr int kDqRows = 64;         // query rows per dq block
-constexpr int kDqKeys = 32;         // keys per dq tile
+constexpr int kDqKeys = 16;         // keys per dq tile (two stages in flight)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -141,19 +141,48 @@ __device__ __forceinline__ void paired_products(float (&x)[NT][4], float (&y)[NT
     }
 }
 
+// cp.async (16 bytes, L2 only), zero-filling when !valid (then nothing is read from `src`).
+__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most one committed group of this thread is still in flight.
+__device__ __forceinline__ void cp_async_wait_one() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
 // Copies `rows` rows of head_dim bf16 (global row r at src + r * row_stride) into a padded
-// shared tile, zero-filling rows at or past `end`. 16-byte accesses.
-__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t row_stride,
-                                          int64_t row0, int rows, int64_t end) {
+// shared tile, zero-filling rows at or past `end`, asynchronously: the caller commits, waits
+// and synchronises before reading.
+__device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int64_t row_stride,
+                                                int64_t row0, int rows, int64_t end) {
     constexpr int kVecs = kD / 8;
     for (int i = threadIdx.x; i < rows * kVecs; i += blockDim.x) {
         const int r = i / kVecs;
         const int v = i % kVecs;
         const int64_t gr = row0 + r;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (gr < end) val = *reinterpret_cast<const uint4*>(src + gr * row_stride + v * 8);
-        *reinterpret_cast<uint4*>(dst + r * kStride + v * 8) = val;
+        const bool valid = gr < end;
+        cp_async16(dst + r * kStride + v * 8, valid ? src + gr * row_stride + v * 8 : src, valid);
     }
+}
+
+// Key/value tile t (ROWS rows from kv_begin + t * ROWS, zero past kv_end) into stage t % 2 of
+// `stages` (per stage: K tile, then V tile).
+template <int ROWS>
+__device__ __forceinline__ void prefetch_kv_tile(bf16* stages, int64_t t, const bf16* k,
+                                                 const bf16* v, int64_t kv_stride, int64_t kv_begin,
+                                                 int64_t kv_end) {
+    bf16* kst = stages + (t & 1) * 2 * ROWS * kStride;
+    const int64_t j0 = kv_begin + t * ROWS;
+    load_tile_async(kst, k, kv_stride, j0, ROWS, kv_end);
+    load_tile_async(kst + ROWS * kStride, v, kv_stride, j0, ROWS, kv_end);
 }
 
 // Index d of the document holding token t: cu[d] <= t < cu[d + 1].
@@ -185,8 +214,7 @@ __global__ void __launch_bounds__(kThreads)
                              const bf16* v, const bf16* gate, const int32_t* cu, Geom geo) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-    bf16* ks = qs + kFwdRows * kStride;
-    bf16* vs = ks + kFwdKeys * kStride;
+    bf16* kv_stages = qs + kFwdRows * kStride;  // stage s: K at 2s, V at 2s + 1 (kFwdKeys rows)
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -197,7 +225,16 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t q_stride = static_cast<int64_t>(geo.q_heads) * kD;
     const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * kD;
 
-    load_tile(qs, q + h * kD, q_stride, q0, kFwdRows, geo.tokens);
+    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
+    const int64_t kv_end = min(geo.tokens, q0 + kFwdRows);
+    const int64_t n_tiles = (kv_end - kv_begin + kFwdKeys - 1) / kFwdKeys;
+    auto prefetch = [&](int64_t t) {
+        prefetch_kv_tile<kFwdKeys>(kv_stages, t, k + kvh * kD, v + kvh * kD, kv_stride, kv_begin,
+                                   kv_end);
+    };
+    load_tile_async(qs, q + h * kD, q_stride, q0, kFwdRows, geo.tokens);
+    prefetch(0);
+    cp_async_commit();
     // This thread's two rows and their document starts.
     int64_t row[2];
     int64_t start[2];
@@ -205,8 +242,11 @@ __global__ void __launch_bounds__(kThreads)
         row[i] = q0 + warp * 16 + g + 8 * i;
         start[i] = row[i] < geo.tokens ? cu[doc_of(cu, geo.num_docs, row[i])] : INT64_MAX;
     }
-    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
-    const int64_t kv_end = min(geo.tokens, q0 + kFwdRows);
+    // A tile needs no mask for this warp when all 16 rows exist, it starts at or after the last
+    // row's document start (the largest), and it ends at or before the first row.
+    const int64_t warp_first = q0 + warp * 16;
+    const bool warp_rows_valid = warp_first + 15 < geo.tokens;
+    const int64_t warp_last_start = __shfl_sync(0xffffffffu, start[1], 31);
 
     float acc[kD / 8][4];
 #pragma unroll
@@ -214,11 +254,17 @@ __global__ void __launch_bounds__(kThreads)
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
-    for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kFwdKeys) {
-        __syncthreads();  // previous tile fully consumed (and the Q tile written, first time)
-        load_tile(ks, k + kvh * kD, kv_stride, j0, kFwdKeys, kv_end);
-        load_tile(vs, v + kvh * kD, kv_stride, j0, kFwdKeys, kv_end);
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        // Stage (t + 1) % 2 was last read in iteration t - 1, which ended with a barrier.
+        if (t + 1 < n_tiles) prefetch(t + 1);
+        cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile t
+        cp_async_wait_one();
         __syncthreads();
+        const int64_t j0 = kv_begin + t * kFwdKeys;
+        const bf16* ks = kv_stages + (t & 1) * 2 * kFwdKeys * kStride;
+        const bf16* vs = ks + kFwdKeys * kStride;
+        const bool unmasked =
+            warp_rows_valid && j0 >= warp_last_start && j0 + kFwdKeys - 1 <= warp_first;
         float s[kFwdKeys / 8][4];
 #pragma unroll
         for (int n = 0; n < kFwdKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -242,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int e = 0; e < 4; ++e) {
                 const int i = e >> 1;
                 const int64_t key = j0 + n * 8 + 2 * c + (e & 1);
-                const bool ok = key >= start[i] && key <= row[i];
+                const bool ok = unmasked || (key >= start[i] && key <= row[i]);
                 s[n][e] = ok ? s[n][e] * geo.scale_log2 : -INFINITY;
                 tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
@@ -288,6 +334,7 @@ __global__ void __launch_bounds__(kThreads)
                 mma16816(acc[n + 1], a, b1);
             }
         }
+        __syncthreads();  // every warp is done with stage t % 2 before it is refilled
     }
     // Normalise, write o, y = o * sigmoid(gate) (from the rounded o, as the bf16 model does),
     // and the natural-log lse.
@@ -359,11 +406,11 @@ __global__ void __launch_bounds__(kThreads)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* ks = reinterpret_cast<bf16*>(smem_raw);
     bf16* vs = ks + kBwdKeys * kStride;
-    bf16* qs = vs + kBwdKeys * kStride;
-    bf16* dos = qs + kBwdQueries * kStride;
-    float* lse2_s = reinterpret_cast<float*>(dos + kBwdQueries * kStride);  // lse in log2 units
-    float* delta_s = lse2_s + kBwdQueries;
-    int64_t* qstart_s = reinterpret_cast<int64_t*>(delta_s + kBwdQueries);
+    bf16* q_stages = vs + kBwdKeys * kStride;  // stage s: Q at 2s, dO at 2s + 1 (kBwdQueries rows)
+    // Per stage and query: document start, lse in log2 units, delta.
+    int64_t* qstart_stages = reinterpret_cast<int64_t*>(q_stages + 4 * kBwdQueries * kStride);
+    float* lse2_stages = reinterpret_cast<float*>(qstart_stages + 2 * kBwdQueries);
+    float* delta_stages = lse2_stages + 2 * kBwdQueries;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -378,8 +425,30 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t last_key = min(geo.tokens, k0 + kBwdKeys) - 1;
     const int64_t q_end = cu[doc_of(cu, geo.num_docs, last_key) + 1];
 
-    load_tile(ks, k + kvh * kD, kv_stride, k0, kBwdKeys, geo.tokens);
-    load_tile(vs, v + kvh * kD, kv_stride, k0, kBwdKeys, geo.tokens);
+    // The work is (query head of the group) x (query tile from k0 to q_end), flattened so the
+    // next tile's copies overlap this tile's products across head boundaries too.
+    const int64_t q_tiles = (q_end - k0 + kBwdQueries - 1) / kBwdQueries;
+    const int64_t n_tiles = q_tiles * group;
+    auto prefetch = [&](int64_t t) {  // tile t into stage t % 2
+        const int hq = kvh * group + static_cast<int>(t / q_tiles);
+        const int64_t i0 = k0 + (t % q_tiles) * kBwdQueries;
+        const int st = static_cast<int>(t & 1);
+        bf16* qst = q_stages + st * 2 * kBwdQueries * kStride;
+        load_tile_async(qst, q + hq * kD, q_stride, i0, kBwdQueries, q_end);
+        load_tile_async(qst + kBwdQueries * kStride, d_o + hq * kD, q_stride, i0, kBwdQueries,
+                        q_end);
+        for (int i = threadIdx.x; i < kBwdQueries; i += blockDim.x) {
+            const int64_t qi = i0 + i;
+            const bool in = qi < q_end;
+            lse2_stages[st * kBwdQueries + i] = in ? lse[qi * geo.q_heads + hq] * kLog2e : 0.0f;
+            delta_stages[st * kBwdQueries + i] = in ? delta[qi * geo.q_heads + hq] : 0.0f;
+            qstart_stages[st * kBwdQueries + i] = in ? cu[doc_of(cu, geo.num_docs, qi)] : INT64_MAX;
+        }
+    };
+    load_tile_async(ks, k + kvh * kD, kv_stride, k0, kBwdKeys, geo.tokens);
+    load_tile_async(vs, v + kvh * kD, kv_stride, k0, kBwdKeys, geo.tokens);
+    prefetch(0);
+    cp_async_commit();
 
     float dk_acc[16][4];
     float dv_acc[16][4];
@@ -391,54 +460,53 @@ __global__ void __launch_bounds__(kThreads)
     int64_t key[2];
     for (int i = 0; i < 2; ++i) key[i] = k0 + kb + g + 8 * i;
 
-    for (int hq = kvh * group; hq < (kvh + 1) * group; ++hq) {
-        for (int64_t i0 = k0; i0 < q_end; i0 += kBwdQueries) {
-            __syncthreads();
-            load_tile(qs, q + hq * kD, q_stride, i0, kBwdQueries, q_end);
-            load_tile(dos, d_o + hq * kD, q_stride, i0, kBwdQueries, q_end);
-            for (int i = threadIdx.x; i < kBwdQueries; i += blockDim.x) {
-                const int64_t qi = i0 + i;
-                const bool in = qi < q_end;
-                lse2_s[i] = in ? lse[qi * geo.q_heads + hq] * kLog2e : 0.0f;
-                delta_s[i] = in ? delta[qi * geo.q_heads + hq] : 0.0f;
-                qstart_s[i] = in ? cu[doc_of(cu, geo.num_docs, qi)] : INT64_MAX;
-            }
-            __syncthreads();
-            // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 32 queries.
-            float st[kBwdQueries / 8][4];
-            float dpt[kBwdQueries / 8][4];
-            paired_products(st, dpt, ks, vs, kb, qs, dos);
-            // P^T and dS^T in place (st -> P^T, dpt -> dS^T).
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        if (t + 1 < n_tiles) prefetch(t + 1);
+        cp_async_commit();
+        cp_async_wait_one();
+        __syncthreads();
+        const int st_idx = static_cast<int>(t & 1);
+        const int64_t i0 = k0 + (t % q_tiles) * kBwdQueries;
+        const bf16* qs = q_stages + st_idx * 2 * kBwdQueries * kStride;
+        const bf16* dos = qs + kBwdQueries * kStride;
+        const int64_t* qstart_s = qstart_stages + st_idx * kBwdQueries;
+        const float* lse2_s = lse2_stages + st_idx * kBwdQueries;
+        const float* delta_s = delta_stages + st_idx * kBwdQueries;
+        // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 32 queries.
+        float st[kBwdQueries / 8][4];
+        float dpt[kBwdQueries / 8][4];
+        paired_products(st, dpt, ks, vs, kb, qs, dos);
+        // P^T and dS^T in place (st -> P^T, dpt -> dS^T).
 #pragma unroll
-            for (int n = 0; n < kBwdQueries / 8; ++n) {
+        for (int n = 0; n < kBwdQueries / 8; ++n) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int qi = n * 8 + 2 * c + (e & 1);
-                    const int64_t kj = key[e >> 1];
-                    const bool ok = kj >= qstart_s[qi] && kj <= i0 + qi;
-                    const float p = ok ? exp2f(st[n][e] * geo.scale_log2 - lse2_s[qi]) : 0.0f;
-                    st[n][e] = p;
-                    dpt[n][e] = p * (dpt[n][e] - delta_s[qi]);
-                }
-            }
-            // dV += P^T dO, dK += dS^T Q over this warp's head_dim half.
-#pragma unroll
-            for (int kk = 0; kk < kBwdQueries / 16; ++kk) {
-                uint32_t ap[4], ads[4];
-                acc_to_a(ap, st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(ads, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < 16; n += 2) {
-                    uint32_t b0[2], b1[2];
-                    load_b_kn2(b0, b1, dos, kk * 16, dbase + n * 8);
-                    mma16816(dv_acc[n], ap, b0);
-                    mma16816(dv_acc[n + 1], ap, b1);
-                    load_b_kn2(b0, b1, qs, kk * 16, dbase + n * 8);
-                    mma16816(dk_acc[n], ads, b0);
-                    mma16816(dk_acc[n + 1], ads, b1);
-                }
+            for (int e = 0; e < 4; ++e) {
+                const int qi = n * 8 + 2 * c + (e & 1);
+                const int64_t kj = key[e >> 1];
+                const bool ok = kj >= qstart_s[qi] && kj <= i0 + qi;
+                const float p = ok ? exp2f(st[n][e] * geo.scale_log2 - lse2_s[qi]) : 0.0f;
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - delta_s[qi]);
             }
         }
+        // dV += P^T dO, dK += dS^T Q over this warp's head_dim half.
+#pragma unroll
+        for (int kk = 0; kk < kBwdQueries / 16; ++kk) {
+            uint32_t ap[4], ads[4];
+            acc_to_a(ap, st[2 * kk], st[2 * kk + 1]);
+            acc_to_a(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+            for (int n = 0; n < 16; n += 2) {
+                uint32_t b0[2], b1[2];
+                load_b_kn2(b0, b1, dos, kk * 16, dbase + n * 8);
+                mma16816(dv_acc[n], ap, b0);
+                mma16816(dv_acc[n + 1], ap, b1);
+                load_b_kn2(b0, b1, qs, kk * 16, dbase + n * 8);
+                mma16816(dk_acc[n], ads, b0);
+                mma16816(dk_acc[n + 1], ads, b1);
+            }
+        }
+        __syncthreads();  // stage t % 2 fully read before it is refilled
     }
     const float scale = geo.scale_log2 / kLog2e;
 #pragma unroll
@@ -465,8 +533,7 @@ __global__ void __launch_bounds__(kThreads)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* qs = reinterpret_cast<bf16*>(smem_raw);
     bf16* dos = qs + kDqRows * kStride;
-    bf16* ks = dos + kDqRows * kStride;
-    bf16* vs = ks + kDqKeys * kStride;
+    bf16* kv_stages = dos + kDqRows * kStride;  // stage s: K at 2s, V at 2s + 1 (kDqKeys rows)
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -476,8 +543,17 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kDqRows;
     const int64_t q_stride = static_cast<int64_t>(geo.q_heads) * kD;
     const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * kD;
-    load_tile(qs, q + h * kD, q_stride, q0, kDqRows, geo.tokens);
-    load_tile(dos, d_o + h * kD, q_stride, q0, kDqRows, geo.tokens);
+    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
+    const int64_t kv_end = min(geo.tokens, q0 + kDqRows);
+    const int64_t n_tiles = (kv_end - kv_begin + kDqKeys - 1) / kDqKeys;
+    auto prefetch = [&](int64_t t) {
+        prefetch_kv_tile<kDqKeys>(kv_stages, t, k + kvh * kD, v + kvh * kD, kv_stride, kv_begin,
+                                  kv_end);
+    };
+    load_tile_async(qs, q + h * kD, q_stride, q0, kDqRows, geo.tokens);
+    load_tile_async(dos, d_o + h * kD, q_stride, q0, kDqRows, geo.tokens);
+    prefetch(0);
+    cp_async_commit();
     int64_t row[2], start[2];
     float lse2[2], dlt[2];
     for (int i = 0; i < 2; ++i) {
@@ -487,16 +563,17 @@ __global__ void __launch_bounds__(kThreads)
         lse2[i] = in ? lse[row[i] * geo.q_heads + h] * kLog2e : 0.0f;
         dlt[i] = in ? delta[row[i] * geo.q_heads + h] : 0.0f;
     }
-    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
-    const int64_t kv_end = min(geo.tokens, q0 + kDqRows);
     float acc[kD / 8][4];
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kDqKeys) {
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        if (t + 1 < n_tiles) prefetch(t + 1);
+        cp_async_commit();
+        cp_async_wait_one();
         __syncthreads();
-        load_tile(ks, k + kvh * kD, kv_stride, j0, kDqKeys, kv_end);
-        load_tile(vs, v + kvh * kD, kv_stride, j0, kDqKeys, kv_end);
-        __syncthreads();
+        const int64_t j0 = kv_begin + t * kDqKeys;
+        const bf16* ks = kv_stages + (t & 1) * 2 * kDqKeys * kStride;
+        const bf16* vs = ks + kDqKeys * kStride;
         float s[kDqKeys / 8][4];
         float dp[kDqKeys / 8][4];
         paired_products(s, dp, qs, dos, warp * 16, ks, vs);
@@ -523,6 +600,7 @@ __global__ void __launch_bounds__(kThreads)
                 mma16816(acc[n + 1], a, b1);
             }
         }
+        __syncthreads();  // stage t % 2 fully read before it is refilled
     }
     const float scale = geo.scale_log2 / kLog2e;
 #pragma unroll
@@ -549,10 +627,10 @@ Geom geom_of(const GatedAttentionArgs& a) {
                 a.scale * kLog2e};
 }
 
-constexpr size_t kFwdSmem = sizeof(bf16) * kStride * (kFwdRows + 2 * kFwdKeys);
-constexpr size_t kDkdvSmem = sizeof(bf16) * kStride * (2 * kBwdKeys + 2 * kBwdQueries) +
-                             kBwdQueries * (2 * sizeof(float) + sizeof(int64_t));
-constexpr size_t kDqSmem = sizeof(bf16) * kStride * (2 * kDqRows + 2 * kDqKeys);
+constexpr size_t kFwdSmem = sizeof(bf16) * kStride * (kFwdRows + 4 * kFwdKeys);
+constexpr size_t kDkdvSmem = sizeof(bf16) * kStride * (2 * kBwdKeys + 4 * kBwdQueries) +
+                             2 * kBwdQueries * (sizeof(int64_t) + 2 * sizeof(float));
+constexpr size_t kDqSmem = sizeof(bf16) * kStride * (2 * kDqRows + 4 * kDqKeys);
 
 size_t align256(size_t n) {
     return (n + 255) / 256 * 256;

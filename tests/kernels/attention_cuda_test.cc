@@ -128,6 +128,17 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
             CHECK(noted("attention dk rel", rel_err(dk, dk_ref)) < 2e-2);
             CHECK(noted("attention dv rel", rel_err(dv, dv_ref)) < 2e-2);
             CHECK(noted("attention dv max_scaled", max_scaled_err(dv, dv_ref, 2e-2, 5e-2)) <= 1.0);
+            // Deterministic: a second backward gives the same bits.
+            d_dq.poison();
+            d_dk.poison();
+            d_dv.poison();
+            REQUIRE(gated_attention_backward(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
+                                             bf16_ptr(d_dqg) + d, bf16_ptr(d_dy), bf16_ptr(d_o),
+                                             d_lse.get(), a, ws.get(), ws_bytes,
+                                             nullptr) == cudaSuccess);
+            CHECK(to_float(d_dq.download()) == dq);
+            CHECK(to_float(d_dk.download()) == dk);
+            CHECK(to_float(d_dv.download()) == dv);
         }
     }
 }

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git python3
+  build-essential cmake ninja-build pkg-config git python3 python3-venv
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
   libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev clang-format

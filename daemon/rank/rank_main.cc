@@ -1,6 +1,9 @@
 // The rank process: JobSpec -> TrainConfig, train with runtime/train, report to the supervisor.
 #include "daemon/rank/rank_main.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -179,6 +182,11 @@ const char* reason_for(const absl::Status& s) {
 }  // namespace
 
 int rank_main(int argc, char** argv) {
+    // A rank dies with its supervisor: a rank that trained on after a daemon crash would commit
+    // checkpoints whose steps no one recorded. Ranks are spawned from the supervisor's scheduler
+    // thread, which lives until every rank has exited, so PDEATHSIG fires only on a real crash;
+    // the restarted daemon resumes the job from its last checkpoint (and kills any survivor).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     RankArgs args;
     if (!parse_args(argc, argv, args)) {
         std::fprintf(

@@ -219,8 +219,15 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         // trained targets of the whole step (a token-weighted mean, as without accumulation).
         std::vector<PackedBatch> micro;
         int64_t label_tokens = 0, real_tokens = 0;
+        uint64_t digest = 1469598103934665603ull;  // FNV-1a over the step's (doc, begin, end)
         for (int64_t m = 0; m < c.grad_accum; ++m) {
-            DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(in.train, packer.next_step()[0], vocab));
+            const PackedBin bin = packer.next_step()[0];
+            for (const Segment& seg : bin.segments) {
+                for (int64_t v : {seg.doc, seg.begin, seg.end}) {
+                    digest = (digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+                }
+            }
+            DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(in.train, bin, vocab));
             label_tokens += b.label_tokens();
             real_tokens += b.tokens();
             micro.push_back(std::move(b));
@@ -267,6 +274,9 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                          {"grad_norm", grad_norm},
                          {"tokens_per_second", p.tokens_per_second},
                          {"padding_waste", waste},
+                         // Which document pieces this step trained on (48 bits: exact in a
+                         // double), so a resumed run can be checked against an uninterrupted one.
+                         {"batch_digest", static_cast<double>(digest >> 16)},
                          {"eta_seconds", p.eta_seconds}},
                         {}});
         result.last_loss = state.last_loss;

@@ -17,7 +17,7 @@
 namespace deltatune {
 namespace {
 
-std::vector<float> awkward_inputs(size_t n, uint32_t seed) {
+[[maybe_unused]] std::vector<float> awkward_inputs(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::vector<float> x(n);

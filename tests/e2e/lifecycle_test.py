@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The job lifecycle through an independent Python grpcio client and through the C++ CLI, against
+a real deltatuned with real rank processes: create (validate_only, idempotent request_id), get,
+list with pagination and filters, watch, events resumed from a sequence, pause, resume, cancel in
+each state, delete, the admin HTTP endpoints, and hostile requests."""
+import json
+import os
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+from harness import CLI, Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
+
+STUBS = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
+D = Daemon()
+D.init_model()
+make_tokenized_data(D.path("data", "train.jsonl"), 300, seed=1)
+make_tokenized_data(D.path("data", "eval.jsonl"), 20, seed=2)
+D.start()
+C = Client(D.port, STUBS)
+Job = C.job_pb2.Job
+GRPC = C.grpc
+
+
+def code_of(fn):
+    try:
+        fn()
+    except GRPC.RpcError as e:
+        return e.code()
+    return GRPC.StatusCode.OK
+
+
+def cli(*args):
+    env = dict(os.environ, DELTATUNE_ADDRESS=f"127.0.0.1:{D.port}")
+    r = subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_create_get_idempotent():
+    spec = C.spec(output="idem", max_steps=4)
+    before = len(C.stub.ListJobs(C.service_pb2.ListJobsRequest(page_size=1000)).jobs)
+    dry = C.create(spec, validate_only=True)
+    after = len(C.stub.ListJobs(C.service_pb2.ListJobsRequest(page_size=1000)).jobs)
+    check(dry.name == "" and before == after, "validate_only must not create a job")
+    a = C.create(spec, request_id="req-1")
+    b = C.create(spec, request_id="req-1")
+    check(a.name == b.name, f"same request_id gave {a.name} and {b.name}")
+    other = C.spec(output="idem", max_steps=5)
+    check(code_of(lambda: C.create(other, request_id="req-1")) == GRPC.StatusCode.ALREADY_EXISTS,
+          "same request_id with another spec must be ALREADY_EXISTS")
+    C.wait_state(a.name, "SUCCEEDED")
+    job = C.get(a.name)
+    check(job.result_model.endswith("export"), f"result_model {job.result_model}")
+    check(os.path.exists(os.path.join(job.result_model, "model.safetensors")), "no export")
+
+
+def test_list_pagination_and_filters():
+    names = {C.create(C.spec(output=f"list{i}", max_steps=2), request_id=f"list-{i}").name
+             for i in range(5)}
+    for n in names:
+        C.wait_state(n, "SUCCEEDED")
+    seen, token = [], ""
+    while True:
+        r = C.stub.ListJobs(C.service_pb2.ListJobsRequest(page_size=2, page_token=token))
+        check(len(r.jobs) <= 2, "page larger than page_size")
+        seen += [j.name for j in r.jobs]
+        token = r.next_page_token
+        if not token:
+            break
+    check(len(seen) == len(set(seen)), "duplicates across pages")
+    check(names <= set(seen), "pages miss jobs")
+    r = C.stub.ListJobs(C.service_pb2.ListJobsRequest(state=Job.FAILED))
+    check(all(j.state == Job.FAILED for j in r.jobs), "state filter")
+    spec = C.spec(output="lab", max_steps=2, labels={"team": "blue"})
+    blue = C.create(spec).name
+    r = C.stub.ListJobs(C.service_pb2.ListJobsRequest(labels={"team": "blue"}))
+    check([j.name for j in r.jobs] == [blue], "label filter")
+    for size in (-1, 1 << 30):
+        c = code_of(lambda: C.stub.ListJobs(C.service_pb2.ListJobsRequest(page_size=size)))
+        check(c == GRPC.StatusCode.INVALID_ARGUMENT or size > 0, f"page_size {size}: {c}")
+    C.wait_state(blue, "SUCCEEDED")
+
+
+def test_watch_and_events_resume():
+    name = C.create(C.spec(output="watch", max_steps=8, every=2)).name
+    states = [Job.State.Name(j.state) for j in C.stub.WatchJob(
+        C.service_pb2.WatchJobRequest(name=name), timeout=120)]
+    check(states[-1] == "SUCCEEDED", f"watch ended in {states[-1]}")
+    check("RUNNING" in states, f"watch never saw RUNNING: {states}")
+    all_events = C.events(name)
+    seqs = [e.sequence for e in all_events]
+    check(seqs == list(range(1, len(seqs) + 1)), "sequences are not 1..n without gaps")
+    k = len(seqs) // 2
+    streamed = [e for e in C.stub.StreamJobEvents(C.service_pb2.StreamJobEventsRequest(
+        name=name, since_sequence=k), timeout=60) if e.type != "HEARTBEAT"]
+    check([e.sequence for e in streamed] == seqs[k:], "stream from k: gap or duplicate")
+    paged = C.events(name, page_size=3)
+    check([e.sequence for e in paged] == seqs, "ListJobEvents pages differ from the log")
+    types = {e.type for e in all_events}
+    for t in ("JOB_CREATED", "STEP_METRICS", "CHECKPOINT_COMMITTED", "EXPORT_COMPLETED"):
+        check(t in types, f"no {t} event")
+    m = next(e for e in all_events if e.type == "STEP_METRICS").metrics
+    for key in ("step", "loss", "lr", "grad_norm", "tokens_per_second", "padding_waste",
+                "eta_seconds"):
+        check(key in m, f"STEP_METRICS lacks {key}")
+    cps = C.stub.ListCheckpoints(C.service_pb2.ListCheckpointsRequest(name=name)).checkpoints
+    check(len(cps) >= 1 and all(len(c.manifest_sha256) == 64 for c in cps), "checkpoints")
+
+
+def test_pause_resume_cancel():
+    # One job at a time: a long job holds the slot, so the next ones stay QUEUED.
+    long = C.create(C.spec(output="long", max_steps=400, every=5)).name
+    C.wait(long, lambda j: j.progress.step >= 2, what="step 2")
+    queued = C.create(C.spec(output="q", max_steps=2)).name
+    check(C.state(queued) == "QUEUED" and C.get(queued).queue_position == 1, "queue position")
+    C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=queued))
+    check(C.state(queued) == "CANCELLED", "cancel in QUEUED")
+    C.stub.PauseJob(C.service_pb2.PauseJobRequest(name=long))
+    paused = C.wait_state(long, "PAUSED", timeout=60)
+    step = paused.progress.step
+    check(paused.latest_checkpoint, "pause did not checkpoint")
+    C.stub.ResumeJob(C.service_pb2.ResumeJobRequest(name=long))
+    C.wait(long, lambda j: j.progress.step > step + 2, what="progress after resume")
+    resumed = [e for e in C.events(long) if e.type == "RESUMED"]
+    check(resumed and int(resumed[-1].metrics.get("step", -1)) == step,
+          f"did not resume from step {step}: {resumed}")
+    C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=long))
+    C.wait_state(long, "CANCELLED", timeout=30)
+    check(not D.rank_pids(long.split("/")[1]), "cancel left rank processes")
+    # Cancel while PAUSED.
+    p = C.create(C.spec(output="p", max_steps=400, every=5)).name
+    C.wait(p, lambda j: j.progress.step >= 1, what="step 1")
+    C.stub.PauseJob(C.service_pb2.PauseJobRequest(name=p))
+    C.wait_state(p, "PAUSED", timeout=60)
+    C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=p))
+    check(C.state(p) == "CANCELLED", "cancel in PAUSED")
+    c = code_of(lambda: C.stub.ResumeJob(C.service_pb2.ResumeJobRequest(name=p)))
+    check(c == GRPC.StatusCode.FAILED_PRECONDITION, f"resume of CANCELLED: {c}")
+    C.stub.DeleteJob(C.service_pb2.DeleteJobRequest(name=p))
+    check(code_of(lambda: C.get(p)) == GRPC.StatusCode.NOT_FOUND, "deleted job still found")
+
+
+def test_hostile_requests():
+    check(code_of(lambda: C.get("jobs/does-not-exist")) == GRPC.StatusCode.NOT_FOUND, "unknown id")
+    bad = C.spec(model="../../etc", output="x")
+    check(code_of(lambda: C.create(bad)) == GRPC.StatusCode.INVALID_ARGUMENT, "path escape")
+    os.symlink("/etc", D.path("models", "escape"))
+    bad = C.spec(model="escape", output="x")
+    check(code_of(lambda: C.create(bad)) == GRPC.StatusCode.INVALID_ARGUMENT, "symlink escape")
+    huge = C.spec(output="x")
+    huge.display_name = "x" * (5 << 20)
+    check(code_of(lambda: C.create(huge)) == GRPC.StatusCode.RESOURCE_EXHAUSTED, "oversized")
+    zero = C.spec(output="x", max_steps=0)
+    check(code_of(lambda: C.create(zero)) == GRPC.StatusCode.INVALID_ARGUMENT, "max_steps 0")
+    check(C.stub.ListJobs(C.service_pb2.ListJobsRequest()) is not None, "daemon still serves")
+
+
+def test_cli_lifecycle():
+    spec_path = D.path("job.yaml")
+    with open(spec_path, "w") as f:
+        f.write("model: tiny\noutput_dir: cli\ndata:\n  train_files: [train.jsonl]\n"
+                "  format: tokenized\nhyperparameters:\n  max_steps: 4\n  tokens_per_batch: 256\n"
+                "  learning_rate: 0.003\nresources:\n  gpus: 0\n  cpu_ranks: 1\n")
+    rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
+    check(rc == 0, f"submit --watch exit {rc}: {err}")
+    job = json.loads(out)
+    check(job["state"] == "SUCCEEDED", f"final state {job['state']}")
+    name = job["name"]
+    for args in (("get", name), ("list",), ("events", name), ("checkpoints", name)):
+        rc, out, err = cli(*args)
+        check(rc == 0 and out, f"{args}: exit {rc} {err}")
+    rc, _, err = cli("get", "jobs/nope")
+    check(rc != 0 and "NOT_FOUND" in err.upper().replace(" ", "_"), f"get unknown: {rc} {err}")
+    with open(spec_path, "w") as f:
+        f.write("model: tiny\nhyperparamters:\n  max_steps: 4\n")
+    rc, _, err = cli("submit", spec_path)
+    check(rc != 0 and "hyperparamters" in err, f"unknown key not named: {err}")
+
+
+def test_admin_http():
+    with urllib.request.urlopen(D.http("/healthz")) as r:
+        check(r.status == 200, "healthz")
+    with urllib.request.urlopen(D.http("/metrics")) as r:
+        text = r.read().decode()
+    for name in ("deltatune_jobs{state=\"SUCCEEDED\"}", "deltatune_job_step{",
+                 "deltatune_job_tokens_total{", "deltatune_job_loss{", "deltatune_build_info{",
+                 "deltatune_checkpoint_duration_seconds_bucket{", "deltatune_event_stream_subscribers"):
+        check(name in text, f"/metrics lacks {name}")
+    with urllib.request.urlopen(D.http("/v1/jobs?page_size=2")) as r:
+        body = json.loads(r.read())
+    check(len(body["jobs"]) == 2 and body.get("nextPageToken"), f"/v1/jobs paging: {body}")
+    name = body["jobs"][0]["name"]
+    with urllib.request.urlopen(D.http("/v1/" + name)) as r:
+        check(json.loads(r.read())["name"] == name, "/v1/jobs/{id}")
+    try:
+        urllib.request.urlopen(D.http("/v1/jobs/nope"))
+        check(False, "unknown job must be 404")
+    except urllib.error.HTTPError as e:
+        check(e.code == 404, f"unknown job: {e.code}")
+
+
+def test_sigterm_checkpoints_and_restart_resumes():
+    name = C.create(C.spec(output="term", max_steps=400, every=1000)).name
+    C.wait(name, lambda j: j.progress.step >= 3, what="step 3")
+    check(D.stop() == 0, "deltatuned did not exit 0 on SIGTERM")
+    D.start()
+    job = C.get(name)
+    check(job.latest_checkpoint, "SIGTERM did not checkpoint the running job")
+    step = int(job.latest_checkpoint.rstrip("/").split("step-")[-1])
+    check(step >= 3, f"checkpoint at step {step}")
+    C.wait(name, lambda j: j.progress.step > step, what="progress after restart")
+    C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=name))
+    C.wait_state(name, "CANCELLED", timeout=30)
+
+
+try:
+    run_tests([
+        ("create, get, idempotent request_id", test_create_get_idempotent),
+        ("list pagination and filters", test_list_pagination_and_filters),
+        ("watch, events resumed from a sequence", test_watch_and_events_resume),
+        ("pause, resume, cancel in each state, delete", test_pause_resume_cancel),
+        ("hostile requests get precise codes", test_hostile_requests),
+        ("C++ CLI lifecycle", test_cli_lifecycle),
+        ("admin HTTP: metrics, probes, JSON", test_admin_http),
+        ("SIGTERM checkpoints; restart resumes", test_sigterm_checkpoints_and_restart_resumes),
+    ])
+finally:
+    D.stop()

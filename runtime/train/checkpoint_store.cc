@@ -76,6 +76,21 @@ absl::StatusOr<std::string> sha256_file(const std::string& path) {
     return hex;
 }
 
+// Deletes a committed checkpoint without ever exposing a half-deleted one: it is first renamed
+// (atomically) to a ".tmp-" name, which readers ignore and list_checkpoints garbage-collects, so
+// a kill at any point leaves the folder either complete under its step name or gone from it.
+std::error_code retire_dir(const fs::path& dir) {
+    std::random_device rd;
+    const fs::path trash = dir.parent_path() /
+                           absl::StrCat(kTmpPrefix, "retired-", dir.filename().string(), "-", rd());
+    std::error_code ec;
+    fs::rename(dir, trash, ec);
+    if (ec) return ec;
+    fsync_dir(dir.parent_path().string());
+    fs::remove_all(trash, ec);
+    return ec;
+}
+
 absl::StatusOr<CheckpointWriter> CheckpointWriter::begin(const std::string& root, int64_t step) {
     std::error_code ec;
     fs::create_directories(root, ec);
@@ -114,8 +129,8 @@ absl::StatusOr<CheckpointInfo> CheckpointWriter::commit() {
     const std::string manifest_text = manifest.dump(2) + "\n";
     DT_RETURN_IF_ERROR(write_file_atomic(file(kManifest), manifest_text));
     std::error_code ec;
-    if (fs::exists(final_dir_)) fs::remove_all(final_dir_, ec);  // a re-run of the same step
-    fs::rename(tmp_dir_, final_dir_, ec);
+    if (fs::exists(final_dir_)) ec = retire_dir(final_dir_);  // a re-run of the same step
+    if (!ec) fs::rename(tmp_dir_, final_dir_, ec);
     if (ec)
         return absl::InternalError(
             absl::StrCat("rename ", tmp_dir_, " -> ", final_dir_, ": ", ec.message()));
@@ -192,8 +207,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
     if (!all.ok() || keep_last_n <= 0) return deleted;
     const int64_t excess = static_cast<int64_t>(all->size()) - keep_last_n;
     for (int64_t i = 0; i < excess; ++i) {
-        std::error_code ec;
-        fs::remove_all((*all)[static_cast<size_t>(i)].path, ec);
+        const std::error_code ec = retire_dir((*all)[static_cast<size_t>(i)].path);
         if (!ec) deleted.push_back((*all)[static_cast<size_t>(i)].path);
     }
     return deleted;

@@ -36,7 +36,8 @@ using deltatune::daemon::validate_daemon_config;
 
 int usage() {
     std::fprintf(stderr,
-                 "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT]\n"
+                 "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT] [--check]\n"
+                 "       (--check: validate the config, print it resolved, and exit)\n"
                  "       deltatuned rank --supervisor ADDR --job jobs/ID --attempt N --rank R "
                  "--world W --spec FILE\n");
     return 2;
@@ -118,10 +119,13 @@ int serve(const std::string& config_path, const std::string& listen) {
 int main(int argc, char** argv) {
     if (argc >= 2 && std::strcmp(argv[1], "rank") == 0) return deltatune::rank_main(argc, argv);
     std::string config, listen;
+    bool check = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         const bool has_value = i + 1 < argc;
-        if (arg == "--config" && has_value) {
+        if (arg == "--check") {
+            check = true;
+        } else if (arg == "--config" && has_value) {
             config = argv[++i];
         } else if (arg.rfind("--config=", 0) == 0) {
             config = arg.substr(9);
@@ -134,5 +138,12 @@ int main(int argc, char** argv) {
         }
     }
     if (config.empty()) return usage();
+    if (check) {
+        absl::StatusOr<DaemonConfig> c = load_daemon_config(config);
+        if (!c.ok()) return fail(c.status());
+        std::printf("%s: ok (grpc %s, http %s, state %s)\n", config.c_str(),
+                    c->grpc_address.c_str(), c->http_address.c_str(), c->state_dir.c_str());
+        return 0;
+    }
     return serve(config, listen);
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 ENV=$BUILD_DIR/pyenv
-PINS="grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2 tokenizers==0.23.3"
+PINS="grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2 tokenizers==0.23.3 kubernetes-validate==1.37.0 PyYAML==6.0.4"
 STAMP=$ENV/.pins
 if [[ -f $STAMP && $(cat "$STAMP") == "$PINS" ]]; then exit 0; fi
 python3 -m venv "$ENV"

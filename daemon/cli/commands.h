@@ -11,6 +11,8 @@ int init_model_command(const std::vector<std::string>& args);
 int step_command(const std::vector<std::string>& args);
 int pack_stats_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
+// Trains a job YAML in this process (optionally as one of several Gloo ranks).
+int train_command(const std::vector<std::string>& args);
 // submit|get|list|watch|cancel|pause|resume|events|checkpoints (gRPC to deltatuned).
 int job_command(const std::string& command, const std::vector<std::string>& args);
 

@@ -24,6 +24,8 @@ void usage(FILE* out) {
         "  tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads "
         "N]\n"
         "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
+        "  train JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]\n"
+        "       train in this process, without the daemon (W processes: data-parallel, Gloo)\n"
         "  submit JOB.yaml [--watch] | get JOB | list [--state S] [--label k=v] | watch JOB\n"
         "  cancel JOB | pause JOB | resume JOB | events JOB [--follow] | checkpoints JOB\n"
         "       job commands take [--address HOST:PORT] [--token-file F] [--output text|json] "
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
     if (command == "step") return deltatune::cli::step_command(args);
     if (command == "pack-stats") return deltatune::cli::pack_stats_command(args);
     if (command == "tokenize") return deltatune::cli::tokenize_command(args);
+    if (command == "train") return deltatune::cli::train_command(args);
     static const std::set<std::string> kJobCommands = {
         "submit", "get", "list", "watch", "cancel", "pause", "resume", "events", "checkpoints"};
     if (kJobCommands.count(command)) return deltatune::cli::job_command(command, args);

@@ -25,9 +25,13 @@ namespace {
 constexpr char kManifest[] = "manifest.json";
 constexpr char kTmpPrefix[] = ".tmp-";
 
+}  // namespace
+
 std::string step_dir_name(int64_t step) {
     return absl::StrFormat("step-%010d", step);
 }
+
+namespace {
 
 bool parse_step_dir(const std::string& name, int64_t& step) {
     if (name.size() != 15 || name.rfind("step-", 0) != 0) return false;
@@ -103,6 +107,26 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::begin(const std::string& root
     std::random_device rd;
     w.tmp_dir_ =
         (fs::path(root) / absl::StrCat(kTmpPrefix, step_dir_name(step), "-", rd())).string();
+    fs::create_directories(w.tmp_dir_, ec);
+    if (ec)
+        return absl::PermissionDeniedError(
+            absl::StrCat(w.tmp_dir_, ": cannot create: ", ec.message()));
+    return w;
+}
+
+absl::StatusOr<CheckpointWriter> CheckpointWriter::begin_shared(const std::string& root,
+                                                                int64_t step,
+                                                                const std::string& shared,
+                                                                bool owner) {
+    CheckpointWriter w;
+    w.root_ = root;
+    w.step_ = step;
+    w.final_dir_ = (fs::path(root) / step_dir_name(step)).string();
+    w.tmp_dir_ =
+        (fs::path(root) / absl::StrCat(kTmpPrefix, shared, "-", step_dir_name(step))).string();
+    if (!owner) return w;
+    std::error_code ec;
+    fs::remove_all(w.tmp_dir_, ec);
     fs::create_directories(w.tmp_dir_, ec);
     if (ec)
         return absl::PermissionDeniedError(

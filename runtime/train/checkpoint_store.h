@@ -24,6 +24,11 @@ class CheckpointWriter {
   public:
     // Starts checkpoint `step` under `root` (created if needed) in a temporary directory.
     static absl::StatusOr<CheckpointWriter> begin(const std::string& root, int64_t step);
+    // A checkpoint written by several ranks into one temporary directory named from `shared`:
+    // the owner (rank 0) creates it fresh; the others only point at it (after a barrier), write
+    // their files, and leave commit() to the owner.
+    static absl::StatusOr<CheckpointWriter> begin_shared(const std::string& root, int64_t step,
+                                                         const std::string& shared, bool owner);
     // Path of a file to write inside the checkpoint (write it completely before commit()).
     std::string file(const std::string& name) const;
     // Hashes every file, writes manifest.json, renames the directory into place, fsyncs the root.
@@ -37,6 +42,8 @@ class CheckpointWriter {
 };
 
 // Committed checkpoints under `root`, oldest first. Stray temporary directories are removed.
+// "step-0000000042": the committed folder name of a step.
+std::string step_dir_name(int64_t step);
 absl::StatusOr<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root);
 // Verifies every file of the checkpoint against its manifest: DataLoss naming the file on a size
 // or checksum mismatch, a missing file or a malformed manifest.

@@ -1,81 +1,85 @@
-// Training checkpoint contents: safetensors for weights and moments, JSON for the rest.
+// Training checkpoint contents: per-rank safetensors shards, JSON for the rest.
 #include "runtime/train/train_state.h"
 
-#include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/safetensors.h"
 
 namespace deltatune {
 
-namespace {
-
-std::vector<std::pair<std::string, Tensor>> named(const ParamSet& set) {
-    std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& p : set.all()) out.emplace_back(p.name, p.value);
-    return out;
-}
-
-absl::Status read_into(const std::string& path, ParamSet& set) {
-    DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
-    for (auto& p : set.all()) {
-        auto t = f.get(p.name);
-        if (!t.ok()) return t.status();
-        if (t->shape() != p.value.shape() || t->dtype() != DType::kF32) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                path, ": tensor '", p.name, "' is ", t->shape_string(), " ", dtype_name(t->dtype()),
-                ", the model needs F32 ", p.value.shape_string()));
-        }
-        std::memcpy(p.value.raw_data(), t->raw_data(), t->nbytes());
-    }
-    return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
-                                                const ParamSet& params, const AdamWState& adam) {
-    DT_ASSIGN_OR_RETURN(CheckpointWriter w, CheckpointWriter::begin(root, state.step));
-    absl::Status s = write_safetensors(w.file("master.safetensors"), named(params));
-    if (s.ok()) s = write_safetensors(w.file("adam_m.safetensors"), named(adam.m));
-    if (s.ok()) s = write_safetensors(w.file("adam_v.safetensors"), named(adam.v));
-    if (s.ok()) {
-        const nlohmann::json j = {
-            {"step", state.step},           {"tokens", state.tokens},
-            {"adam_step", adam.step},       {"data_cursor", state.data_cursor},
-            {"last_loss", state.last_loss}, {"world_size", 1}};
-        s = write_file_atomic(w.file("state.json"), j.dump(2) + "\n");
+                                                const ShardedOptimizer& optimizer,
+                                                Communicator& comm) {
+    const bool owner = comm.rank() == 0;
+    // Every rank learns whether any rank failed, so all abandon together and none waits forever.
+    auto agree = [&](const absl::Status& mine) -> absl::Status {
+        double failures = mine.ok() ? 0 : 1;
+        DT_RETURN_IF_ERROR(comm.all_reduce_sum(&failures, 1));
+        if (!mine.ok()) return mine;
+        if (failures > 0) {
+            return absl::AbortedError(absl::StrCat("checkpoint step ", state.step,
+                                                   ": another rank failed to write its shard"));
+        }
+        return absl::OkStatus();
+    };
+    auto writer = CheckpointWriter::begin_shared(root, state.step, "ranks", owner);
+    DT_RETURN_IF_ERROR(agree(writer.status()));  // the owner has created the folder
+    absl::Status s = optimizer.save_shard(
+        writer->file(ShardedOptimizer::shard_file(comm.rank(), comm.world_size())));
+    if (s.ok() && owner) {
+        const nlohmann::json j = {{"step", state.step},
+                                  {"tokens", state.tokens},
+                                  {"adam_step", optimizer.adam_step()},
+                                  {"data_cursor", state.data_cursor},
+                                  {"last_loss", state.last_loss},
+                                  {"world_size", comm.world_size()},
+                                  {"group_sizes", optimizer.group_sizes()}};
+        s = write_file_atomic(writer->file("state.json"), j.dump(2) + "\n");
     }
-    if (!s.ok()) {
-        w.abandon();
-        return s;
+    if (absl::Status all = agree(s); !all.ok()) {
+        if (owner) writer->abandon();
+        return all;
     }
-    auto info = w.commit();
-    if (!info.ok()) w.abandon();
+    absl::StatusOr<CheckpointInfo> info = CheckpointInfo{state.step, "", 0, ""};
+    if (owner) {
+        info = writer->commit();
+        if (!info.ok()) writer->abandon();
+    }
+    DT_RETURN_IF_ERROR(agree(info.status()));  // nobody goes on before the commit
+    if (!owner) info->path = (std::filesystem::path(root) / step_dir_name(state.step)).string();
     return info;
 }
 
 absl::StatusOr<TrainState> load_train_state(const std::string& dir, ParamSet& params,
-                                            AdamWState& adam) {
+                                            ShardedOptimizer& optimizer) {
     DT_RETURN_IF_ERROR(verify_checkpoint(dir));
-    DT_RETURN_IF_ERROR(read_into(dir + "/master.safetensors", params));
-    DT_RETURN_IF_ERROR(read_into(dir + "/adam_m.safetensors", adam.m));
-    DT_RETURN_IF_ERROR(read_into(dir + "/adam_v.safetensors", adam.v));
     DT_ASSIGN_OR_RETURN(std::string text, read_file(dir + "/state.json"));
     TrainState state;
+    int world = 0;
+    int64_t adam_step = 0;
+    std::vector<int64_t> groups;
     try {
         const auto j = nlohmann::json::parse(text);
         state.step = j.at("step").get<int64_t>();
         state.tokens = j.at("tokens").get<int64_t>();
         state.data_cursor = j.at("data_cursor").get<std::string>();
         state.last_loss = j.value("last_loss", 0.0);
-        adam.step = j.at("adam_step").get<int64_t>();
+        adam_step = j.at("adam_step").get<int64_t>();
+        world = j.at("world_size").get<int>();
+        groups = j.at("group_sizes").get<std::vector<int64_t>>();
     } catch (const nlohmann::json::exception& e) {
         return absl::DataLossError(absl::StrCat(dir, "/state.json: ", e.what()));
     }
+    if (groups != optimizer.group_sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": parameter groups ", nlohmann::json(groups).dump(),
+            " do not match this model's ", nlohmann::json(optimizer.group_sizes()).dump()));
+    }
+    DT_RETURN_IF_ERROR(optimizer.load(dir, world, params));
+    optimizer.set_adam_step(adam_step);
     return state;
 }
 

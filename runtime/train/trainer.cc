@@ -115,22 +115,6 @@ absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin,
     return pack_documents(docs, vocab);
 }
 
-double global_norm(const ParamSet& grads) {
-    double sq = 0;
-    for (const auto& g : grads.all()) {
-        const float* d = g.value.data<float>();
-        for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
-    }
-    return std::sqrt(sq);
-}
-
-void scale(ParamSet& grads, float s) {
-    for (auto& g : grads.all()) {
-        float* d = g.value.data<float>();
-        for (int64_t i = 0; i < g.value.numel(); ++i) d[i] *= s;
-    }
-}
-
 // Token-weighted mean loss of a corpus (forward only), packed deterministically.
 absl::StatusOr<double> evaluate(Qwen35CpuModel& net, const Corpus& eval, const TrainConfig& c,
                                 int64_t vocab) {
@@ -158,8 +142,16 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     DT_ASSIGN_OR_RETURN(Loaded in, load_inputs(c, hooks));
     const int64_t vocab = in.model.config.vocab_size;
     ParamSet& params = in.model.params;
-    AdamWState adam = make_adamw_state(params);
-    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, 1, c.overlong};
+    LocalCommunicator local;
+    Communicator& comm = c.comm ? *c.comm : local;
+    const int world = comm.world_size(), rank = comm.rank();
+    const int shards = c.data_shards > 0 ? c.data_shards : world;
+    if (shards % world != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data_shards ", shards, " is not a multiple of the world size ", world));
+    }
+    ShardedOptimizer optimizer = ShardedOptimizer::create(params, &comm);
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, shards, c.overlong};
     DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(in.train.lengths(), po));
     const std::string ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
 
@@ -168,7 +160,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     TrainResult result;
     DT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> ckpts, list_checkpoints(ckpt_root));
     for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
-        auto loaded = load_train_state(it->path, params, adam);
+        auto loaded = load_train_state(it->path, params, optimizer);
         if (loaded.ok()) {
             state = *loaded;
             DT_RETURN_IF_ERROR(packer.restore(state.data_cursor));
@@ -198,7 +190,8 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         state.data_cursor = packer.cursor();
         hooks.on_event({"CHECKPOINT_STARTED", "INFO", "", {{"step", double(state.step)}}, {}});
         const auto t0 = std::chrono::steady_clock::now();
-        DT_ASSIGN_OR_RETURN(CheckpointInfo info, save_train_state(ckpt_root, state, params, adam));
+        DT_ASSIGN_OR_RETURN(CheckpointInfo info,
+                            save_train_state(ckpt_root, state, optimizer, comm));
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         result.latest_checkpoint = info.path;
@@ -219,38 +212,45 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         // trained targets of the whole step (a token-weighted mean, as without accumulation).
         std::vector<PackedBatch> micro;
         int64_t label_tokens = 0, real_tokens = 0;
-        uint64_t digest = 1469598103934665603ull;  // FNV-1a over the step's (doc, begin, end)
+        // FNV-1a over the global step's (doc, begin, end), whatever the world size.
+        uint64_t digest = 1469598103934665603ull;
         for (int64_t m = 0; m < c.grad_accum; ++m) {
-            const PackedBin bin = packer.next_step()[0];
-            for (const Segment& seg : bin.segments) {
-                for (int64_t v : {seg.doc, seg.begin, seg.end}) {
-                    digest = (digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+            const std::vector<PackedBin> bins = packer.next_step();
+            for (size_t i = 0; i < bins.size(); ++i) {
+                for (const Segment& seg : bins[i].segments) {
+                    for (int64_t v : {seg.doc, seg.begin, seg.end}) {
+                        digest = (digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+                    }
                 }
+                if (static_cast<int>(i) % world != rank) continue;
+                DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(in.train, bins[i], vocab));
+                label_tokens += b.label_tokens();
+                real_tokens += b.tokens();
+                micro.push_back(std::move(b));
             }
-            DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(in.train, bin, vocab));
-            label_tokens += b.label_tokens();
-            real_tokens += b.tokens();
-            micro.push_back(std::move(b));
         }
-        for (auto& g : grads.all()) g.value.fill_zero();
+        // The loss is the token-weighted mean over the global batch: every rank scales its
+        // gradients by the global count, and the reduce-scatter sums them.
+        double counts[2] = {static_cast<double>(label_tokens), static_cast<double>(real_tokens)};
+        DT_RETURN_IF_ERROR(comm.all_reduce_sum(counts, 2));
+        const auto global_labels = static_cast<int64_t>(counts[0]);
+        real_tokens = static_cast<int64_t>(counts[1]);
         double loss_sum = 0;
         for (const auto& b : micro) {
             if (b.label_tokens() == 0) continue;
+            for (auto& g : grads.all()) g.value.fill_zero();
             DT_ASSIGN_OR_RETURN(LossResult r, net.forward(b));
             loss_sum += r.loss_sum;
-            DT_RETURN_IF_ERROR(net.backward(grads, 1.0 / static_cast<double>(label_tokens)));
+            DT_RETURN_IF_ERROR(net.backward(grads, 1.0 / static_cast<double>(global_labels)));
+            optimizer.accumulate(grads);
         }
-        const double grad_norm = global_norm(grads);
-        if (c.max_grad_norm > 0 && grad_norm > c.max_grad_norm) {
-            scale(grads, static_cast<float>(c.max_grad_norm /
-                                            (grad_norm + 1e-6)));  // torch clip_grad_norm_
-        }
+        DT_RETURN_IF_ERROR(comm.all_reduce_sum(&loss_sum, 1));
         AdamWHyper hyper = c.adamw;
         hyper.lr = lr.at(state.step + 1);
-        adamw_update(params, grads, adam, hyper);
+        DT_ASSIGN_OR_RETURN(const double grad_norm, optimizer.step(params, hyper, c.max_grad_norm));
         ++state.step;
         state.tokens += real_tokens;
-        state.last_loss = label_tokens ? loss_sum / static_cast<double>(label_tokens) : 0.0;
+        state.last_loss = global_labels ? loss_sum / static_cast<double>(global_labels) : 0.0;
 
         const double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -263,8 +263,9 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         const double per_step = elapsed / static_cast<double>(state.step - first_step);
         p.eta_seconds = per_step * static_cast<double>(c.max_steps - state.step);
         p.metrics = {{"loss", state.last_loss}, {"lr", hyper.lr}, {"grad_norm", grad_norm}};
-        const double waste = 1.0 - static_cast<double>(real_tokens) /
-                                       static_cast<double>(c.grad_accum * c.tokens_per_batch);
+        const double waste =
+            1.0 - static_cast<double>(real_tokens) /
+                      static_cast<double>(c.grad_accum * shards * c.tokens_per_batch);
         hooks.on_event({"STEP_METRICS",
                         "INFO",
                         "",
@@ -295,7 +296,14 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         }
         p.latest_checkpoint = result.latest_checkpoint;
         hooks.on_progress(p);
-        const StopRequest stop = hooks.poll();
+        // Ranks stop together: any rank's request (the strongest one) is everyone's.
+        const StopRequest mine = hooks.poll();
+        double votes[2] = {mine == StopRequest::kExitNow ? 1.0 : 0.0,
+                           mine == StopRequest::kCheckpointAndExit ? 1.0 : 0.0};
+        if (world > 1) DT_RETURN_IF_ERROR(comm.all_reduce_sum(votes, 2));
+        const StopRequest stop = votes[0] > 0   ? StopRequest::kExitNow
+                                 : votes[1] > 0 ? StopRequest::kCheckpointAndExit
+                                                : StopRequest::kNone;
         if (stop == StopRequest::kExitNow) {
             result.step = state.step;
             return result;
@@ -318,7 +326,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     result.export_dir = (fs::path(c.output_dir) / "export").string();
     hooks.on_event(
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
-    DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, in.model));
+    if (rank == 0) DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, in.model));
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                           "generation_config.json"}) {
         const fs::path tok_dir = c.tokenizer.empty() ? fs::path(c.model_dir)
@@ -326,7 +334,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                                      ? fs::path(c.tokenizer)
                                      : fs::path(c.tokenizer).parent_path();
         std::error_code ec;
-        if (fs::exists(tok_dir / f))
+        if (rank == 0 && fs::exists(tok_dir / f))
             fs::copy_file(tok_dir / f, fs::path(result.export_dir) / f,
                           fs::copy_options::overwrite_existing, ec);
     }

@@ -15,6 +15,7 @@
 #include "kernels/adamw.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
+#include "runtime/dist/communicator.h"
 #include "runtime/train/lr_schedule.h"
 
 namespace deltatune {
@@ -40,6 +41,14 @@ struct TrainConfig {
     int64_t keep_last_n = 2;
     std::string output_dir;  // checkpoints/, export/, cache/
     uint64_t seed = 0;
+    // Data parallelism. `comm` (not owned; nullptr = one process) connects the ranks, which
+    // shard parameters and optimizer state (ShardedOptimizer). A step's global batch is
+    // `data_shards` packed bins per micro-step (0 = the world size), dealt round-robin over the
+    // ranks, so it is the same documents whatever the world size divides it: runs at world sizes
+    // 1, 2 and 3 with data_shards 6 train on identical batches, and a job can resume at another
+    // world size without skipping or repeating a document.
+    Communicator* comm = nullptr;
+    int data_shards = 0;
 };
 
 struct TrainerEvent {

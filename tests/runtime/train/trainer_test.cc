@@ -127,7 +127,7 @@ TEST_CASE("a corrupt newest checkpoint is reported and the previous one is used"
     auto ckpts = list_checkpoints(c.output_dir + "/checkpoints");
     REQUIRE(ckpts.ok());
     REQUIRE(ckpts->size() == 2);  // steps 2 and 4
-    const std::string victim = ckpts->back().path + "/adam_m.safetensors";
+    const std::string victim = ckpts->back().path + "/shard-0-of-1.safetensors";
     std::string bytes = *read_file(victim);
     bytes[bytes.size() / 2] ^= 0x10;
     REQUIRE(write_file_atomic(victim, bytes).ok());

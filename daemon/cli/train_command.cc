@@ -1,0 +1,98 @@
+// deltatune train JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]
+//     [--timeout S]
+// Runs a job's training loop in this process, without the daemon (paths in JOB.yaml are taken as
+// given). With --world-size W > 1, start W processes (ranks 0..W-1) that share the rendezvous
+// folder: they train data-parallel over Gloo with sharded parameters and optimizer state, and
+// write one checkpoint together. Prints one JSON line per step (rank 0) and a final summary.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/cli/commands.h"
+#include "daemon/cli/flags.h"
+#include "daemon/config/job_yaml.h"
+#include "daemon/rank/spec_to_config.h"
+#include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
+#include "runtime/dist/gloo_communicator.h"
+#include "runtime/train/trainer.h"
+
+namespace deltatune::cli {
+namespace {
+
+absl::Status run_train(const Flags& flags) {
+    if (flags.positional().size() != 1) {
+        return absl::InvalidArgumentError("expected exactly one JOB.yaml");
+    }
+    const std::string path = flags.positional()[0];
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<daemon::ParsedJobSpec> parsed = daemon::parse_job_yaml(text.str(), {});
+    if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+    }
+    daemon::normalize_job_spec(&parsed->spec, &parsed->present);
+    DT_RETURN_IF_ERROR(daemon::validate_job_spec(parsed->spec, {}));
+    DT_ASSIGN_OR_RETURN(TrainConfig config, train_config_from_spec(parsed->spec));
+
+    GlooOptions gloo;
+    DT_ASSIGN_OR_RETURN(const uint64_t rank, flags.get_uint("rank", 0));
+    DT_ASSIGN_OR_RETURN(const uint64_t world, flags.get_uint("world-size", 1));
+    DT_ASSIGN_OR_RETURN(const uint64_t shards, flags.get_uint("data-shards", 0));
+    DT_ASSIGN_OR_RETURN(const double timeout, flags.get_double("timeout", 60));
+    gloo.rank = static_cast<int>(rank);
+    gloo.world_size = static_cast<int>(world);
+    gloo.store_dir = flags.get("rendezvous");
+    gloo.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+    std::unique_ptr<Communicator> comm;
+    if (world > 1) {
+        if (gloo.store_dir.empty()) {
+            return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
+        }
+        DT_ASSIGN_OR_RETURN(comm, make_gloo_communicator(gloo));
+    }
+    config.comm = comm.get();
+    config.data_shards = static_cast<int>(shards);
+
+    TrainerHooks hooks;
+    hooks.on_event = [&](const TrainerEvent& e) {
+        if (rank != 0 || (e.type != "STEP_METRICS" && e.type != "RESUMED" &&
+                          e.type != "CHECKPOINT_COMMITTED" && e.type != "EVAL_METRICS")) {
+            return;
+        }
+        nlohmann::json j = {{"event", e.type}};
+        for (const auto& [k, v] : e.metrics) j[k] = v;
+        if (!e.message.empty()) j["message"] = e.message;
+        std::printf("%s\n",
+                    j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        std::fflush(stdout);
+    };
+    DT_ASSIGN_OR_RETURN(const TrainResult result, train(config, hooks));
+    if (rank == 0) {
+        std::printf("%s\n", nlohmann::json{{"event", "DONE"},
+                                           {"completed", result.completed},
+                                           {"step", result.step},
+                                           {"loss", result.last_loss},
+                                           {"export", result.export_dir}}
+                                .dump()
+                                .c_str());
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace
+
+int train_command(const std::vector<std::string>& args) {
+    absl::StatusOr<Flags> flags =
+        Flags::parse(args, {"rank", "world-size", "rendezvous", "data-shards", "timeout"});
+    absl::Status s = flags.ok() ? run_train(*flags) : flags.status();
+    if (s.ok()) return 0;
+    std::fprintf(stderr, "deltatune train: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace deltatune::cli

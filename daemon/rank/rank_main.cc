@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 
 #include "daemon/rank/spec_to_config.h"
 #include "deltatune/v1/rank.grpc.pb.h"
+#include "runtime/dist/gloo_communicator.h"
 
 namespace deltatune {
 
@@ -205,9 +207,28 @@ int rank_main(int argc, char** argv) {
     if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
     absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
     if (!config.ok()) result = config.status();
+    // Data-parallel ranks meet through a rendezvous folder of this attempt (a fresh one per
+    // attempt, so a relaunch never reads a dead attempt's addresses).
+    std::unique_ptr<Communicator> comm;
+    if (config.ok() && args.world > 1) {
+        GlooOptions gloo;
+        gloo.rank = args.rank;
+        gloo.world_size = args.world;
+        gloo.store_dir = (std::filesystem::path(args.spec).parent_path() / "rendezvous").string();
+        auto made = make_gloo_communicator(gloo);
+        if (made.ok()) {
+            comm = std::move(*made);
+            config->comm = comm.get();
+        } else {
+            config = made.status();
+        }
+    }
     if (config.ok()) {
         TrainerHooks hooks;
         hooks.on_event = [&](const TrainerEvent& e) {
+            // Rank 0 speaks for the job; the others report only what is theirs alone (warnings,
+            // errors) and the end of the export, which the exit contract needs from every rank.
+            if (args.rank != 0 && e.level == "INFO" && e.type != "EXPORT_COMPLETED") return;
             reporter.event(e, e.type != "STEP_METRICS");
         };
         hooks.on_progress = [&](const TrainProgress& p) { reporter.progress(p); };

@@ -338,6 +338,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
             fs::copy_file(tok_dir / f, fs::path(result.export_dir) / f,
                           fs::copy_options::overwrite_existing, ec);
     }
+    DT_RETURN_IF_ERROR(comm.barrier());  // every rank reports the export once it exists
     hooks.on_event({"EXPORT_COMPLETED",
                     "INFO",
                     result.export_dir,

@@ -21,7 +21,7 @@ import time
 from harness import Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
 
 STUBS = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
-D = Daemon()
+D = Daemon(heartbeat_timeout=5)
 D.init_model()
 make_tokenized_data(D.path("data", "train.jsonl"), 400, seed=3)
 D.start()
@@ -164,12 +164,48 @@ def test_kill_during_checkpoint_never_leaves_a_loadable_partial():
     check_matches_reference(name)
 
 
+REFERENCE2 = {}
+
+
+def two_rank_spec(output):
+    spec = C.spec(output=output, max_steps=STEPS, every=4)
+    spec.resources.cpu_ranks = 2
+    spec.max_restarts = 5
+    return spec
+
+
+def test_two_rank_job_recovers_from_a_killed_and_a_silent_rank():
+    ref = C.create(two_rank_spec("two-ref")).name
+    C.wait_state(ref, "SUCCEEDED", timeout=300)
+    REFERENCE2.update({s: r.pop() for s, r in step_records(ref).items()})
+    check(sorted(REFERENCE2) == list(range(1, STEPS + 1)), f"2-rank steps {sorted(REFERENCE2)}")
+    for how in (signal.SIGKILL, signal.SIGSTOP):
+        name = C.create(two_rank_spec(f"two-{how.name}")).name
+        C.wait(name, lambda j: j.progress.step >= 9, what="step 9")
+        pids = sorted(D.rank_pids(job_id(name)))
+        check(len(pids) == 2, f"rank pids {pids}")
+        t0 = time.time()
+        os.kill(pids[1], how)
+        C.wait(name, lambda j: j.attempt >= 1, timeout=30, what="a recovery")
+        detected = time.time() - t0
+        if how == signal.SIGSTOP:
+            check(detected < 5 + 3, f"silent rank detected after {detected:.1f} s (timeout 5 s)")
+        C.wait_state(name, "SUCCEEDED", timeout=300)
+        kinds = [e.details["kind"] for e in C.events(name) if e.type == "FAULT_DETECTED"]
+        check(kinds, f"{how.name}: no FAULT_DETECTED")
+        got = step_records(name)
+        check(sorted(got) == sorted(REFERENCE2), f"{how.name}: steps {sorted(got)}")
+        for step, records in got.items():
+            check(records == {REFERENCE2[step]}, f"{how.name}: step {step} {records}")
+
+
 try:
     run_tests([
         ("SIGKILL the daemon: resumes from its checkpoint, same data", test_daemon_sigkill_resumes_exactly),
         ("SIGKILL a rank: RECOVERING, resumed exactly", test_rank_sigkill_recovers_exactly),
         ("corrupt latest checkpoint: CHECKPOINT_CORRUPT and fallback", test_corrupt_latest_checkpoint_falls_back),
         ("kills during checkpoint writes leave only verifiable checkpoints", test_kill_during_checkpoint_never_leaves_a_loadable_partial),
+        ("2 CPU ranks: killed or silent rank, recovered exactly", test_two_rank_job_recovers_from_a_killed_and_a_silent_rank),
     ])
 finally:
     D.stop()

@@ -1,0 +1,141 @@
+// Gated RMSNorm (norm before the SiLU(z) gate), forward and backward, one warp per row (rows are
+// (token, value head) pairs of dv = 128 channels). The backward gives each block kRowsPerBlock
+// rows; its warps keep dw partial sums in shared memory, summed in warp order into one row of
+// partials per block for the deterministic column reduction.
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/gated_rmsnorm.h"
+
+namespace deltatune {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerBlock = 64;
+constexpr int64_t kMaxCols = 1024;
+
+using cuda::warp_sum;
+
+__device__ __forceinline__ float sigmoidf(float x) {
+    return 1.0f / (1.0f + __expf(-x));
+}
+
+// kernels
+
+__global__ void gated_rmsnorm_forward_kernel(__nv_bfloat16* out, float* rstd,
+                                             const __nv_bfloat16* x, const __nv_bfloat16* z,
+                                             const __nv_bfloat16* w, int64_t rows, int cols,
+                                             float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const __nv_bfloat16* xr = x + row * cols;
+    float ss = 0.0f;
+    for (int c = lane; c < cols; c += 32) {
+        const float v = __bfloat162float(xr[c]);
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
+    if (lane == 0) rstd[row] = rs;
+    const __nv_bfloat16* zr = z + row * cols;
+    __nv_bfloat16* yr = out + row * cols;
+    for (int c = lane; c < cols; c += 32) {
+        const float zv = __bfloat162float(zr[c]);
+        const float y = __bfloat162float(w[c]) * (__bfloat162float(xr[c]) * rs) * zv * sigmoidf(zv);
+        yr[c] = __float2bfloat16_rn(y);
+    }
+}
+
+__global__ void gated_rmsnorm_backward_kernel(__nv_bfloat16* dx, __nv_bfloat16* dz,
+                                              float* dw_partials, const __nv_bfloat16* dout,
+                                              const __nv_bfloat16* x, const __nv_bfloat16* z,
+                                              const __nv_bfloat16* w, const float* rstd,
+                                              int64_t rows, int cols) {
+    extern __shared__ float dw_acc[];  // (kWarps, cols)
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    float* acc = dw_acc + warp * cols;
+    for (int c = lane; c < cols; c += 32) acc[c] = 0.0f;
+    const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+    const int64_t row_end = min(rows, row_begin + kRowsPerBlock);
+    for (int64_t row = row_begin + warp; row < row_end; row += kWarps) {
+        const float rs = rstd[row];
+        const __nv_bfloat16* xr = x + row * cols;
+        const __nv_bfloat16* zr = z + row * cols;
+        const __nv_bfloat16* dyr = dout + row * cols;
+        float dot = 0.0f;  // sum of h * xhat, h = dy * silu(z) * w
+        for (int c = lane; c < cols; c += 32) {
+            const float xhat = __bfloat162float(xr[c]) * rs;
+            const float zv = __bfloat162float(zr[c]);
+            const float sig = sigmoidf(zv);
+            const float dy = __bfloat162float(dyr[c]);
+            const float wv = __bfloat162float(w[c]);
+            dot += dy * zv * sig * wv * xhat;
+            acc[c] += dy * zv * sig * xhat;
+            dz[row * cols + c] =
+                __float2bfloat16_rn(dy * wv * xhat * sig * (1.0f + zv * (1.0f - sig)));
+        }
+        const float mean = warp_sum(dot) / static_cast<float>(cols);
+        for (int c = lane; c < cols; c += 32) {
+            const float xhat = __bfloat162float(xr[c]) * rs;
+            const float zv = __bfloat162float(zr[c]);
+            const float h = __bfloat162float(dyr[c]) * zv * sigmoidf(zv) * __bfloat162float(w[c]);
+            dx[row * cols + c] = __float2bfloat16_rn(rs * (h - xhat * mean));
+        }
+    }
+    __syncthreads();  // the sum below reads every warp's accumulator
+    float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < kWarps; ++k) s += dw_acc[k * cols + c];
+        part[c] = s;
+    }
+}
+
+int backward_parts(int64_t rows) {
+    return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+// launchers
+
+bool gated_rmsnorm_supported(int64_t rows, int64_t cols) {
+    return rows >= 0 && rows < (int64_t{1} << 31) * kWarps && cols > 0 && cols <= kMaxCols;
+}
+
+cudaError_t gated_rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x,
+                                  const __nv_bfloat16* z, const __nv_bfloat16* w, int64_t rows,
+                                  int64_t cols, float eps, cudaStream_t stream) {
+    if (!gated_rmsnorm_supported(rows, cols)) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    gated_rmsnorm_forward_kernel<<<blocks, kWarps * 32, 0, stream>>>(out, rstd, x, z, w, rows,
+                                                                     static_cast<int>(cols), eps);
+    return cudaGetLastError();
+}
+
+size_t gated_rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
+    return sizeof(float) * static_cast<size_t>(backward_parts(rows)) * static_cast<size_t>(cols);
+}
+
+cudaError_t gated_rmsnorm_backward(__nv_bfloat16* dx, __nv_bfloat16* dz, float* dw,
+                                   const __nv_bfloat16* dout, const __nv_bfloat16* x,
+                                   const __nv_bfloat16* z, const __nv_bfloat16* w,
+                                   const float* rstd, int64_t rows, int64_t cols, void* workspace,
+                                   size_t workspace_bytes, cudaStream_t stream) {
+    if (!gated_rmsnorm_supported(rows, cols)) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    if (workspace_bytes < gated_rmsnorm_backward_workspace_bytes(rows, cols)) {
+        return cudaErrorInvalidValue;
+    }
+    const int parts = backward_parts(rows);
+    const size_t smem = sizeof(float) * kWarps * static_cast<size_t>(cols);
+    auto* partials = static_cast<float*>(workspace);
+    gated_rmsnorm_backward_kernel<<<parts, kWarps * 32, smem, stream>>>(
+        dx, dz, partials, dout, x, z, w, rstd, rows, static_cast<int>(cols));
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    return cuda::column_partials_accumulate(dw, partials, parts, static_cast<int>(cols), stream);
+}
+
+}  // namespace deltatune

@@ -102,7 +102,8 @@ absl::Status parse_root(const YAML::Node& root, DaemonConfig* c) {
                       {"heartbeat_timeout_seconds", seconds_to(&c->heartbeat_timeout_seconds)},
                       {"shutdown_grace_seconds", seconds_to(&c->shutdown_grace_seconds)},
                       {"rank_term_grace_seconds", seconds_to(&c->rank_term_grace_seconds)},
-                      {"rank_executable", string_to(&c->rank_executable)}})},
+                      {"rank_executable", string_to(&c->rank_executable)},
+                      {"gpu_memory_gib", seconds_to(&c->gpu_memory_gib)}})},
             {"limits", section({{"max_request_bytes", integer_to(&c->limits.max_request_bytes)},
                                 {"max_yaml_depth", integer_to(&c->limits.max_yaml_depth)},
                                 {"max_list_length", integer_to(&c->limits.max_list_length)}})},
@@ -178,6 +179,7 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
         in_range("scheduler.shutdown_grace_seconds", c.shutdown_grace_seconds, 0, 3600));
     DT_RETURN_IF_ERROR(
         in_range("scheduler.rank_term_grace_seconds", c.rank_term_grace_seconds, 0, 600));
+    DT_RETURN_IF_ERROR(in_range("scheduler.gpu_memory_gib", c.gpu_memory_gib, 1, 1 << 20));
     DT_RETURN_IF_ERROR(in_range("limits.max_request_bytes",
                                 static_cast<double>(c.limits.max_request_bytes), 1024, 64 << 20));
     DT_RETURN_IF_ERROR(in_range("limits.max_yaml_depth", c.limits.max_yaml_depth, 4, 256));

@@ -42,6 +42,8 @@ struct DaemonConfig {
     // The binary run as `<rank_executable> rank ...`; empty = this executable. Tests point it at a
     // fake rank so they do not depend on the trainer.
     std::string rank_executable;
+    // Memory of one GPU, for the memory planner's admission check of GPU jobs (H200: 141 GiB).
+    double gpu_memory_gib = 141;
     InputLimits limits;
 };
 

@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/model/qwen35_config.h"
+#include "runtime/train/memory_plan.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -242,6 +244,20 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
     DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
                         confine("output_dir", spec->output_dir(), output));
     return absl::OkStatus();
+}
+
+absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes) {
+    if (spec.resources().gpus() <= 0) return absl::OkStatus();
+    const std::string path = spec.model() + "/config.json";
+    absl::StatusOr<Qwen35Config> config = load_qwen35_config(path);
+    if (!config.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("INVALID_CONFIG: model: ", config.status().message()));
+    }
+    MemoryPlanInput in;
+    in.world_size = spec.resources().gpus();
+    in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
+    return check_fits(*config, in, gpu_memory_bytes);
 }
 
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,

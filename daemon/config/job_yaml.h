@@ -46,6 +46,11 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
 // the roots) is INVALID_ARGUMENT "DATASET_NOT_FOUND: ..." / "INVALID_CONFIG: ...".
 absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
 
+// GPU jobs: the memory planner's prediction for one rank (model config.json, world size = gpus,
+// tokens_per_batch, per-layer recompute) must fit `gpu_memory_bytes`; RESOURCE_EXHAUSTED
+// "MEMORY_PLAN: ..." with the breakdown otherwise. CPU jobs always pass.
+absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes);
+
 // normalize -> validate -> resolve paths: what CreateJob applies to an incoming spec.
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots, const InputLimits& limits);
 

@@ -42,6 +42,7 @@ struct JobManagerOptions {
     std::chrono::milliseconds rank_term_grace{2000};
     std::string rank_executable;  // absolute path, run as `<exe> rank ...`
     std::string rank_supervisor;  // the address ranks report to, "unix:<state_dir>/rank.sock"
+    int64_t gpu_memory_bytes = int64_t{141} << 30;  // one GPU, for the memory planner
 };
 
 // Options from the daemon config; rank_executable defaults to this process's binary.

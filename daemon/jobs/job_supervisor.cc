@@ -86,6 +86,7 @@ JobManagerOptions job_manager_options(const DaemonConfig& c) {
     o.rank_executable = c.rank_executable.empty() ? fs::read_symlink("/proc/self/exe", ec).string()
                                                   : c.rank_executable;
     o.rank_supervisor = "unix:" + c.state_dir + "/rank.sock";
+    o.gpu_memory_bytes = static_cast<int64_t>(c.gpu_memory_gib * double(int64_t{1} << 30));
     return o;
 }
 

@@ -153,6 +153,20 @@ def test_hostile_requests():
     check(code_of(lambda: C.create(huge)) == GRPC.StatusCode.RESOURCE_EXHAUSTED, "oversized")
     zero = C.spec(output="x", max_steps=0)
     check(code_of(lambda: C.create(zero)) == GRPC.StatusCode.INVALID_ARGUMENT, "max_steps 0")
+    os.makedirs(D.path("models", "qwen27b"))
+    import shutil
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
+                             "models", "qwen3.8-27b.json"), D.path("models", "qwen27b", "config.json"))
+    big = C.spec(model="qwen27b", output="big", tokens_per_batch=8192)
+    big.resources.gpus, big.resources.cpu_ranks = 1, 0
+    try:
+        C.create(big)
+        check(False, "a 27B job on one GPU must be refused")
+    except GRPC.RpcError as e:
+        check(e.code() == GRPC.StatusCode.RESOURCE_EXHAUSTED and "MEMORY_PLAN" in e.details()
+              and "it fits from 4 GPUs" in e.details(), f"memory plan refusal: {e.details()}")
+    big.resources.gpus = 4
+    check(C.create(big, validate_only=True).spec.resources.gpus == 4, "27B on 4 GPUs fits")
     check(C.stub.ListJobs(C.service_pb2.ListJobsRequest()) is not None, "daemon still serves")
 
 

@@ -1,0 +1,126 @@
+#include "runtime/train/memory_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace deltatune {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kFixedBytes = 3 * kGiB;  // CUDA context, cuBLAS(Lt)/NCCL workspaces, slack
+
+int64_t layer_parameters(const Qwen35Config& c, LayerType type) {
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    int64_t n = 2 * H + 3 * H * I;  // two norms + SwiGLU MLP
+    if (type == LayerType::kLinearAttention) {
+        const int64_t hv = c.linear_num_value_heads;
+        n += c.conv_dim() * H + c.value_dim() * H + 2 * hv * H +
+             c.conv_dim() * c.linear_conv_kernel_dim + 2 * hv + c.linear_value_head_dim +
+             H * c.value_dim();
+    } else {
+        const int64_t D = c.head_dim, hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+        n += 2 * hq * D * H + 2 * hkv * D * H + H * hq * D + 2 * D;
+    }
+    return n;
+}
+
+// Bytes per token a layer saves for its backward (bf16 activations; fp32 statistics).
+int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type) {
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    int64_t elems = 2 * H + 3 * I + H;  // norm inputs/outputs, gate/up/act, down input
+    if (type == LayerType::kLinearAttention) {
+        elems += 2 * c.conv_dim() + 3 * c.value_dim() + 2 * c.linear_num_value_heads;
+    } else {
+        const int64_t qd = c.num_attention_heads * c.head_dim,
+                      kvd = c.num_key_value_heads * c.head_dim;
+        elems += 3 * qd + 2 * kvd + qd + c.num_attention_heads * 2;  // q, gate, k, v, out, lse
+    }
+    return 2 * elems;
+}
+
+std::string gib(int64_t bytes) {
+    return absl::StrFormat("%.1f GiB", double(bytes) / double(kGiB));
+}
+
+}  // namespace
+
+absl::StatusOr<RecomputePolicy> parse_recompute_policy(const std::string& name) {
+    if (name == "none") return RecomputePolicy::kNone;
+    if (name == "layer" || name.empty()) return RecomputePolicy::kLayer;
+    return absl::InvalidArgumentError(
+        absl::StrCat("recompute policy: expected none or layer, got '", name, "'"));
+}
+
+int64_t count_parameters(const Qwen35Config& c) {
+    int64_t n = c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size;
+    for (LayerType t : c.layer_types) n += layer_parameters(c, t);
+    return n;
+}
+
+MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
+    MemoryPlan plan;
+    const int64_t W = std::max(1, in.world_size), T = in.tokens_per_batch;
+    plan.parameters = count_parameters(c);
+    const int64_t shard = (plan.parameters + W - 1) / W;
+    int64_t biggest_layer = 0, biggest_act = 0, all_act = 0;
+    for (LayerType t : c.layer_types) {
+        biggest_layer = std::max(biggest_layer, layer_parameters(c, t));
+        const int64_t act = layer_activation_bytes_per_token(c, t) * T;
+        biggest_act = std::max(biggest_act, act);
+        all_act += act;
+    }
+    const int64_t embed = c.vocab_size * c.hidden_size;
+    const int64_t saved = in.recompute == RecomputePolicy::kNone
+                              ? all_act
+                              : 2 * c.hidden_size * T * int64_t(c.layer_types.size()) + biggest_act;
+    plan.items = {
+        {"fp32 master weights + AdamW moments (shard)", 12 * shard},
+        {"bf16 parameters (shard)", 2 * shard},
+        {"fp32 gradients (shard)", 4 * shard},
+        {"gathered bf16 layers (computing + prefetched)", 2 * 2 * std::max(biggest_layer, embed)},
+        {"unsharded fp32 gradient of one layer", 4 * std::max(biggest_layer, embed)},
+        {in.recompute == RecomputePolicy::kNone ? "activations (all layers)"
+                                                : "activations (layer inputs + one layer)",
+         saved},
+        {"cross-entropy chunk (bf16 logits + fp32 softmax)",
+         std::min(in.ce_chunk_tokens, T) * c.vocab_size * 6},
+        {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
+        {"CUDA context, workspaces, allocator slack", kFixedBytes},
+    };
+    for (const auto& item : plan.items) plan.peak_bytes += item.bytes;
+    return plan;
+}
+
+std::string MemoryPlan::describe() const {
+    std::string out =
+        absl::StrCat("peak ", gib(peak_bytes), " per rank (",
+                     absl::StrFormat("%.2f B", double(parameters) / 1e9), " parameters) = ");
+    for (size_t i = 0; i < items.size(); ++i) {
+        absl::StrAppend(&out, i ? " + " : "", items[i].what, " ", gib(items[i].bytes));
+    }
+    return out;
+}
+
+absl::Status check_fits(const Qwen35Config& c, const MemoryPlanInput& in, int64_t device_bytes,
+                        double headroom) {
+    const MemoryPlan plan = plan_memory(c, in);
+    const auto usable = static_cast<int64_t>(double(device_bytes) * (1.0 - headroom));
+    if (plan.peak_bytes <= usable) return absl::OkStatus();
+    std::string hint = "no world size up to 1024 fits: lower tokens_per_batch";
+    for (int w = in.world_size + 1; w <= 1024; ++w) {
+        MemoryPlanInput more = in;
+        more.world_size = w;
+        if (plan_memory(c, more).peak_bytes <= usable) {
+            hint = absl::StrCat("it fits from ", w, " GPUs");
+            break;
+        }
+    }
+    return absl::ResourceExhaustedError(
+        absl::StrCat("MEMORY_PLAN: does not fit: ", plan.describe(), "; the device has ",
+                     gib(device_bytes), " (", gib(usable), " usable) at world size ", in.world_size,
+                     ", ", in.tokens_per_batch, " tokens per batch; ", hint));
+}
+
+}  // namespace deltatune

@@ -1,0 +1,53 @@
+// The memory planner: predicts one GPU rank's peak memory for a training job from the model
+// config, world size, tokens per micro-batch and the activation-recompute policy, before any
+// weight is loaded, so the daemon can refuse a job that cannot fit with the numbers that say why.
+//
+// The model of memory follows the training step (architecture.md): per rank, the bf16 parameter
+// shard, fp32 master weights, AdamW moments and gradient shard (each 1/world of the flat padded
+// groups); two gathered bf16 layers (the one computing and the one prefetched) and one layer's
+// unsharded fp32 gradient before its reduce-scatter; the embedding and LM head gathered while
+// they run; activations (every layer's saved tensors without recompute; with per-layer recompute,
+// each layer's input plus one layer's saved tensors); the fused cross-entropy's chunk; and a fixed
+// allowance for the CUDA context, cuBLAS workspaces and allocator slack.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+enum class RecomputePolicy { kNone, kLayer };
+absl::StatusOr<RecomputePolicy> parse_recompute_policy(const std::string& name);  // none|layer
+
+struct MemoryPlanInput {
+    int world_size = 1;
+    int64_t tokens_per_batch = 8192;
+    RecomputePolicy recompute = RecomputePolicy::kLayer;
+    int64_t ce_chunk_tokens = 1024;  // fused linear cross-entropy chunk
+};
+
+struct MemoryPlan {
+    int64_t parameters = 0;  // total model parameters
+    struct Item {
+        std::string what;
+        int64_t bytes = 0;
+    };
+    std::vector<Item> items;  // the breakdown, largest contributors first as listed
+    int64_t peak_bytes = 0;
+    // "peak 412.3 GiB per rank = master+moments 301.9 GiB + ..."
+    std::string describe() const;
+};
+
+int64_t count_parameters(const Qwen35Config& config);
+MemoryPlan plan_memory(const Qwen35Config& config, const MemoryPlanInput& input);
+
+// OK when the plan fits `device_bytes` with `headroom` (fraction kept free); otherwise
+// ResourceExhausted quoting the plan, the device and the smallest world size that would fit.
+absl::Status check_fits(const Qwen35Config& config, const MemoryPlanInput& input,
+                        int64_t device_bytes, double headroom = 0.05);
+
+}  // namespace deltatune

@@ -1,0 +1,74 @@
+// The memory planner: parameter counts of the published widths (benchmark.md's 27B-slice has
+// 5.59 B), and fit decisions for the full Qwen3.8-27B on H200s (141 GiB): 1 and 2 GPUs cannot
+// hold its fp32 optimizer state, 4 can (benchmark.md's memory target).
+#include <catch2/catch.hpp>
+
+#include "runtime/train/memory_plan.h"
+
+namespace deltatune {
+namespace {
+
+Qwen35Config qwen_27b(int layers) {
+    Qwen35Config c;
+    c.vocab_size = 248320;
+    c.hidden_size = 5120;
+    c.intermediate_size = 17408;
+    c.num_attention_heads = 24;
+    c.num_key_value_heads = 4;
+    c.head_dim = 256;
+    c.linear_num_key_heads = 16;
+    c.linear_num_value_heads = 48;
+    c.linear_key_head_dim = 128;
+    c.linear_value_head_dim = 128;
+    c.linear_conv_kernel_dim = 4;
+    c.tie_word_embeddings = false;
+    c.num_layers = layers;
+    for (int l = 0; l < layers; ++l) {
+        c.layer_types.push_back(l % 4 == 3 ? LayerType::kFullAttention
+                                           : LayerType::kLinearAttention);
+    }
+    return c;
+}
+
+constexpr int64_t kH200 = int64_t{141} << 30;
+
+TEST_CASE("parameter count of the 27B-slice is benchmark.md's 5.59 B", "[memory_plan]") {
+    const int64_t n = count_parameters(qwen_27b(8));
+    CHECK(n > 5.585e9);
+    CHECK(n < 5.595e9);
+    const int64_t full = count_parameters(qwen_27b(64));
+    CHECK(full > 26e9);
+    CHECK(full < 28e9);
+}
+
+TEST_CASE("the full 27B fits 4 H200s but not 1 or 2, with numbers in the refusal",
+          "[memory_plan]") {
+    const Qwen35Config c = qwen_27b(64);
+    MemoryPlanInput in;
+    in.tokens_per_batch = 8192;
+    in.world_size = 1;
+    const absl::Status one = check_fits(c, in, kH200);
+    REQUIRE(one.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(one.message().find("MEMORY_PLAN") != std::string_view::npos);
+    CHECK(one.message().find("fp32 master weights + AdamW moments") != std::string_view::npos);
+    CHECK(one.message().find("it fits from 4 GPUs") != std::string_view::npos);
+    in.world_size = 2;
+    CHECK(check_fits(c, in, kH200).code() == absl::StatusCode::kResourceExhausted);
+    in.world_size = 4;
+    CHECK(check_fits(c, in, kH200).ok());
+    WARN(plan_memory(c, in).describe());
+}
+
+TEST_CASE("recompute per layer saves activation memory", "[memory_plan]") {
+    MemoryPlanInput in;
+    in.recompute = RecomputePolicy::kNone;
+    const int64_t none = plan_memory(qwen_27b(8), in).peak_bytes;
+    in.recompute = RecomputePolicy::kLayer;
+    const int64_t layer = plan_memory(qwen_27b(8), in).peak_bytes;
+    CHECK(layer < none);
+    CHECK(parse_recompute_policy("sometimes").status().code() ==
+          absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace deltatune

@@ -109,6 +109,11 @@ class JobManager {
 
     // The rank protocol: applies a report and says what the rank must do next.
     v1::RankDirective::Action on_rank_report(const v1::RankReport& report);
+    // The rendezvous store of a running attempt; FailedPrecondition for any other attempt.
+    absl::Status store_set(const std::string& job, int attempt, const std::string& key,
+                           std::string value);
+    absl::StatusOr<std::optional<std::string>> store_get(const std::string& job, int attempt,
+                                                         const std::string& key);
 
     // Daemon shutdown: stop admitting, ask running ranks to checkpoint and exit, wait up to
     // `grace`, kill what is left, and leave every job QUEUED/PAUSED/terminal so a restart resumes.

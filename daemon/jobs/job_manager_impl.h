@@ -22,8 +22,9 @@ struct Attempt {
     std::vector<Clock::time_point> last_report;
     int alive = 0;
     Ending ending = Ending::kNone;
-    bool all_zero = true;     // every rank that exited so far exited 0
-    std::string export_path;  // from an EXPORT_COMPLETED event
+    bool all_zero = true;                           // every rank that exited so far exited 0
+    std::string export_path;                        // from an EXPORT_COMPLETED event
+    std::map<std::string, std::string> rendezvous;  // the ranks' store (StoreSet/StoreGet)
 };
 
 struct Record {

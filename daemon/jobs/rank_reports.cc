@@ -6,7 +6,9 @@
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/jobs/job_manager_impl.h"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -102,6 +104,48 @@ v1::RankDirective::Action JobManager::Impl::report(const v1::RankReport& rep) {
         default:
             return v1::RankDirective::EXIT_NOW;
     }
+}
+
+}  // namespace deltatune::daemon
+
+namespace deltatune::daemon {
+namespace {
+
+// The current attempt of `job`, or FailedPrecondition naming what is stale.
+absl::StatusOr<Attempt*> current_attempt(JobManager::Impl& m, const std::string& job, int attempt) {
+    auto it = m.jobs.find(job.rfind("jobs/", 0) == 0 ? job.substr(5) : job);
+    if (it == m.jobs.end() || !it->second.attempt || it->second.attempt->number != attempt) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(job, " attempt ", attempt, " is not running"));
+    }
+    return &*it->second.attempt;
+}
+
+}  // namespace
+
+absl::Status JobManager::store_set(const std::string& job, int attempt, const std::string& key,
+                                   std::string value) {
+    constexpr size_t kMaxKeys = 4096, kMaxBytes = 1 << 20;
+    if (key.size() > 1024 || value.size() > kMaxBytes) {
+        return absl::InvalidArgumentError("rendezvous key or value too large");
+    }
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    DT_ASSIGN_OR_RETURN(Attempt * a, current_attempt(*impl_, job, attempt));
+    if (a->rendezvous.size() >= kMaxKeys && !a->rendezvous.count(key)) {
+        return absl::ResourceExhaustedError("rendezvous store full");
+    }
+    a->rendezvous[key] = std::move(value);
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> JobManager::store_get(const std::string& job,
+                                                                 int attempt,
+                                                                 const std::string& key) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    DT_ASSIGN_OR_RETURN(Attempt * a, current_attempt(*impl_, job, attempt));
+    auto it = a->rendezvous.find(key);
+    if (it == a->rendezvous.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
 }
 
 }  // namespace deltatune::daemon

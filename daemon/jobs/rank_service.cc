@@ -18,6 +18,34 @@ grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* c
     return reactor;
 }
 
+namespace {
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(
+        s.ok() ? grpc::Status::OK
+               : grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
+    return reactor;
+}
+}  // namespace
+
+grpc::ServerUnaryReactor* RankServiceImpl::StoreSet(grpc::CallbackServerContext* ctx,
+                                                    const v1::StoreSetRequest* request,
+                                                    v1::StoreSetResponse*) {
+    return finish(ctx, manager_->store_set(request->job(), request->attempt(), request->key(),
+                                           request->value()));
+}
+
+grpc::ServerUnaryReactor* RankServiceImpl::StoreGet(grpc::CallbackServerContext* ctx,
+                                                    const v1::StoreGetRequest* request,
+                                                    v1::StoreGetResponse* response) {
+    auto value = manager_->store_get(request->job(), request->attempt(), request->key());
+    if (value.ok() && value->has_value()) {
+        response->set_found(true);
+        response->set_value(**value);
+    }
+    return finish(ctx, value.status());
+}
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(RankServiceImpl* service,
                                                                 const std::string& socket_path) {
     if (socket_path.size() > 107) {

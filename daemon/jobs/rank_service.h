@@ -20,6 +20,12 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
     grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
                                      const v1::RankReport* request,
                                      v1::RankDirective* response) override;
+    grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx,
+                                       const v1::StoreSetRequest* request,
+                                       v1::StoreSetResponse* response) override;
+    grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx,
+                                       const v1::StoreGetRequest* request,
+                                       v1::StoreGetResponse* response) override;
 
   private:
     JobManager* manager_;

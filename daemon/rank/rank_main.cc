@@ -45,6 +45,47 @@ bool parse_args(int argc, char** argv, RankArgs& a) {
     return true;
 }
 
+// The attempt's rendezvous store, kept by the supervisor (RankService StoreSet/StoreGet).
+class SupervisorStore final : public KeyValueStore {
+  public:
+    explicit SupervisorStore(const RankArgs& args)
+        : args_(args),
+          stub_(v1::RankService::NewStub(
+              grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials()))) {}
+    absl::Status set(const std::string& key, const std::string& value) override {
+        v1::StoreSetRequest req;
+        req.set_job(args_.job);
+        req.set_attempt(args_.attempt);
+        req.set_key(key);
+        req.set_value(value);
+        v1::StoreSetResponse resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        return to_status(stub_->StoreSet(&ctx, req, &resp));
+    }
+    absl::StatusOr<std::optional<std::string>> get(const std::string& key) override {
+        v1::StoreGetRequest req;
+        req.set_job(args_.job);
+        req.set_attempt(args_.attempt);
+        req.set_key(key);
+        v1::StoreGetResponse resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (absl::Status s = to_status(stub_->StoreGet(&ctx, req, &resp)); !s.ok()) return s;
+        if (!resp.found()) return std::optional<std::string>();
+        return std::optional<std::string>(resp.value());
+    }
+
+  private:
+    static absl::Status to_status(const grpc::Status& s) {
+        if (s.ok()) return absl::OkStatus();
+        return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                            "rendezvous store: " + s.error_message());
+    }
+    RankArgs args_;
+    std::unique_ptr<v1::RankService::Stub> stub_;
+};
+
 // Buffers events and progress and sends them to the supervisor: on every step, on important
 // events, and every second from a heartbeat thread while long phases (load, tokenize) run.
 class Reporter {
@@ -207,14 +248,14 @@ int rank_main(int argc, char** argv) {
     if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
     absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
     if (!config.ok()) result = config.status();
-    // Data-parallel ranks meet through a rendezvous folder of this attempt (a fresh one per
-    // attempt, so a relaunch never reads a dead attempt's addresses).
+    // Data-parallel ranks meet through the supervisor's store for this attempt (a fresh one per
+    // attempt, so a relaunch never reads a dead attempt's addresses): no shared filesystem.
     std::unique_ptr<Communicator> comm;
     if (config.ok() && args.world > 1) {
         GlooOptions gloo;
         gloo.rank = args.rank;
         gloo.world_size = args.world;
-        gloo.store_dir = (std::filesystem::path(args.spec).parent_path() / "rendezvous").string();
+        gloo.store = std::make_shared<SupervisorStore>(args);
         auto made = make_gloo_communicator(gloo);
         if (made.ok()) {
             comm = std::move(*made);

@@ -93,6 +93,34 @@ class GlooCommunicator final : public Communicator {
     std::vector<float> scratch_;
 };
 
+// Gloo's store interface over a KeyValueStore (errors become the exceptions Gloo expects).
+class StoreAdapter final : public gloo::rendezvous::Store {
+  public:
+    StoreAdapter(std::shared_ptr<KeyValueStore> kv, std::chrono::milliseconds timeout)
+        : kv_(std::move(kv)), timeout_(timeout) {}
+    void set(const std::string& key, const std::vector<char>& data) override {
+        const absl::Status s = kv_->set(key, std::string(data.begin(), data.end()));
+        if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+    }
+    std::vector<char> get(const std::string& key) override {
+        absl::StatusOr<std::string> v = kv_->wait(key, timeout_);
+        if (!v.ok()) throw std::runtime_error(std::string(v.status().message()));
+        return std::vector<char>(v->begin(), v->end());
+    }
+    void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+    void wait(const std::vector<std::string>& keys,
+              const std::chrono::milliseconds& timeout) override {
+        for (const auto& k : keys) {
+            absl::StatusOr<std::string> v = kv_->wait(k, timeout);
+            if (!v.ok()) throw std::runtime_error(std::string(v.status().message()));
+        }
+    }
+
+  private:
+    std::shared_ptr<KeyValueStore> kv_;
+    std::chrono::milliseconds timeout_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions& o) {
@@ -101,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooO
             absl::StrCat("rank ", o.rank, " of world size ", o.world_size));
     }
     std::error_code ec;
-    std::filesystem::create_directories(o.store_dir, ec);
+    if (!o.store) std::filesystem::create_directories(o.store_dir, ec);
     if (ec) {
         return absl::PermissionDeniedError(
             absl::StrCat(o.store_dir, ": cannot create the rendezvous folder: ", ec.message()));
@@ -110,16 +138,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooO
         gloo::transport::tcp::attr attr;
         attr.hostname = o.host;
         auto device = gloo::transport::tcp::CreateDevice(attr);
-        gloo::rendezvous::FileStore file_store(o.store_dir);
-        gloo::rendezvous::PrefixStore store(o.prefix.empty() ? "deltatune" : o.prefix, file_store);
+        std::unique_ptr<gloo::rendezvous::Store> base;
+        if (o.store) {
+            base = std::make_unique<StoreAdapter>(o.store, o.timeout);
+        } else {
+            base = std::make_unique<gloo::rendezvous::FileStore>(o.store_dir);
+        }
+        gloo::rendezvous::PrefixStore store(o.prefix.empty() ? "deltatune" : o.prefix, *base);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
         ctx->setTimeout(o.timeout);
         ctx->connectFullMesh(store, device);
         return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(ctx), o.timeout));
     } catch (const std::exception& e) {
-        return absl::DeadlineExceededError(absl::StrCat("gloo rendezvous in ", o.store_dir,
-                                                        " (rank ", o.rank, " of ", o.world_size,
-                                                        "): ", e.what()));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "gloo rendezvous in ", o.store ? std::string("the supervisor's store") : o.store_dir,
+            " (rank ", o.rank, " of ", o.world_size, "): ", e.what()));
     }
 }
 

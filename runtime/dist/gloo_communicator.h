@@ -8,14 +8,16 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/dist/kv_store.h"
 
 namespace deltatune {
 
 struct GlooOptions {
     int rank = 0;
     int world_size = 1;
-    std::string store_dir;  // rendezvous folder (created if missing)
-    std::string prefix;     // keys of this attempt (stale keys of older attempts are ignored)
+    std::shared_ptr<KeyValueStore> store;  // the rendezvous store; else a folder:
+    std::string store_dir;                 // rendezvous folder (created if missing)
+    std::string prefix;  // keys of this attempt (stale keys of older attempts are ignored)
     std::string host = "127.0.0.1";            // interface the ranks listen on
     std::chrono::milliseconds timeout{60000};  // per collective and for the rendezvous
 };

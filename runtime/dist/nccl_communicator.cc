@@ -23,6 +23,24 @@ ncclComm_t as_comm(void* p) {
 
 // Rank 0 publishes the id (write + rename: readers never see a partial file); the others poll.
 absl::StatusOr<ncclUniqueId> exchange_id(const NcclOptions& o) {
+    if (o.store) {
+        ncclUniqueId id{};
+        const std::string key = o.prefix + ".id";
+        if (o.rank == 0) {
+            if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+                return absl::UnavailableError(
+                    absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+            }
+            DT_RETURN_IF_ERROR(o.store->set(key, std::string(id.internal, sizeof(id.internal))));
+            return id;
+        }
+        DT_ASSIGN_OR_RETURN(const std::string bytes, o.store->wait(key, o.timeout));
+        if (bytes.size() != sizeof(id.internal)) {
+            return absl::DataLossError(absl::StrCat("NCCL id of ", bytes.size(), " bytes"));
+        }
+        std::copy(bytes.begin(), bytes.end(), id.internal);
+        return id;
+    }
     std::error_code ec;
     fs::create_directories(o.store_dir, ec);
     const fs::path path = fs::path(o.store_dir) / (o.prefix + ".id");

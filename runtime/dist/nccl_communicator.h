@@ -14,15 +14,17 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/dist/kv_store.h"
 
 namespace deltatune {
 
 struct NcclOptions {
     int rank = 0;
     int world_size = 1;
-    int device = 0;               // CUDA device of this rank
-    std::string store_dir;        // rendezvous folder shared by the ranks
-    std::string prefix = "nccl";  // file name of this attempt's unique id
+    int device = 0;                        // CUDA device of this rank
+    std::shared_ptr<KeyValueStore> store;  // the rendezvous store; else a folder:
+    std::string store_dir;                 // rendezvous folder shared by the ranks
+    std::string prefix = "nccl";           // file name of this attempt's unique id
     std::chrono::milliseconds timeout{120000};
 };
 

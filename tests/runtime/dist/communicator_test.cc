@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -31,16 +33,40 @@ void on_ranks(int world, const std::function<void(int)>& fn) {
     for (auto& t : threads) t.join();
 }
 
+// A KeyValueStore in memory, shared by the threads (the daemon's is the supervisor's).
+class MemoryStore final : public KeyValueStore {
+  public:
+    absl::Status set(const std::string& key, const std::string& value) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        map_[key] = value;
+        return absl::OkStatus();
+    }
+    absl::StatusOr<std::optional<std::string>> get(const std::string& key) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = map_.find(key);
+        if (it == map_.end()) return std::optional<std::string>();
+        return std::optional<std::string>(it->second);
+    }
+
+  private:
+    std::mutex mu_;
+    std::map<std::string, std::string> map_;
+};
+
 TEST_CASE("Gloo all-reduce, all-gather and reduce-scatter equal plain sums", "[dist]") {
-    for (int world = 1; world <= 3; ++world) {
+    for (int trial = 0; trial < 6; ++trial) {
+        const int world = 1 + trial % 3;
+        const bool memory = trial >= 3;  // rendezvous through a KeyValueStore, else a folder
+        auto store = std::make_shared<MemoryStore>();
         testing::TempDir tmp;
         const size_t shard = 37;
         std::vector<std::vector<float>> reduced(world), gathered(world), scattered(world);
         std::vector<double> dsum(world);
         std::vector<absl::Status> status(world);
         on_ranks(world, [&](int r) {
-            auto comm = make_gloo_communicator(
-                {r, world, tmp.file("rdv"), "t", "127.0.0.1", std::chrono::milliseconds(20000)});
+            auto comm =
+                make_gloo_communicator({r, world, memory ? store : nullptr, tmp.file("rdv"), "t",
+                                        "127.0.0.1", std::chrono::milliseconds(20000)});
             if (!comm.ok()) {
                 status[r] = comm.status();
                 return;
@@ -59,7 +85,7 @@ TEST_CASE("Gloo all-reduce, all-gather and reduce-scatter equal plain sums", "[d
         });
         for (int r = 0; r < world; ++r) REQUIRE(status[r].ok());
         for (int r = 0; r < world; ++r) {
-            INFO("world " << world << " rank " << r);
+            INFO("world " << world << " rank " << r << (memory ? " (store)" : " (folder)"));
             CHECK(dsum[r] == Approx(world * (world - 1) / 2.0 + 0.5 * world));
             for (size_t i = 0; i < shard * world; ++i) {
                 double want = 0;
@@ -79,8 +105,8 @@ TEST_CASE("Gloo all-reduce, all-gather and reduce-scatter equal plain sums", "[d
 TEST_CASE("Gloo: a peer that never arrives is an error within the timeout", "[dist]") {
     testing::TempDir tmp;
     const auto t0 = std::chrono::steady_clock::now();
-    auto comm = make_gloo_communicator(
-        {0, 2, tmp.file("rdv"), "lonely", "127.0.0.1", std::chrono::milliseconds(1500)});
+    auto comm = make_gloo_communicator({0, 2, std::make_shared<MemoryStore>(), tmp.file("rdv"),
+                                        "lonely", "127.0.0.1", std::chrono::milliseconds(1500)});
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     REQUIRE_FALSE(comm.ok());
@@ -106,7 +132,7 @@ TEST_CASE("NCCL collectives over every GPU present equal plain sums", "[dist][cu
     std::vector<absl::Status> status(world);
     on_ranks(world, [&](int r) {
         auto comm = NcclCommunicator::create(
-            {r, world, r, tmp.file("rdv"), "t", std::chrono::milliseconds(60000)});
+            {r, world, r, nullptr, tmp.file("rdv"), "t", std::chrono::milliseconds(60000)});
         if (!comm.ok()) {
             status[r] = comm.status();
             return;
@@ -160,8 +186,8 @@ TEST_CASE("NCCL: a peer that never arrives aborts within the timeout", "[dist][c
     if (!gpus(n)) return;
     testing::TempDir tmp;
     const auto t0 = std::chrono::steady_clock::now();
-    auto comm = NcclCommunicator::create(
-        {0, 2, 0, tmp.file("rdv"), "lonely", std::chrono::milliseconds(3000)});
+    auto comm = NcclCommunicator::create({0, 2, 0, std::make_shared<MemoryStore>(), tmp.file("rdv"),
+                                          "lonely", std::chrono::milliseconds(3000)});
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     REQUIRE_FALSE(comm.ok());

@@ -6,7 +6,13 @@
 // q and k arrive already L2-normalised; `scale` (dk^-1/2 in the model) is applied to q here.
 // Gradient contract: all gradients are written (=); dq, dk sum over the value heads of a group.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace deltatune {
 
@@ -22,5 +28,39 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
                                    const T* q, const T* k, const T* v, const T* g, const T* beta,
                                    const int32_t* cu_seqlens, int64_t num_docs, int64_t k_heads,
                                    int64_t v_heads, int64_t dk, int64_t dv, T scale);
+
+#if DELTATUNE_HAVE_CUDA
+// CUDA, chunked (64 tokens) with the gates and the q/k L2 norm fused (device pointers,
+// stream-ordered). Unlike the reference, q and k arrive raw and are normalised inside
+// (x / sqrt(sum x^2 + 1e-6)), and the gates come as their pre-activations:
+//   beta = sigmoid(b),  g = -exp(A_log[j]) * softplus(a + dt_bias[j])   (fp32).
+// q, k: (tokens, k_heads, 128) bf16; v, out: (tokens, v_heads, 128) bf16; a, b: (tokens,
+// v_heads) bf16; A_log, dt_bias: (v_heads) fp32; cu_seqlens: (num_docs + 1) int32 on the device.
+// Chunks are fixed 64-token windows of the packed stream; a chunk may hold several documents, and
+// every matrix that would couple two documents is masked, so the state resets at each start.
+// State math in fp32, chunk-local matrix products on tensor cores (tf32). `workspace` holds the
+// per-chunk intermediates (see the *_workspace_bytes functions); no host synchronisation.
+bool gated_delta_rule_supported(int64_t tokens, int64_t k_heads, int64_t v_heads, int64_t dk,
+                                int64_t dv);
+size_t gated_delta_rule_forward_workspace_bytes(int64_t tokens, int64_t v_heads);
+cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const __nv_bfloat16* q,
+                                     const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                     const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                     const float* A_log, const float* dt_bias,
+                                     const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens,
+                                     int64_t k_heads, int64_t v_heads, float scale, void* workspace,
+                                     size_t workspace_bytes, cudaStream_t stream);
+// Recomputes the forward's intermediates, then writes (=) dq, dk (summed over each key head's
+// value heads), dv, da, db in bf16 and accumulates (+=) dA_log, ddt_bias (v_heads, fp32) through
+// a deterministic per-chunk reduction.
+size_t gated_delta_rule_backward_workspace_bytes(int64_t tokens, int64_t v_heads);
+cudaError_t gated_delta_rule_backward(
+    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
+    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
+    size_t workspace_bytes, cudaStream_t stream);
+#endif
 
 }  // namespace deltatune

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-OUT=.device-build
+OUT=${BUNDLE_DIR:-.device-build}  # another folder lets two bundles coexist
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
 shopt -s nullglob  # a build dir may hold only some of the targets (e.g. just kernels_tests)
 for t in "$BUILD_DIR"/tests/*_tests; do strip --strip-debug -o "$OUT/bin/$(basename "$t")" "$t"; done

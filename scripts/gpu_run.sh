@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, over .device-build/ (see gpu_bundle.sh):
+# Runs on the GPU machine, from the repository root, over ${BUNDLE_DIR:-.device-build}/ (see gpu_bundle.sh):
 # every test executable, then prints a short table. Results also go to $OUT when set.
 set -uo pipefail
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/.device-build/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/${BUNDLE_DIR:-.device-build}/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 LOG=${OUT:-/tmp}/gpu_tests.log
 : > "$LOG"
 printf '%-16s %-8s %s\n' "suite" "result" "summary" | tee -a "$LOG"
-export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/.device-build
-for t in .device-build/bin/*_tests; do
+export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/${BUNDLE_DIR:-.device-build}
+for t in ${BUNDLE_DIR:-.device-build}/bin/*_tests; do
   name=$(basename "$t")
   # Run from a tree whose build dir layout the tests expect (fixtures come from the source tree).
   out=$("$t" ${TEST_FILTER:-} 2>&1); rc=$?

@@ -9,6 +9,8 @@ namespace deltatune::cli {
 
 int init_model_command(const std::vector<std::string>& args);
 int step_command(const std::vector<std::string>& args);
+// Prints which implementation each op of the training step uses on this machine.
+int kernels_command(const std::vector<std::string>& args);
 int pack_stats_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 // Trains a job YAML in this process (optionally as one of several Gloo ranks).

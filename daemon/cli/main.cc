@@ -16,8 +16,10 @@ void usage(FILE* out) {
         "usage: deltatune <command> [flags]\n"
         "  init-model --config CONFIG.json --out DIR [--seed N]   random-init HF checkpoint\n"
         "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
-        "       [--update-out F.safetensors] [--lr X --beta1 X --beta2 X --eps X --weight-decay "
-        "X]\n"
+        "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X "
+        "--eps X --weight-decay X]\n"
+        "  kernels [--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
+        "       which implementation each op uses on this machine, and why\n"
         "  pack-stats --data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
         "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate]\n"
         "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding\n"
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 2, argv + argc);
     if (command == "init-model") return deltatune::cli::init_model_command(args);
     if (command == "step") return deltatune::cli::step_command(args);
+    if (command == "kernels") return deltatune::cli::kernels_command(args);
     if (command == "pack-stats") return deltatune::cli::pack_stats_command(args);
     if (command == "tokenize") return deltatune::cli::tokenize_command(args);
     if (command == "train") return deltatune::cli::train_command(args);

@@ -1,5 +1,6 @@
 // deltatune step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F]
-//                [--update-out F] [--lr X --beta1 X --beta2 X --eps X --weight-decay X]
+//                [--update-out F] [--recompute none|layer] [--lr X --beta1 X --beta2 X --eps X
+//                --weight-decay X]
 #include <cstdio>
 
 #include "daemon/cli/commands.h"
@@ -14,12 +15,13 @@ namespace {
 
 absl::StatusOr<StepOptions> parse_step_options(const std::vector<std::string>& args) {
     DT_ASSIGN_OR_RETURN(
-        Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out", "update-out", "lr",
-                                     "beta1", "beta2", "eps", "weight-decay"}));
+        Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out", "update-out",
+                                     "recompute", "lr", "beta1", "beta2", "eps", "weight-decay"}));
     StepOptions o;
     DT_ASSIGN_OR_RETURN(o.model_dir, f.require("model"));
     DT_ASSIGN_OR_RETURN(o.batch_path, f.require("batch"));
     o.device = f.get("device", "cpu");
+    o.recompute = f.get("recompute", "none");
     o.grads_out = f.get("grads-out");
     o.update_out = f.get("update-out");
     // Defaults are torch.optim.AdamW's.

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 
 #if DELTATUNE_HAVE_CUDA
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -34,6 +35,28 @@ absl::Status cuda_status(int err, const char* stmt, const char* file, int line) 
 #else
     return absl::InternalError(
         absl::StrCat(stmt, " failed at ", file, ":", line, ": CUDA error ", err));
+#endif
+}
+
+absl::Status cublas_status(int status, const char* stmt, const char* file, int line) {
+    if (status == 0) return absl::OkStatus();
+#if DELTATUNE_HAVE_CUDA
+    const auto s = static_cast<cublasStatus_t>(status);
+    const std::string msg =
+        absl::StrCat(stmt, " failed at ", file, ":", line, ": ", cublasGetStatusName(s), " (",
+                     cublasGetStatusString(s), ")");
+    switch (s) {
+        case CUBLAS_STATUS_ALLOC_FAILED:
+            return absl::ResourceExhaustedError(msg);
+        case CUBLAS_STATUS_INVALID_VALUE:
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return absl::InvalidArgumentError(msg);
+        default:
+            return absl::InternalError(msg);
+    }
+#else
+    return absl::InternalError(
+        absl::StrCat(stmt, " failed at ", file, ":", line, ": cuBLAS status ", status));
 #endif
 }
 

@@ -9,6 +9,9 @@ namespace deltatune {
 
 // `err` is a cudaError_t (int here so CPU-only translation units can include this header).
 absl::Status cuda_status(int err, const char* stmt, const char* file, int line);
+// `status` is a cublasStatus_t (cuBLAS and cuBLASLt share it). Allocation failures are
+// ResourceExhausted, unsupported shapes or values InvalidArgument, the rest Internal.
+absl::Status cublas_status(int status, const char* stmt, const char* file, int line);
 
 }  // namespace deltatune
 
@@ -16,4 +19,10 @@ absl::Status cuda_status(int err, const char* stmt, const char* file, int line);
     do {                                                                              \
         if (const int dt_cuda_err_ = static_cast<int>(expr); dt_cuda_err_ != 0)       \
             return ::deltatune::cuda_status(dt_cuda_err_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+#define DT_CUBLAS_RETURN_IF_ERROR(expr)                                                 \
+    do {                                                                                \
+        if (const int dt_blas_err_ = static_cast<int>(expr); dt_blas_err_ != 0)         \
+            return ::deltatune::cublas_status(dt_blas_err_, #expr, __FILE__, __LINE__); \
     } while (0)

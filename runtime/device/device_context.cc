@@ -2,9 +2,11 @@
 #include "runtime/device/device_context.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 
 #if DELTATUNE_HAVE_CUDA
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -41,15 +43,40 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::create(Device devi
     DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->compute_, cudaStreamNonBlocking));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->comm_, cudaStreamNonBlocking));
+    cudaDeviceProp prop;
+    DT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device.index));
+    ctx->sm_version_ = prop.major * 10 + prop.minor;
+    DT_ASSIGN_OR_RETURN(ctx->allocator_, CudaAllocator::create(device.index));
+    constexpr size_t kGemmWorkspace = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
+    DT_ASSIGN_OR_RETURN(ctx->gemm_workspace_,
+                        ctx->allocator_->allocate(kGemmWorkspace, ctx->compute_));
+    DT_ASSIGN_OR_RETURN(ctx->gemm_, Gemm::create(ctx->gemm_workspace_.get(), kGemmWorkspace));
+    cublasHandle_t blas = nullptr;
+    DT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
+    ctx->blas_ = blas;
 #endif
     return ctx;
 }
 
 DeviceContext::~DeviceContext() {
 #if DELTATUNE_HAVE_CUDA
+    if (compute_) cudaStreamSynchronize(compute_);
+    if (blas_) cublasDestroy(blas_);
+    gemm_.reset();
+    gemm_workspace_.reset();
+    if (compute_) cudaStreamSynchronize(compute_);
+    allocator_.reset();
     if (compute_) cudaStreamDestroy(compute_);
     if (comm_) cudaStreamDestroy(comm_);
 #endif
+}
+
+absl::StatusOr<DeviceMemory> DeviceContext::allocate(size_t bytes) const {
+    if (!allocator_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no device memory on ", device_.to_string()));
+    }
+    return allocator_->allocate(bytes, compute_);
 }
 
 absl::Status DeviceContext::synchronize() const {

@@ -1,16 +1,20 @@
 // DeviceContext: everything one worker needs to run ops on one device, passed explicitly to every
-// runtime op (no globals). On CUDA it owns a compute stream and a communication stream; later
-// issues add the cuBLASLt handle, workspace and NCCL communicator here.
+// runtime op (no globals). On CUDA it owns a compute stream and a communication stream, the
+// stream-ordered caching allocator, the cuBLASLt GEMM runner with its workspace and a cuBLAS
+// handle (the fused cross-entropy's chunk GEMMs); later issues add the NCCL communicator.
 #pragma once
 
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "runtime/device/cuda_allocator.h"
+#include "runtime/device/gemm.h"
 #include "runtime/tensor/tensor.h"
 
 // Same typedef as cuda_runtime.h, so this header stays free of CUDA includes.
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct cublasContext;
 
 namespace deltatune {
 
@@ -30,6 +34,14 @@ class DeviceContext {
     Device device() const { return device_; }
     cudaStream_t compute_stream() const { return compute_; }  // null on CPU
     cudaStream_t comm_stream() const { return comm_; }        // null on CPU
+    // CUDA only (null on CPU).
+    CudaAllocator* allocator() const { return allocator_.get(); }
+    Gemm* gemm() const { return gemm_.get(); }
+    cublasContext* blas() const { return blas_; }
+    int sm_version() const { return sm_version_; }  // e.g. 90; 0 on CPU
+    // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
+    absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
+
     // Waits for all work on both streams (host sync: for tests and step boundaries only).
     absl::Status synchronize() const;
 
@@ -38,6 +50,13 @@ class DeviceContext {
     Device device_;
     cudaStream_t compute_ = nullptr;
     cudaStream_t comm_ = nullptr;
+    int sm_version_ = 0;
+    // Declaration order is destruction order reversed: the workspace goes back to the allocator
+    // before the allocator's pool is destroyed.
+    std::unique_ptr<CudaAllocator> allocator_;
+    DeviceMemory gemm_workspace_;
+    std::unique_ptr<Gemm> gemm_;
+    cublasContext* blas_ = nullptr;
 };
 
 }  // namespace deltatune

@@ -9,7 +9,9 @@
 #include "runtime/checkpoint/file_util.h"
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_cpu_model.h"
+#include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/optim/adamw.h"
 
 namespace deltatune {
@@ -24,15 +26,39 @@ absl::Status write_params(const std::string& path, const HfModel& model, const P
     return write_safetensors(path, out);
 }
 
+// The GPU path: same report and exports, gradients and updated parameters come back as fp32.
+absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const PackedBatch& packed,
+                           StepReport& report) {
+    DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(options.recompute));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
+                        Qwen35GpuModel::create(*ctx, model.config, model.params, recompute));
+    DT_RETURN_IF_ERROR(ctx->synchronize());
+    const auto start = std::chrono::steady_clock::now();
+    DT_ASSIGN_OR_RETURN(LossResult loss, net->forward(packed));
+    DT_RETURN_IF_ERROR(net->backward());
+    DT_RETURN_IF_ERROR(ctx->synchronize());
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.loss = loss.loss;
+    report.label_tokens = loss.label_tokens;
+    DT_ASSIGN_OR_RETURN(report.grad_norm, net->grad_norm());
+    if (!options.grads_out.empty()) {
+        ParamSet grads = model.params.zeros_like();
+        DT_RETURN_IF_ERROR(net->download_grads(grads));
+        DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));
+    }
+    if (!options.update_out.empty()) {
+        DT_RETURN_IF_ERROR(net->adamw_step_from_fresh_state(options.adamw, model.params));
+        DT_RETURN_IF_ERROR(write_params(options.update_out, model, model.params, ""));
+    }
+    return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StepReport> run_step(const StepOptions& options) {
-    if (options.device == "cuda") {
-        return absl::UnimplementedError(
-            "--device cuda: the GPU training path is not built yet (GPU runtime issue); use "
-            "--device cpu");
-    }
-    if (options.device != "cpu") {
+    if (options.device != "cpu" && options.device != "cuda") {
         return absl::InvalidArgumentError(
             absl::StrCat("--device: expected cpu or cuda, got '", options.device, "'"));
     }
@@ -48,6 +74,10 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     StepReport report;
     report.tokens = packed->tokens();
     report.documents = packed->num_docs();
+    if (options.device == "cuda") {
+        DT_RETURN_IF_ERROR(run_step_cuda(options, model, *packed, report));
+        return report;
+    }
 
     const auto start = std::chrono::steady_clock::now();
     Qwen35CpuModel net(model.config, model.params);

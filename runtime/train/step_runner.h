@@ -14,9 +14,10 @@ namespace deltatune {
 struct StepOptions {
     std::string model_dir;
     std::string batch_path;
-    std::string device = "cpu";  // "cpu" or "cuda"
-    std::string grads_out;       // fp32 safetensors, names "grad.<HF name>"; empty = skip
-    std::string update_out;      // fp32 safetensors of params after one AdamW step; empty = skip
+    std::string device = "cpu";      // "cpu" or "cuda"
+    std::string recompute = "none";  // cuda only: "none" or "layer" (model/qwen35_gpu_model.h)
+    std::string grads_out;           // fp32 safetensors, names "grad.<HF name>"; empty = skip
+    std::string update_out;  // fp32 safetensors of params after one AdamW step; empty = skip
     AdamWHyper adamw;
 };
 

@@ -1,0 +1,73 @@
+// cuBLASLt GEMMs for the GPU model: bf16 operands, fp32 accumulation, bf16 or fp32 output, the
+// algorithm chosen by cuBLASLt's heuristic once per (shape, layout, alignment) and cached.
+// Row-major convention throughout (the PyTorch layout of activations and weights):
+//   C (m, n) = alpha * op(A) op(B) + beta * C,  op(A): (m, k), op(B): (k, n),
+// where A is stored (m, k) or, with trans_a, (k, m); lda/ldb/ldc are row strides in elements.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+struct cublasLtContext;
+
+namespace deltatune {
+
+enum class GemmOut : uint8_t { kBF16, kF32 };
+
+struct GemmArgs {
+    const void* a = nullptr;  // bf16
+    bool trans_a = false;
+    int64_t lda = 0;
+    const void* b = nullptr;  // bf16
+    bool trans_b = false;
+    int64_t ldb = 0;
+    void* c = nullptr;
+    GemmOut c_type = GemmOut::kBF16;
+    int64_t ldc = 0;
+    int64_t m = 0, n = 0, k = 0;
+    float alpha = 1.0f;
+    float beta = 0.0f;  // 1 accumulates into C (weight gradients)
+};
+
+class Gemm {
+  public:
+    // workspace: device scratch cuBLASLt may use (owned by the caller, outlives the Gemm).
+    static absl::StatusOr<std::unique_ptr<Gemm>> create(void* workspace, size_t workspace_bytes);
+    ~Gemm();
+    Gemm(const Gemm&) = delete;
+    Gemm& operator=(const Gemm&) = delete;
+
+    // Enqueues C = alpha op(A) op(B) + beta C on `stream`. InvalidArgument when no algorithm
+    // supports the shape. Empty problems (m, n or k = 0 with beta = 1) are no-ops.
+    absl::Status run(const GemmArgs& args, cudaStream_t stream);
+    size_t cached_algorithms() const { return cache_.size(); }
+
+  private:
+    struct Algo;
+    using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int,
+                           bool, int>;
+    Gemm() = default;
+    cublasLtContext* handle_ = nullptr;
+    void* workspace_ = nullptr;
+    size_t workspace_bytes_ = 0;
+    std::map<Key, std::shared_ptr<Algo>> cache_;
+};
+
+// The three GEMMs of a bias-free linear layer y = x W^T (W: (out, in), PyTorch layout):
+//   forward:  y (rows, out) = x (rows, in) W^T                       (bf16 out)
+//   dx:       dx (rows, in) = dy W  (+ dx when accumulate)           (bf16 out)
+//   dW:       dW (out, in) += dy^T x                                 (fp32 out, accumulated)
+absl::Status linear_forward(Gemm& g, void* y, const void* x, const void* w, int64_t rows,
+                            int64_t in, int64_t out, cudaStream_t stream);
+absl::Status linear_backward_dx(Gemm& g, void* dx, const void* dy, const void* w, int64_t rows,
+                                int64_t in, int64_t out, bool accumulate, cudaStream_t stream);
+absl::Status linear_backward_dw(Gemm& g, float* dw, const void* dy, const void* x, int64_t rows,
+                                int64_t in, int64_t out, cudaStream_t stream);
+
+}  // namespace deltatune

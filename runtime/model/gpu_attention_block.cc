@@ -1,0 +1,139 @@
+// Gated full-attention block on the GPU: q/k/v GEMMs (q_proj's output holds per head
+// [query | gate] and is read in place), fused q/k RMSNorm + partial RoPE, varlen causal GQA
+// attention with the sigmoid gate fused (flash kernel for head_dim 256, the generic kernel
+// otherwise), o_proj. Backward mirrors forward.
+#if DELTATUNE_HAVE_CUDA
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/attention_generic.h"
+#include "kernels/qk_norm_rope.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/device/cuda_status.h"
+#include "runtime/model/gpu_blocks.h"
+
+namespace deltatune {
+
+namespace {
+
+GatedAttentionArgs attention_args(const GpuCtx& x, const GpuAttentionActs& acts) {
+    const int64_t D = x.c.head_dim, Hq = x.c.num_attention_heads;
+    GatedAttentionArgs a;
+    a.q = acts.q.as<bf16>();
+    a.k = acts.k.as<bf16>();
+    a.v = acts.v.as<bf16>();
+    a.gate = acts.qg.as<bf16>() + D;
+    a.gate_token_stride = Hq * 2 * D;
+    a.gate_head_stride = 2 * D;
+    a.cu_seqlens = x.b.cu_seqlens;
+    a.num_docs = x.b.num_docs;
+    a.tokens = x.b.tokens;
+    a.q_heads = Hq;
+    a.kv_heads = x.c.num_key_value_heads;
+    a.head_dim = D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    return a;
+}
+
+bool use_fused(const GpuCtx& x, const GatedAttentionArgs& a) {
+    return gpu_attention_fused(x.c, x.dev.sm_version()) && gated_attention_supported(a);
+}
+
+}  // namespace
+
+bool gpu_attention_fused(const Qwen35Config& c, int sm_version) {
+    return c.head_dim == 256 && sm_version == 90;
+}
+
+absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
+                                   GpuAttentionActs& acts) {
+    const int64_t T = x.b.tokens, H = x.c.hidden_size, D = x.c.head_dim;
+    const int64_t Hq = x.c.num_attention_heads, Hkv = x.c.num_key_value_heads;
+    const float eps = static_cast<float>(x.c.rms_norm_eps);
+    const size_t b2 = sizeof(bf16), f4 = sizeof(float);
+    DT_ASSIGN_OR_RETURN(acts.qg, x.dev.allocate(b2 * T * Hq * 2 * D));
+    DT_ASSIGN_OR_RETURN(acts.k_raw, x.dev.allocate(b2 * T * Hkv * D));
+    DT_ASSIGN_OR_RETURN(acts.v, x.dev.allocate(b2 * T * Hkv * D));
+    DT_ASSIGN_OR_RETURN(acts.q, x.dev.allocate(b2 * T * Hq * D));
+    DT_ASSIGN_OR_RETURN(acts.k, x.dev.allocate(b2 * T * Hkv * D));
+    DT_ASSIGN_OR_RETURN(acts.q_rstd, x.dev.allocate(f4 * T * Hq));
+    DT_ASSIGN_OR_RETURN(acts.k_rstd, x.dev.allocate(f4 * T * Hkv));
+    DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));
+    DT_ASSIGN_OR_RETURN(acts.lse, x.dev.allocate(f4 * T * Hq));
+    DT_ASSIGN_OR_RETURN(acts.y, x.dev.allocate(b2 * T * Hq * D));
+    Gemm& g = x.gemm();
+    const cudaStream_t s = x.stream();
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.qg.get(), a, w.q_proj.w, T, H, Hq * 2 * D, s));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.k_raw.get(), a, w.k_proj.w, T, H, Hkv * D, s));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.v.get(), a, w.v_proj.w, T, H, Hkv * D, s));
+    DT_CUDA_RETURN_IF_ERROR(qk_norm_rope_forward(
+        acts.q.as<bf16>(), acts.q_rstd.as<float>(), acts.qg.as<bf16>(), Hq * 2 * D, 2 * D,
+        w.q_norm.w, x.b.position_ids, T, Hq, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
+    DT_CUDA_RETURN_IF_ERROR(qk_norm_rope_forward(
+        acts.k.as<bf16>(), acts.k_rstd.as<float>(), acts.k_raw.as<bf16>(), Hkv * D, D, w.k_norm.w,
+        x.b.position_ids, T, Hkv, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
+    const GatedAttentionArgs args = attention_args(x, acts);
+    if (use_fused(x, args)) {
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_forward(acts.y.as<bf16>(), acts.o.as<bf16>(),
+                                                        acts.lse.as<float>(), args, s));
+    } else {
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_generic(
+            acts.y.as<bf16>(), acts.o.as<bf16>(), acts.lse.as<float>(), args, s));
+    }
+    return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
+}
+
+absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
+                                    const bf16* dout, bf16* da, const GpuAttentionActs& acts) {
+    const int64_t T = x.b.tokens, H = x.c.hidden_size, D = x.c.head_dim;
+    const int64_t Hq = x.c.num_attention_heads, Hkv = x.c.num_key_value_heads;
+    const size_t b2 = sizeof(bf16);
+    Gemm& g = x.gemm();
+    const cudaStream_t s = x.stream();
+    DT_ASSIGN_OR_RETURN(DeviceMemory dy, x.dev.allocate(b2 * T * Hq * D));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, dy.get(), dout, w.o_proj.w, T, Hq * D, H, false, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.o_proj.grad, dout, acts.y.get(), T, Hq * D, H, s));
+
+    DT_ASSIGN_OR_RETURN(DeviceMemory dqg, x.dev.allocate(b2 * T * Hq * 2 * D));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * Hq * D));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dk, x.dev.allocate(b2 * T * Hkv * D));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dv, x.dev.allocate(b2 * T * Hkv * D));
+    const GatedAttentionArgs args = attention_args(x, acts);
+    bf16* dgate = dqg.as<bf16>() + D;
+    if (use_fused(x, args)) {
+        const size_t ws = gated_attention_backward_workspace_bytes(args);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_backward(
+            dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate, dy.as<bf16>(), acts.o.as<bf16>(),
+            acts.lse.as<float>(), args, work.get(), ws, s));
+    } else {
+        const size_t ws = gated_attention_backward_generic_workspace_bytes(args);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_backward_generic(
+            dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate, dy.as<bf16>(), acts.o.as<bf16>(),
+            acts.lse.as<float>(), args, work.get(), ws, s));
+    }
+    DT_ASSIGN_OR_RETURN(DeviceMemory dk_raw, x.dev.allocate(b2 * T * Hkv * D));
+    const size_t wq = qk_norm_rope_backward_workspace_bytes(T, Hq, D);
+    const size_t wk = qk_norm_rope_backward_workspace_bytes(T, Hkv, D);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(wq > wk ? wq : wk));
+    DT_CUDA_RETURN_IF_ERROR(qk_norm_rope_backward(
+        dqg.as<bf16>(), w.q_norm.grad, dq.as<bf16>(), acts.qg.as<bf16>(), Hq * 2 * D, 2 * D,
+        w.q_norm.w, acts.q_rstd.as<float>(), x.b.position_ids, T, Hq, D, x.c.rotary_dim(),
+        x.c.rope_theta, work.get(), wq, s));
+    DT_CUDA_RETURN_IF_ERROR(qk_norm_rope_backward(
+        dk_raw.as<bf16>(), w.k_norm.grad, dk.as<bf16>(), acts.k_raw.as<bf16>(), Hkv * D, D,
+        w.k_norm.w, acts.k_rstd.as<float>(), x.b.position_ids, T, Hkv, D, x.c.rotary_dim(),
+        x.c.rope_theta, work.get(), wk, s));
+
+    DT_RETURN_IF_ERROR(
+        linear_backward_dx(g, da, dqg.get(), w.q_proj.w, T, H, Hq * 2 * D, false, s));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dk_raw.get(), w.k_proj.w, T, H, Hkv * D, true, s));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dv.get(), w.v_proj.w, T, H, Hkv * D, true, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.q_proj.grad, dqg.get(), a, T, H, Hq * 2 * D, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.k_proj.grad, dk_raw.get(), a, T, H, Hkv * D, s));
+    return linear_backward_dw(g, w.v_proj.grad, dv.get(), a, T, H, Hkv * D, s);
+}
+
+}  // namespace deltatune
+#endif

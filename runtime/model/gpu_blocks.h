@@ -1,0 +1,92 @@
+// The CUDA blocks of a Qwen3.5 decoder layer over a packed 1D batch: bf16 activations and
+// weights, fp32 GDN core, norms in fp32 math, fp32 weight gradients. Each block maps its normed
+// input a (T, H) to its output (T, H); the residual adds live in the fused RMSNorm kernels of the
+// model (qwen35_gpu_model.cc). Accumulation contract: parameter gradients +=, the gradient of
+// the block input `a` is written (=), every other activation gradient is written (=).
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "runtime/device/device_context.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+using bf16 = __nv_bfloat16;
+
+// One parameter on the device: the bf16 copy the GEMMs read, the fp32 master (the small GDN
+// weights are read in fp32 as the reference computes them), and its fp32 gradient.
+struct GpuParam {
+    const bf16* w = nullptr;
+    const float* w32 = nullptr;
+    float* grad = nullptr;
+};
+
+struct GpuLayer {
+    LayerType type;
+    GpuParam input_norm, post_norm, mlp_gate, mlp_up, mlp_down;
+    GpuParam in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv_w, A_log, dt_bias, gdn_norm,
+        out_proj;
+    GpuParam q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+};
+
+// The batch on the device; T and num_docs known on the host too.
+struct GpuBatch {
+    int64_t tokens = 0, num_docs = 0;
+    const int32_t* cu_seqlens = nullptr;    // (num_docs + 1)
+    const int32_t* position_ids = nullptr;  // (T)
+};
+
+struct GpuCtx {
+    DeviceContext& dev;
+    const Qwen35Config& c;
+    const GpuBatch& b;
+    cudaStream_t stream() const { return dev.compute_stream(); }
+    Gemm& gemm() const { return *dev.gemm(); }
+};
+
+struct GpuMlpActs {
+    DeviceMemory gate, up, h;  // (T, I) bf16 each
+};
+
+struct GpuAttentionActs {
+    DeviceMemory qg;              // q_proj output (T, Hq, 2D) bf16: per head [query | gate]
+    DeviceMemory k_raw, v;        // (T, Hkv, D) bf16
+    DeviceMemory q, k;            // after q/k norm + RoPE: (T, Hq, D), (T, Hkv, D) bf16
+    DeviceMemory q_rstd, k_rstd;  // (T, Hq), (T, Hkv) fp32
+    DeviceMemory o, lse, y;  // ungated output (T, Hq, D) bf16, (T, Hq) fp32, gated (T, Hq D) bf16
+};
+
+struct GpuGdnActs {
+    DeviceMemory mixed;               // in_proj_qkv output (T, conv_dim) bf16
+    DeviceMemory z;                   // (T, value_dim) bf16
+    DeviceMemory b, a;                // (T, Hv) bf16 gate pre-activations
+    DeviceMemory conv;                // conv + SiLU (T, conv_dim) fp32: [q | k | v] columns
+    DeviceMemory qn, kn, q_rn, k_rn;  // (T, Hk, dk) fp32 L2-normalised, (T, Hk) fp32
+    DeviceMemory beta, g;             // (T, Hv) fp32
+    DeviceMemory o;                   // delta-rule output (T, Hv, dv) fp32
+    DeviceMemory norm_rstd, normed;   // (T Hv) fp32, (T, value_dim) bf16
+};
+
+// True when the fused flash-attention kernel serves this config (head_dim 256 on sm_90).
+bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
+
+absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
+                             GpuMlpActs& acts);
+absl::Status gpu_mlp_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
+                              bf16* da, const GpuMlpActs& acts);
+absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
+                                   GpuAttentionActs& acts);
+absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
+                                    const bf16* dout, bf16* da, const GpuAttentionActs& acts);
+absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
+                             GpuGdnActs& acts);
+absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
+                              bf16* da, const GpuGdnActs& acts);
+
+}  // namespace deltatune
+#endif

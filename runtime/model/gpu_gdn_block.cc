@@ -1,0 +1,157 @@
+// Gated DeltaNet block on the GPU: projections (cuBLASLt), then the GDN core on the
+// reference-grade kernels of kernels/gdn_simple.cu (conv + SiLU, q/k L2 norm, gates, delta rule,
+// gated RMSNorm; fp32 intermediates) until the fused chunked kernels land, then out_proj.
+// Conv window and recurrent state reset at every document start. Backward mirrors forward.
+#if DELTATUNE_HAVE_CUDA
+#include <cmath>
+
+#include "kernels/gdn_simple.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/device/cuda_status.h"
+#include "runtime/model/gpu_blocks.h"
+
+namespace deltatune {
+
+namespace {
+
+constexpr float kL2Eps = 1e-6f;  // FLA / transformers l2norm eps
+
+GdnRuleArgs rule_args(const GpuCtx& x, const GpuGdnActs& acts) {
+    GdnRuleArgs r;
+    r.q = acts.qn.as<float>();
+    r.k = acts.kn.as<float>();
+    r.v = acts.conv.as<float>() + 2 * x.c.key_dim();
+    r.v_token_stride = x.c.conv_dim();
+    r.g = acts.g.as<float>();
+    r.beta = acts.beta.as<float>();
+    r.cu_seqlens = x.b.cu_seqlens;
+    r.num_docs = x.b.num_docs;
+    r.tokens = x.b.tokens;
+    r.k_heads = x.c.linear_num_key_heads;
+    r.v_heads = x.c.linear_num_value_heads;
+    r.dk = x.c.linear_key_head_dim;
+    r.dv = x.c.linear_value_head_dim;
+    r.scale = 1.0f / std::sqrt(static_cast<float>(r.dk));
+    return r;
+}
+
+}  // namespace
+
+absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
+                             GpuGdnActs& acts) {
+    const Qwen35Config& c = x.c;
+    const int64_t T = x.b.tokens, H = c.hidden_size, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
+    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+    const int64_t KD = c.key_dim(), VD = c.value_dim();
+    const size_t b2 = sizeof(bf16), f4 = sizeof(float);
+    const cudaStream_t s = x.stream();
+    Gemm& g = x.gemm();
+    DT_ASSIGN_OR_RETURN(acts.mixed, x.dev.allocate(b2 * T * C));
+    DT_ASSIGN_OR_RETURN(acts.z, x.dev.allocate(b2 * T * VD));
+    DT_ASSIGN_OR_RETURN(acts.b, x.dev.allocate(b2 * T * Hv));
+    DT_ASSIGN_OR_RETURN(acts.a, x.dev.allocate(b2 * T * Hv));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.mixed.get(), a, w.in_proj_qkv.w, T, H, C, s));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.z.get(), a, w.in_proj_z.w, T, H, VD, s));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.b.get(), a, w.in_proj_b.w, T, H, Hv, s));
+    DT_RETURN_IF_ERROR(linear_forward(g, acts.a.get(), a, w.in_proj_a.w, T, H, Hv, s));
+
+    DT_ASSIGN_OR_RETURN(acts.conv, x.dev.allocate(f4 * T * C));
+    DT_CUDA_RETURN_IF_ERROR(gdn_conv_silu_forward_simple(acts.conv.as<float>(),
+                                                         acts.mixed.as<bf16>(), w.conv_w.w32,
+                                                         x.b.cu_seqlens, x.b.num_docs, T, C, K, s));
+    DT_ASSIGN_OR_RETURN(acts.qn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(acts.kn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(acts.q_rn, x.dev.allocate(f4 * T * Hk));
+    DT_ASSIGN_OR_RETURN(acts.k_rn, x.dev.allocate(f4 * T * Hk));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_forward_simple(acts.qn.as<float>(), acts.q_rn.as<float>(),
+                                                      acts.conv.as<float>(), C, T, Hk, dk, kL2Eps,
+                                                      s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_forward_simple(acts.kn.as<float>(), acts.k_rn.as<float>(),
+                                                      acts.conv.as<float>() + KD, C, T, Hk, dk,
+                                                      kL2Eps, s));
+    DT_ASSIGN_OR_RETURN(acts.beta, x.dev.allocate(f4 * T * Hv));
+    DT_ASSIGN_OR_RETURN(acts.g, x.dev.allocate(f4 * T * Hv));
+    DT_CUDA_RETURN_IF_ERROR(gdn_gates_forward_simple(acts.beta.as<float>(), acts.g.as<float>(),
+                                                     acts.b.as<bf16>(), acts.a.as<bf16>(),
+                                                     w.A_log.w32, w.dt_bias.w32, T, Hv, s));
+
+    DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(f4 * T * VD));
+    const GdnRuleArgs r = rule_args(x, acts);
+    const size_t ws = gdn_rule_forward_simple_workspace_bytes(r);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+    DT_CUDA_RETURN_IF_ERROR(gdn_rule_forward_simple(acts.o.as<float>(), r, work.get(), ws, s));
+
+    DT_ASSIGN_OR_RETURN(acts.norm_rstd, x.dev.allocate(f4 * T * Hv));
+    DT_ASSIGN_OR_RETURN(acts.normed, x.dev.allocate(b2 * T * VD));
+    DT_CUDA_RETURN_IF_ERROR(gdn_gated_rmsnorm_forward_simple(
+        acts.normed.as<bf16>(), acts.norm_rstd.as<float>(), acts.o.as<float>(), acts.z.as<bf16>(),
+        w.gdn_norm.w32, T * Hv, dv, static_cast<float>(c.rms_norm_eps), s));
+    return linear_forward(g, out, acts.normed.get(), w.out_proj.w, T, VD, H, s);
+}
+
+absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
+                              bf16* da, const GpuGdnActs& acts) {
+    const Qwen35Config& c = x.c;
+    const int64_t T = x.b.tokens, H = c.hidden_size, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
+    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+    const int64_t KD = c.key_dim(), VD = c.value_dim();
+    const size_t b2 = sizeof(bf16), f4 = sizeof(float);
+    const cudaStream_t s = x.stream();
+    Gemm& g = x.gemm();
+
+    DT_ASSIGN_OR_RETURN(DeviceMemory dnormed, x.dev.allocate(b2 * T * VD));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dx(g, dnormed.get(), dout, w.out_proj.w, T, VD, H, false, s));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.out_proj.grad, dout, acts.normed.get(), T, VD, H, s));
+    DT_ASSIGN_OR_RETURN(DeviceMemory d_o, x.dev.allocate(f4 * T * VD));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dz, x.dev.allocate(b2 * T * VD));
+    DT_CUDA_RETURN_IF_ERROR(gdn_gated_rmsnorm_backward_simple(
+        d_o.as<float>(), dz.as<bf16>(), w.gdn_norm.grad, dnormed.as<bf16>(), acts.o.as<float>(),
+        acts.z.as<bf16>(), w.gdn_norm.w32, acts.norm_rstd.as<float>(), T * Hv, dv, s));
+
+    // dconv (T, C) fp32 gathers dq | dk | dv in the conv output's column layout.
+    DT_ASSIGN_OR_RETURN(DeviceMemory dconv, x.dev.allocate(f4 * T * C));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dqn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dkn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dg, x.dev.allocate(f4 * T * Hv));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dbeta, x.dev.allocate(f4 * T * Hv));
+    const GdnRuleArgs r = rule_args(x, acts);
+    const size_t ws = gdn_rule_backward_simple_workspace_bytes(r);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+    DT_CUDA_RETURN_IF_ERROR(gdn_rule_backward_simple(
+        dqn.as<float>(), dkn.as<float>(), dconv.as<float>() + 2 * KD, dg.as<float>(),
+        dbeta.as<float>(), d_o.as<float>(), r, work.get(), ws, s));
+    work.reset();
+
+    DT_ASSIGN_OR_RETURN(DeviceMemory db, x.dev.allocate(b2 * T * Hv));
+    DT_ASSIGN_OR_RETURN(DeviceMemory da_raw, x.dev.allocate(b2 * T * Hv));
+    DT_CUDA_RETURN_IF_ERROR(
+        gdn_gates_backward_simple(db.as<bf16>(), da_raw.as<bf16>(), w.A_log.grad, w.dt_bias.grad,
+                                  dbeta.as<float>(), dg.as<float>(), acts.b.as<bf16>(),
+                                  acts.a.as<bf16>(), w.A_log.w32, w.dt_bias.w32, T, Hv, s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>(), C, dqn.as<float>(),
+                                                       acts.qn.as<float>(), acts.q_rn.as<float>(),
+                                                       T, Hk, dk, s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>() + KD, C, dkn.as<float>(),
+                                                       acts.kn.as<float>(), acts.k_rn.as<float>(),
+                                                       T, Hk, dk, s));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dmixed, x.dev.allocate(b2 * T * C));
+    DT_CUDA_RETURN_IF_ERROR(gdn_conv_silu_backward_simple(
+        dmixed.as<bf16>(), w.conv_w.grad, dconv.as<float>(), acts.mixed.as<bf16>(), w.conv_w.w32,
+        x.b.cu_seqlens, x.b.num_docs, T, C, K, s));
+
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dmixed.get(), w.in_proj_qkv.w, T, H, C, false, s));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dz.get(), w.in_proj_z.w, T, H, VD, true, s));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, db.get(), w.in_proj_b.w, T, H, Hv, true, s));
+    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, da_raw.get(), w.in_proj_a.w, T, H, Hv, true, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_qkv.grad, dmixed.get(), a, T, H, C, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_z.grad, dz.get(), a, T, H, VD, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_b.grad, db.get(), a, T, H, Hv, s));
+    return linear_backward_dw(g, w.in_proj_a.grad, da_raw.get(), a, T, H, Hv, s);
+}
+
+}  // namespace deltatune
+#endif

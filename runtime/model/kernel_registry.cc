@@ -1,0 +1,141 @@
+// The kernel registry: per op, the implementation this machine will run.
+#include "runtime/model/kernel_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/device/device_context.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace deltatune {
+
+const char* kernel_kind_name(KernelKind k) {
+    switch (k) {
+        case KernelKind::kFused:
+            return "fused";
+        case KernelKind::kLibrary:
+            return "library";
+        case KernelKind::kSimple:
+            return "simple";
+        case KernelKind::kCpuReference:
+            return "cpu reference";
+    }
+    return "?";
+}
+
+MachineInfo probe_machine() {
+    MachineInfo m;
+    if (cuda_device_count(&m.why_no_gpu) == 0) return m;
+#if DELTATUNE_HAVE_CUDA
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        cudaGetLastError();
+        m.why_no_gpu = "cudaGetDeviceProperties failed";
+        return m;
+    }
+    m.sm_version = prop.major * 10 + prop.minor;
+    m.gpu_name = prop.name;
+#endif
+    return m;
+}
+
+const std::vector<std::string>& gdn_core_ops() {
+    static const std::vector<std::string> ops = {"causal_conv1d", "l2norm", "gdn_gates",
+                                                 "gated_delta_rule", "gated_rmsnorm"};
+    return ops;
+}
+
+KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config) {
+    KernelRegistry r;
+    // (op, fused file) for the ops whose fused kernel exists.
+    const std::vector<std::pair<std::string, std::string>> fused = {
+        {"embedding", "kernels/embedding.cu"},
+        {"rmsnorm_residual", "kernels/rmsnorm.cu"},
+        {"qk_norm_rope", "kernels/qk_norm_rope.cu"},
+        {"gated_attention", "kernels/flash_attention.cu"},
+        {"swiglu", "kernels/swiglu.cu"},
+        {"fused_linear_cross_entropy", "kernels/fused_linear_cross_entropy.cu"},
+        {"adamw", "kernels/adamw.cu"},
+        {"grad_norm", "kernels/grad_norm.cu"},
+    };
+    if (machine.sm_version == 0) {
+        r.device = "cpu";
+        const std::string why = absl::StrCat("no GPU: ", machine.why_no_gpu);
+        r.ops.push_back({"linear", KernelKind::kCpuReference, "kernels/linear_ref.cc", why});
+        for (const auto& [op, file] : fused) {
+            std::string ref = op == "rmsnorm_residual" || op == "qk_norm_rope"
+                                  ? "kernels/rmsnorm_ref.cc"
+                              : op == "gated_attention"            ? "kernels/attention_ref.cc"
+                              : op == "fused_linear_cross_entropy" ? "kernels/cross_entropy_ref.cc"
+                              : op == "grad_norm"                  ? "runtime/train/step_runner.cc"
+                                                  : absl::StrCat("kernels/", op, "_ref.cc");
+            r.ops.push_back({op, KernelKind::kCpuReference, ref, why});
+        }
+        for (const auto& op : gdn_core_ops())
+            r.ops.push_back(
+                {op, KernelKind::kCpuReference, absl::StrCat("kernels/", op, "_ref.cc"), why});
+        return r;
+    }
+    const std::string sm = absl::StrCat("sm_", machine.sm_version);
+    r.device = absl::StrCat("cuda:0 (", machine.gpu_name, ", ", sm, ")");
+    const bool hopper = machine.sm_version == 90;
+    r.ops.push_back({"linear", KernelKind::kLibrary, "cuBLASLt (runtime/device/gemm.cc)",
+                     "bf16 in/out, fp32 accumulation, heuristic algorithm cached per shape"});
+    for (const auto& [op, file] : fused) {
+        if (!hopper) {
+            r.ops.push_back({op, KernelKind::kSimple, "none",
+                             absl::StrCat("kernels are built for sm_90a only; this GPU is ", sm)});
+            continue;
+        }
+        if (op == "gated_attention" && config && config->head_dim != 256) {
+            r.ops.push_back({op, KernelKind::kSimple, "kernels/attention_generic.cu",
+                             absl::StrCat("head_dim ", config->head_dim,
+                                          ": the flash kernel serves head_dim 256 only")});
+            continue;
+        }
+        r.ops.push_back(
+            {op, KernelKind::kFused, absl::StrCat(file, " (sm_90a)"), "fused kernel for this GPU"});
+    }
+    for (const auto& op : gdn_core_ops()) {
+        r.ops.push_back({op, KernelKind::kSimple, "kernels/gdn_simple.cu",
+                         "reference-grade CUDA; fused chunked kernel pending"});
+    }
+    return r;
+}
+
+absl::Status check_strict(const KernelRegistry& registry,
+                          const std::vector<std::string>& allow_non_fused) {
+    std::vector<std::string> bad;
+    for (const KernelChoice& k : registry.ops) {
+        if (k.kind == KernelKind::kFused || k.kind == KernelKind::kLibrary) continue;
+        if (std::find(allow_non_fused.begin(), allow_non_fused.end(), k.op) !=
+            allow_non_fused.end())
+            continue;
+        bad.push_back(absl::StrCat(k.op, " -> ", kernel_kind_name(k.kind), ": ", k.implementation,
+                                   " (", k.why, ")"));
+    }
+    if (bad.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("strict mode: ", bad.size(), " op(s) on ", registry.device,
+                     " would not run their fused kernel: ", absl::StrJoin(bad, "; ")));
+}
+
+absl::Status check_strict(const KernelRegistry& registry) {
+    return check_strict(registry, {});
+}
+
+std::string format_registry(const KernelRegistry& registry) {
+    std::string out = absl::StrCat("device: ", registry.device, "\n");
+    for (const KernelChoice& k : registry.ops) {
+        absl::StrAppend(&out, absl::StrFormat("%-28s %-14s %-44s %s\n", k.op,
+                                              kernel_kind_name(k.kind), k.implementation, k.why));
+    }
+    return out;
+}
+
+}  // namespace deltatune

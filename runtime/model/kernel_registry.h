@@ -1,0 +1,61 @@
+// Which implementation each op of the training step uses on this machine, and why: the answer
+// `deltatune kernels` prints and strict-mode validation checks. A job in strict mode (the
+// default) must fail at validation when an op would run on anything but its fused kernel (or a
+// cuBLAS/cuBLASLt call); check_strict says which ops and why.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+enum class KernelKind : uint8_t {
+    kFused,         // the project's fused CUDA kernel for the op
+    kLibrary,       // cuBLASLt / cuBLAS
+    kSimple,        // reference-grade CUDA kernel (correct, slow): not acceptable in strict mode
+    kCpuReference,  // the fp32 CPU reference (no usable GPU)
+};
+const char* kernel_kind_name(KernelKind k);
+
+struct KernelChoice {
+    std::string op;  // e.g. "gated_attention"
+    KernelKind kind;
+    std::string implementation;  // e.g. "kernels/flash_attention.cu (sm_90a)"
+    std::string why;             // one line
+};
+
+struct KernelRegistry {
+    std::string device;  // "cuda:0 (NVIDIA H200, sm_90)" or "cpu"
+    std::vector<KernelChoice> ops;
+};
+
+// The machine as the registry sees it: sm_version 0 means no usable CUDA device; `why_no_gpu`
+// then says why.
+struct MachineInfo {
+    int sm_version = 0;
+    std::string gpu_name;
+    std::string why_no_gpu;
+};
+MachineInfo probe_machine();
+
+// The choice for every op of a Qwen3.5 training step on `machine`. `config` (may be null) adds
+// shape checks, e.g. the flash-attention kernel serves head_dim 256 only.
+KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config);
+
+// The Gated DeltaNet core ops, which run on kernels/gdn_simple.cu until the fused kernels land.
+const std::vector<std::string>& gdn_core_ops();
+
+// OK when every op is kFused or kLibrary, or is named in `allow_non_fused`; otherwise
+// FailedPrecondition naming each offending op, its implementation and why.
+absl::Status check_strict(const KernelRegistry& registry,
+                          const std::vector<std::string>& allow_non_fused);
+absl::Status check_strict(const KernelRegistry& registry);
+
+// One line per op, aligned, for `deltatune kernels`.
+std::string format_registry(const KernelRegistry& registry);
+
+}  // namespace deltatune

@@ -1,0 +1,68 @@
+// The Qwen3.5 model on one CUDA device over a packed 1D batch: bf16 parameters (with fp32
+// masters and fp32 gradients on the device) and activations, fp32 GDN core, norms, softmax and
+// loss; the fused kernels of kernels/ and cuBLASLt GEMMs (see kernel_registry.h for which
+// implementation each op uses). Forward and backward mirror Qwen35CpuModel; the CPU model is the
+// oracle (loss rel. error < 1e-2, gradient cosine > 0.99). Single device: sharding and
+// collectives are applied from outside (style R10).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "runtime/device/device_context.h"
+#include "runtime/model/packed_batch.h"
+#include "runtime/model/param_set.h"
+#include "runtime/model/qwen35_config.h"
+#include "runtime/model/qwen35_cpu_model.h"
+
+namespace deltatune {
+
+// What a layer keeps between forward and backward. kNone keeps every activation the backward
+// reads; kLayer keeps only the layer input (the residual stream) and recomputes the layer's
+// forward at the start of its backward.
+enum class Recompute : uint8_t { kNone, kLayer };
+absl::StatusOr<Recompute> parse_recompute(const std::string& name);  // "none" | "layer"
+const char* recompute_name(Recompute r);
+
+class Qwen35GpuModel {
+  public:
+    // Uploads `params` (fp32 host values) as fp32 masters and bf16 copies; gradients start at
+    // zero. `ctx` must be a CUDA context and outlive the model. Fails with FailedPrecondition on
+    // a CPU context or a CPU-only build.
+    static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create(DeviceContext& ctx,
+                                                                  const Qwen35Config& config,
+                                                                  ParamSet& params,
+                                                                  Recompute recompute);
+    ~Qwen35GpuModel();
+
+    // Forward over the batch, and the LM head's fused loss gradient: the lm_head (or tied
+    // embedding) gradient is accumulated here already, the rest in backward(). The loss is the
+    // mean over trained targets; the gradient is of that mean. FailedPrecondition when no target
+    // is trained.
+    absl::StatusOr<LossResult> forward(const PackedBatch& batch);
+    // Gradients of the last forward's loss, accumulated (+=) into the device gradients.
+    absl::Status backward();
+
+    absl::Status zero_grads();
+    // fp32 gradients into `grads` (same names and shapes as the parameters), overwritten.
+    absl::Status download_grads(ParamSet& grads) const;
+    // Global L2 norm of all gradients (deterministic device reduction).
+    absl::StatusOr<double> grad_norm() const;
+    // One AdamW step on the fp32 masters from fresh moments at `step` (1-based), refreshing the
+    // bf16 copies; then `params` receives the updated fp32 masters.
+    absl::Status adamw_step_from_fresh_state(const AdamWHyper& hyper, ParamSet& params);
+
+    int64_t peak_device_bytes() const;
+
+    struct Impl;  // the device state (qwen35_gpu_model.cc)
+
+  private:
+    explicit Qwen35GpuModel(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltatune

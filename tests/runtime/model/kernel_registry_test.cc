@@ -1,0 +1,64 @@
+// The kernel registry and strict-mode validation, on synthetic machines (no GPU needed).
+#include <catch2/catch.hpp>
+
+#include "runtime/model/kernel_registry.h"
+
+namespace deltatune {
+namespace {
+
+const KernelChoice& op(const KernelRegistry& r, const std::string& name) {
+    for (const auto& k : r.ops)
+        if (k.op == name) return k;
+    FAIL("no op " << name);
+    return r.ops.front();
+}
+
+TEST_CASE("registry on a machine without a GPU: CPU references, strict mode fails", "[registry]") {
+    MachineInfo m;
+    m.why_no_gpu = "no CUDA device present";
+    const KernelRegistry r = kernel_registry_for(m, nullptr);
+    CHECK(r.device == "cpu");
+    CHECK(op(r, "gated_attention").kind == KernelKind::kCpuReference);
+    CHECK(op(r, "gated_delta_rule").why.find("no CUDA device") != std::string::npos);
+    const absl::Status s = check_strict(r);
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(std::string(s.message()).find("fused_linear_cross_entropy") != std::string::npos);
+}
+
+TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head dims",
+          "[registry]") {
+    MachineInfo m;
+    m.sm_version = 90;
+    m.gpu_name = "NVIDIA H200";
+    Qwen35Config c;
+    c.head_dim = 256;
+    KernelRegistry r = kernel_registry_for(m, &c);
+    CHECK(op(r, "gated_attention").kind == KernelKind::kFused);
+    CHECK(op(r, "linear").kind == KernelKind::kLibrary);
+    CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
+    // The GDN core is not fused: strict fails, naming it, unless allow-listed.
+    const absl::Status s = check_strict(r);
+    REQUIRE_FALSE(s.ok());
+    CHECK(std::string(s.message()).find("gated_delta_rule") != std::string::npos);
+    CHECK(std::string(s.message()).find("gated_attention") == std::string::npos);
+    CHECK(check_strict(r, gdn_core_ops()).ok());
+
+    c.head_dim = 32;
+    r = kernel_registry_for(m, &c);
+    CHECK(op(r, "gated_attention").implementation == "kernels/attention_generic.cu");
+    CHECK_FALSE(check_strict(r, gdn_core_ops()).ok());
+    CHECK(format_registry(r).find("head_dim 32") != std::string::npos);
+}
+
+TEST_CASE("registry on a non-Hopper GPU: nothing fused", "[registry]") {
+    MachineInfo m;
+    m.sm_version = 80;
+    m.gpu_name = "A100";
+    const KernelRegistry r = kernel_registry_for(m, nullptr);
+    CHECK(op(r, "rmsnorm_residual").kind == KernelKind::kSimple);
+    CHECK(op(r, "rmsnorm_residual").why.find("sm_80") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace deltatune

@@ -20,19 +20,13 @@
 // recurrence for dVn and each chunk's leaving-state gradient, then per chunk forms the gradients
 // of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the masks, the gates
 // and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). All matrix products are
-// tensor-core tf32 (wmma m16n16k8) on fp32 shared memory; every reduction has a fixed order.
-#include <mma.h>
-
-#include <type_traits>
-
+// tensor-core tf32 (mma.sync m16n8k8) on fp32 shared memory; every reduction has a fixed order.
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/gated_delta_rule.h"
 
 namespace deltatune {
 
 namespace {
-
-using namespace nvcuda;
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
@@ -46,55 +40,95 @@ constexpr int64_t kSquare = int64_t{kC} * kC;  // one chunk-head (64 x 64) tile
 constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
 
 // Shared-memory row strides, padded by 16 bytes so the rows of a tensor-core fragment load fall
-// in different banks (and stay 32-byte aligned every 8 rows, as wmma needs).
+// in different banks.
 constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
 constexpr int kLdC = kC + 4;   // kC x kC
 constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
 constexpr int kSTile = kC * kLdK;
 constexpr int kSSquare = kC * kLdC;
 
-// C (M x N, ldc) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. TA: A is stored K x M
-// row-major (so op(A) = A^T); TB: B is stored N x K. Dimensions are multiples of 16 (K of 8);
-// pointers 32-byte aligned; leading dimensions multiples of 4. C may be global memory. Output
-// tiles are dealt to warps in a fixed order; callers put barriers around.
-template <bool TA, bool TB>
-__device__ void mm(float* C, int ldc, const float* A, int lda, const float* B, int ldb, int M,
-                   int N, int K, float alpha, float beta) {
-    using LA = std::conditional_t<TA, wmma::col_major, wmma::row_major>;
-    using LB = std::conditional_t<TB, wmma::col_major, wmma::row_major>;
-    const int warp = threadIdx.x >> 5;
-    const int warps = blockDim.x >> 5;
-    const int tn = N / 16;
-    const int tiles = (M / 16) * tn;
-    for (int t = warp; t < tiles; t += warps) {
-        const int m0 = (t / tn) * 16;
-        const int n0 = (t % tn) * 16;
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-        wmma::fill_fragment(acc, 0.0f);
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// d += a b on one m16n8k8 tf32 tensor-core tile (PTX fragment layouts, g = lane / 4, t = lane % 4:
+// a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)}, d {(g, 2t),
+// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. TA: A is stored
+// K x M row-major (op(A) = A^T); TB: B is stored N x K. M, N multiples of 16, K of 8. Each warp
+// owns whole output tiles (32 x 32 when there are enough for every warp, else 16 x 16) in a fixed
+// order, and every thread reads back (beta != 0) only the C elements it wrote itself in an
+// earlier call of the same shape; C may be global memory. Callers put barriers around shared
+// operands written by other threads.
+template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC>
+__device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
+                                   float beta) {
+    static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
+    constexpr int kWarpCount = kThreads / 32;
+    constexpr bool kBig = M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) >= kWarpCount;
+    constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
+    constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
+    constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    for (int tile = warp; tile < kTiles; tile += kWarpCount) {
+        const int m0 = (tile / kTn) * 16 * kFm, n0 = (tile % kTn) * 8 * kFn;
+        float acc[kFm][kFn][4] = {};
+#pragma unroll
         for (int k0 = 0; k0 < K; k0 += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> fb;
-            wmma::load_matrix_sync(fa, TA ? A + k0 * lda + m0 : A + m0 * lda + k0, lda);
-            wmma::load_matrix_sync(fb, TB ? B + n0 * ldb + k0 : B + k0 * ldb + n0, ldb);
+            uint32_t a[kFm][4], b[kFn][2];
 #pragma unroll
-            for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+            for (int fm = 0; fm < kFm; ++fm) {
 #pragma unroll
-            for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
-            wmma::mma_sync(acc, fa, fb, acc);
+                for (int i = 0; i < 4; ++i) {
+                    const int m = m0 + fm * 16 + g + (i & 1) * 8, k = k0 + t + (i >> 1) * 4;
+                    a[fm][i] = to_tf32(TA ? A[k * LDA + m] : A[m * LDA + k]);
+                }
+            }
+#pragma unroll
+            for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int k = k0 + t + i * 4, n = n0 + fn * 8 + g;
+                    b[fn][i] = to_tf32(TB ? B[n * LDB + k] : B[k * LDB + n]);
+                }
+            }
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+                for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], a[fm], b[fn]);
+            }
         }
-        float* pc = C + m0 * ldc + n0;
-        if (beta != 0.0f) {
-            __syncwarp();
-            wmma::fragment<wmma::accumulator, 16, 16, 8, float> old;
-            wmma::load_matrix_sync(old, pc, ldc, wmma::mem_row_major);
 #pragma unroll
-            for (int i = 0; i < acc.num_elements; ++i)
-                acc.x[i] = beta * old.x[i] + alpha * acc.x[i];
-        } else {
+        for (int fm = 0; fm < kFm; ++fm) {
 #pragma unroll
-            for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= alpha;
+            for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    auto* p = reinterpret_cast<float2*>(C + (m0 + fm * 16 + g + h * 8) * LDC + n0 +
+                                                        fn * 8 + 2 * t);
+                    float2 v =
+                        make_float2(alpha * acc[fm][fn][2 * h], alpha * acc[fm][fn][2 * h + 1]);
+                    if (beta != 0.0f) {
+                        const float2 o = *p;
+                        v.x += beta * o.x;
+                        v.y += beta * o.y;
+                    }
+                    *p = v;
+                }
+            }
         }
-        wmma::store_matrix_sync(pc, acc, ldc, wmma::mem_row_major);
     }
 }
 
@@ -381,51 +415,34 @@ __device__ __forceinline__ void store_tile(float* dst, const float* src) {
     }
 }
 
-// Shared memory of chunk_prep: sK, sQ, sBv, sBk (kC x kD), sA, sT (kC x kC), scratch, meta.
+// Shared memory of chunk_prep: sK, sQV (Q, then V) (kC x kD), sA, sT (kC x kC), scratch, meta;
+// small enough for two blocks per multiprocessor.
 constexpr size_t kPrepSmem =
-    sizeof(float) * (4 * kSTile + 2 * kSSquare + 3 * 256) + sizeof(ChunkMeta);
+    sizeof(float) * (2 * kSTile + 2 * kSSquare + 3 * 256) + sizeof(ChunkMeta);
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     gdn_chunk_prep_kernel(Ws ws, const __nv_bfloat16* q, const __nv_bfloat16* k,
                           const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
                           const float* A_log, const float* dt_bias, const int32_t* cu,
                           int64_t num_docs, int32_t tokens, int k_heads, int v_heads, float scale) {
     extern __shared__ __align__(128) float smem[];
     float* sK = smem;
-    float* sQ = sK + kSTile;
-    float* sBv = sQ + kSTile;
-    float* sBk = sBv + kSTile;
-    float* sA = sBk + kSTile;
+    float* sQV = sK + kSTile;
+    float* sA = sQV + kSTile;
     float* sT = sA + kSSquare;
     float* scratch = sT + kSSquare;
     ChunkMeta& m = *reinterpret_cast<ChunkMeta*>(scratch + 3 * 256);
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    load_bf16_rows<kD, kLdK>(sBv, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                             int64_t{v_heads} * kD, tokens - c0);
-    load_chunk(m, sQ, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h, c);
-    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
-        const int r = n / kD, i = r * kLdK + n % kD;
-        sBv[i] *= m.beta[r];
-        sBk[i] = m.beta[r] * m.eg[r] * m.f[r] * sK[i];
-    }
-    mm<false, true>(sA, kLdC, sK, kLdK, sK, kLdK, kC, kC, kD, 1.0f, 0.0f);
-    __syncthreads();
-    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
-        const int r = n / kC, s = n % kC;
-        float& x = sA[r * kLdC + s];
-        x = pair_on(m, r, s, true) ? m.beta[r] * x * expf(m.gam[r] - m.gam[s]) : 0.0f;
-    }
-    __syncthreads();
-    invert_unit_lower(sT, sA, scratch);
-    mm<false, false>(ws.W + tile * kTile, kD, sT, kLdC, sBk, kLdK, kC, kD, kC, 1.0f, 0.0f);
-    mm<false, false>(ws.U + tile * kTile, kD, sT, kLdC, sBv, kLdK, kC, kD, kC, 1.0f, 0.0f);
-    mm<false, true>(sA, kLdC, sQ, kLdK, sK, kLdK, kC, kC, kD, 1.0f, 0.0f);  // A is dead: Qn Kn^T
+    load_chunk(m, sQV, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h,
+               c);
+    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd.
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sQV, sK, 1.0f, 0.0f);
     for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
         const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
         const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
-        const float4 qv = *reinterpret_cast<const float4*>(sQ + r * kLdK + col);
+        const float4 qv = *reinterpret_cast<const float4*>(sQV + r * kLdK + col);
         const float4 kv = *reinterpret_cast<const float4*>(sK + r * kLdK + col);
         *reinterpret_cast<float4*>(ws.Qd + tile * kTile + r * kD + col) =
             make_float4(sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w);
@@ -437,8 +454,35 @@ __global__ void __launch_bounds__(kThreads)
         const int r = n / kC, s = n % kC;
         ws.Aqk[tile * kSquare + n] =
             pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f;
+    }
+    __syncthreads();
+    // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
+    load_bf16_rows<kD, kLdK>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                             int64_t{v_heads} * kD, tokens - c0);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sK, sK, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        float& x = sA[r * kLdC + s];
+        x = pair_on(m, r, s, true) ? m.beta[r] * x * expf(m.gam[r] - m.gam[s]) : 0.0f;
+    }
+    __syncthreads();
+    invert_unit_lower(sT, sA, scratch);
+    // W = (T diag(beta exp(Gamma) f)) Kn, U = (T diag(beta)) V; sA holds the scaled T.
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s] * m.eg[s] * m.f[s];
         ws.T[tile * kSquare + n] = sT[r * kLdC + s];
     }
+    __syncthreads();
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.W + tile * kTile, sA, sK, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
+    }
+    __syncthreads();
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.U + tile * kTile, sA, sQV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
@@ -447,7 +491,9 @@ __global__ void __launch_bounds__(kThreads)
 constexpr size_t kRecSmem = sizeof(float) * (kD * kLdV + 3 * kSTile + kSSquare + 2 * kC * kLdV);
 
 // Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV). save_states: write
-// each chunk's entering state and Vn (every row, zero past the end) instead of the output.
+// each chunk's entering state and Vn (every row, zero past the end) instead of the output. Each
+// chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
+// starts as soon as the barrier after its last reader has passed.
 __global__ void __launch_bounds__(kThreads)
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
@@ -462,16 +508,23 @@ __global__ void __launch_bounds__(kThreads)
     const int h = blockIdx.x;
     const int v0 = blockIdx.y * kBV;
     for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sS[n] = 0.0f;
+    __syncthreads();  // the first chunk reads the zeros with another thread mapping
     const int chunks = static_cast<int>(num_chunks(tokens));
-    for (int c = 0; c < chunks; ++c) {
-        const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    {
+        const int64_t tile = tile_of(0);
         copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
+        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
         if (!save_states) {
             copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
             copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
         }
-        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
-        copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
+    }
+    for (int c = 0; c < chunks; ++c) {
+        const int64_t tile = tile_of(c);
+        const bool more = c + 1 < chunks;
+        const int64_t next = tile_of(c + 1);
         if (save_states) {
             for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
                 const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
@@ -482,32 +535,46 @@ __global__ void __launch_bounds__(kThreads)
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<false, false>(sVn, kLdV, sW, kLdK, sS, kLdV, kC, kBV, kD, -1.0f, 1.0f);  // U - W S
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sVn, sW, sS, -1.0f, 1.0f);  // U - W S
         if (!save_states) {
-            mm<false, false>(sO, kLdV, sQd, kLdK, sS, kLdV, kC, kBV, kD, 1.0f, 0.0f);
+            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sO, sQd, sS, 1.0f, 0.0f);
         }
         __syncthreads();
+        if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
         if (!save_states) {
-            mm<false, false>(sO, kLdV, sAqk, kLdC, sVn, kLdV, kC, kBV, kC, 1.0f, 1.0f);
+            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sO, sAqk, sVn, 1.0f, 1.0f);
         }
-        mm<true, false>(sS, kLdV, sKd, kLdK, sVn, kLdV, kD, kBV, kC, 1.0f, gam);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
+        if (more) {
+            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+            if (!save_states) {
+                copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
+                copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+            }
+        }
         const int32_t c0 = c * kC;
-        for (int n = threadIdx.x; n < kC * kBV; n += blockDim.x) {
-            const int r = n / kBV, col = n % kBV;
+        for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
+            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
             if (save_states) {
-                ws.Vn[tile * kTile + r * kD + v0 + col] = sVn[r * kLdV + col];
+                *reinterpret_cast<float4*>(ws.Vn + tile * kTile + r * kD + v0 + col) =
+                    *reinterpret_cast<const float4*>(sVn + r * kLdV + col);
             } else if (c0 + r < tokens) {
-                out[(static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col] =
-                    __float2bfloat16_rn(sO[r * kLdV + col]);
+                const float4 o = *reinterpret_cast<const float4*>(sO + r * kLdV + col);
+                __nv_bfloat16* p =
+                    out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col;
+                *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(o.x, o.y);
+                *reinterpret_cast<__nv_bfloat162*>(p + 2) = __floats2bfloat162_rn(o.z, o.w);
             }
         }
         __syncthreads();
+        if (more) copy_tile(sVn, kLdV, ws.U + next * kTile + v0, kD, kC, kBV);
     }
 }
 
 // Reverse recurrence: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
-// gradient of the state leaving the chunk (saved as dh before the update).
+// gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
+// (earlier) chunk are copied in while this one computes, as in the forward.
 __global__ void __launch_bounds__(kThreads)
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     extern __shared__ __align__(128) float smem[];
@@ -521,16 +588,25 @@ __global__ void __launch_bounds__(kThreads)
     const int h = blockIdx.x;
     const int v0 = blockIdx.y * kBV;
     for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sdS[n] = 0.0f;
+    __syncthreads();  // the first chunk reads the zeros with another thread mapping
     const int chunks = static_cast<int>(num_chunks(tokens));
-    for (int c = chunks - 1; c >= 0; --c) {
-        const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-        const int32_t c0 = c * kC;
-        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
-        copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
-        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    auto dout_of = [&](int c) {
+        return dout + (static_cast<int64_t>(c) * kC * v_heads + h) * kD + v0;
+    };
+    {
+        const int64_t tile = tile_of(chunks - 1);
         copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
-        load_bf16_rows<kBV, kLdV>(sdO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD + v0,
-                                  int64_t{v_heads} * kD, tokens - c0);
+        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
+        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
+        load_bf16_rows<kBV, kLdV>(sdO, dout_of(chunks - 1), int64_t{v_heads} * kD,
+                                  tokens - (chunks - 1) * kC);
+    }
+    for (int c = chunks - 1; c >= 0; --c) {
+        const int64_t tile = tile_of(c);
+        const bool more = c > 0;
+        const int64_t next = tile_of(c - 1);
         for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
             *reinterpret_cast<float4*>(ws.dh + tile * kState + r * kD + v0 + col) =
@@ -539,17 +615,26 @@ __global__ void __launch_bounds__(kThreads)
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<true, false>(sdVn, kLdV, sAqk, kLdC, sdO, kLdV, kC, kBV, kC, 1.0f, 0.0f);
-        mm<false, false>(sdVn, kLdV, sKd, kLdK, sdS, kLdV, kC, kBV, kD, 1.0f, 1.0f);
+        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sdVn, sAqk, sdO, 1.0f, 0.0f);
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sdVn, sKd, sdS, 1.0f, 1.0f);
         __syncthreads();
-        mm<true, false>(sdS, kLdV, sQd, kLdK, sdO, kLdV, kD, kBV, kC, 1.0f, gam);
-        mm<true, false>(sdS, kLdV, sW, kLdK, sdVn, kLdV, kD, kBV, kC, -1.0f, 1.0f);
+        if (more) {
+            copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+        }
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sQd, sdO, 1.0f, gam);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sW, sdVn, -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
             *reinterpret_cast<float4*>(ws.dVn + tile * kTile + r * kD + v0 + col) =
                 *reinterpret_cast<const float4*>(sdVn + r * kLdV + col);
         }
         __syncthreads();
+        if (more) {
+            copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
+            copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
+            load_bf16_rows<kBV, kLdV>(sdO, dout_of(c - 1), int64_t{v_heads} * kD, kC);
+        }
     }
 }
 
@@ -573,8 +658,8 @@ __global__ void __launch_bounds__(kThreads)
                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true>(ws.dQd + tile * kTile, kD, sdO, kLdK, sS, kLdK, kC, kD, kD, 1.0f, 0.0f);
-    mm<false, true>(ws.dW + tile * kTile, kD, sV, kLdK, sS, kLdK, kC, kD, kD, -1.0f, 0.0f);
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dQd + tile * kTile, sdO, sS, 1.0f, 0.0f);
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dW + tile * kTile, sV, sS, -1.0f, 0.0f);
     __syncthreads();
     copy_tile(sV, kLdK, ws.Vn + tile * kTile, kD, kC, kD);
     // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.
@@ -595,8 +680,8 @@ __global__ void __launch_bounds__(kThreads)
     dot = cuda::block_sum(dot, scratch);
     copies_wait();
     __syncthreads();
-    mm<false, true>(ws.dKd + tile * kTile, kD, sV, kLdK, sS, kLdK, kC, kD, kD, 1.0f, 0.0f);
-    mm<false, true>(ws.dAqk + tile * kSquare, kC, sdO, kLdK, sV, kLdK, kC, kC, kD, 1.0f, 0.0f);
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dKd + tile * kTile, sV, sS, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kC>(ws.dAqk + tile * kSquare, sdO, sV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.dgam[tile] = dot;
 }
 
@@ -613,7 +698,8 @@ __device__ void add_row_col_sums(float* acc, const float* X, bool with_cols) {
     if (threadIdx.x < kC) {
         const int i = threadIdx.x;
         float s = 0.0f;
-        for (int j = 0; j < kC; ++j) s += X[i * kLdC + j];
+        for (int jj = 0; jj < kC; ++jj)
+            s += X[i * kLdC + ((jj + i) & (kC - 1))];  // skewed: no bank conflicts
         if (with_cols) {
             for (int j = 0; j < kC; ++j) s -= X[j * kLdC + i];
         }
@@ -665,7 +751,7 @@ __global__ void __launch_bounds__(kThreads)
         dG[threadIdx.x] = 0.0f;
     }
     // Aqk = scale lower_same(Qn Kn^T * E): Z = scale dAqk * E on the mask, H = dAqk * Aqk.
-    mm<false, true>(sX, kLdC, s2, kLdK, sK, kLdK, kC, kC, kD, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s2, sK, 1.0f, 0.0f);
     copies_wait();
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -699,8 +785,8 @@ __global__ void __launch_bounds__(kThreads)
         dG[r] += scale * m.eg[r] * dbeta[r];
         dbeta[r] = 0.0f;
     }
-    mm<false, false>(s1, kLdK, sY, kLdC, sK, kLdK, kC, kD, kC, 1.0f, 1.0f);   // dQn += Z Kn
-    mm<true, false>(sAcc, kLdK, sY, kLdC, s2, kLdK, kC, kD, kC, 1.0f, 0.0f);  // dKn = Z^T Qn
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(s1, sY, sK, 1.0f, 1.0f);   // dQn += Z Kn
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, s2, 1.0f, 0.0f);  // dKn = Z^T Qn
     __syncthreads();
     store_tile(ws.dQn + tile * kTile, s1);
     // Kd = diag(exp(Gamma_L - Gamma) l) Kn.
@@ -733,8 +819,8 @@ __global__ void __launch_bounds__(kThreads)
                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true>(sX, kLdC, s1, kLdK, s2, kLdK, kC, kC, kD, 1.0f, 0.0f);
-    mm<true, false>(sYZ, kLdK, sT, kLdC, s1, kLdK, kC, kD, kC, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s1, s2, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sYZ, sT, s1, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, col = n % kD;
@@ -750,8 +836,8 @@ __global__ void __launch_bounds__(kThreads)
     copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);
     copies_wait();
     __syncthreads();
-    mm<false, true>(sY, kLdC, s1, kLdK, sK, kLdK, kC, kC, kD, 1.0f, 0.0f);
-    mm<true, false>(s2, kLdK, sT, kLdC, s1, kLdK, kC, kD, kC, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sY, s1, sK, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(s2, sT, s1, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -771,10 +857,10 @@ __global__ void __launch_bounds__(kThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false>(sZ, kLdC, sT, kLdC, sX, kLdC, kC, kC, kC, 1.0f, 0.0f);
+    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC>(sZ, sT, sX, 1.0f, 0.0f);
     __syncthreads();
-    mm<false, true>(sY, kLdC, sZ, kLdC, sT, kLdC, kC, kC, kC, -1.0f, 0.0f);
-    mm<false, true>(sX, kLdC, sK, kLdK, sK, kLdK, kC, kC, kD, 1.0f, 0.0f);  // Kn Kn^T
+    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC>(sY, sZ, sT, -1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, sK, sK, 1.0f, 0.0f);  // Kn Kn^T
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E): P = diag(beta) dA * E, H = dA * A.
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -791,8 +877,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     add_row_col_sums(dG, sX, true);
     add_row_col_sums(dbeta, sZ, false);
-    mm<false, false>(sAcc, kLdK, sY, kLdC, sK, kLdK, kC, kD, kC, 1.0f, 1.0f);
-    mm<true, false>(sAcc, kLdK, sY, kLdC, sK, kLdK, kC, kD, kC, 1.0f, 1.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
     __syncthreads();
     store_tile(ws.dKn + tile * kTile, sAcc);
     // Gates: dg = reverse cumsum of dGamma; beta = sigmoid(b); g = -exp(A_log) softplus(a + dt).
@@ -891,6 +977,12 @@ cudaError_t launch_prep(const Ws& w, const __nv_bfloat16* q, const __nv_bfloat16
                         int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
                         float scale, cudaStream_t stream) {
     if (cudaError_t e = set_smem(gdn_chunk_prep_kernel, kPrepSmem); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+        e != cudaSuccess) {
+        return e;
+    }
     const dim3 grid(static_cast<unsigned>(num_chunks(tokens)), static_cast<unsigned>(v_heads));
     gdn_chunk_prep_kernel<<<grid, kThreads, kPrepSmem, stream>>>(
         w, q, k, v, a, b, A_log, dt_bias, cu, num_docs, static_cast<int32_t>(tokens),

@@ -6,6 +6,7 @@
 // deterministic column reduction.
 #include "kernels/causal_conv1d.h"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/varlen.cuh"
 
 namespace deltatune {
 
@@ -14,20 +15,6 @@ namespace {
 constexpr int kTile = 64;      // tokens per block
 constexpr int kThreads = 128;  // channels per block
 constexpr int kMaxKernel = 4;  // Qwen3.5 uses 4
-
-// First token of t's document: the last d with cu[d] <= t (empty documents are skipped).
-__device__ __forceinline__ int32_t doc_begin(const int32_t* cu, int64_t num_docs, int32_t t) {
-    int64_t lo = 0, hi = num_docs;  // invariant: cu[lo] <= t < cu[hi]
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        if (cu[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    return cu[lo];
-}
 
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
     return __bfloat162float(p[i]);
@@ -42,7 +29,7 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* out, const __nv_bflo
     __shared__ int32_t begin[kTile];
     const int32_t t0 = blockIdx.x * kTile;
     for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-        begin[i] = t0 + i < tokens ? doc_begin(cu, num_docs, t0 + i) : tokens;
+        begin[i] = t0 + i < tokens ? cu[cuda::doc_of(cu, num_docs, t0 + i)] : tokens;
     }
     __syncthreads();
     const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
@@ -82,7 +69,7 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* dx, float* dw_parti
     __shared__ float dpre[kSpan][kThreads];
     const int32_t t0 = blockIdx.x * kTile;
     for (int i = threadIdx.x; i < kSpan; i += blockDim.x) {
-        begin[i] = t0 + i < tokens ? doc_begin(cu, num_docs, t0 + i) : tokens;
+        begin[i] = t0 + i < tokens ? cu[cuda::doc_of(cu, num_docs, t0 + i)] : tokens;
     }
     __syncthreads();
     const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;

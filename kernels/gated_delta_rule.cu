@@ -22,6 +22,7 @@
 // and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). All matrix products are
 // tensor-core tf32 (mma.sync m16n8k8) on fp32 shared memory; every reduction has a fixed order.
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/gated_delta_rule.h"
 
 namespace deltatune {
@@ -132,20 +133,6 @@ __device__ __forceinline__ void mm(float* C, const float* A, const float* B, flo
     }
 }
 
-// Index of t's document: the last d with cu[d] <= t.
-__device__ __forceinline__ int32_t doc_of(const int32_t* cu, int64_t num_docs, int32_t t) {
-    int64_t lo = 0, hi = num_docs;
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        if (cu[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    return static_cast<int32_t>(lo);
-}
-
 __device__ __forceinline__ float sigmoidf(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
@@ -198,7 +185,7 @@ __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat
         const int32_t t = c0 + i;
         if (t < tokens) {
             const int64_t n = static_cast<int64_t>(t) * v_heads + h;
-            m.doc[i] = doc_of(cu, num_docs, t);
+            m.doc[i] = static_cast<int32_t>(cuda::doc_of(cu, num_docs, t));
             m.beta[i] = sigmoidf(__bfloat162float(b[n]));
             m.ax[i] = __bfloat162float(a[n]) + dt_bias[h];
             m.g[i] = -expf(A_log[h]) * softplusf(m.ax[i]);

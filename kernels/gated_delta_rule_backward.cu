@@ -1,0 +1,457 @@
+// The gated delta rule's backward (see gated_delta_rule.cu for the math): the replayed forward,
+// the reverse recurrence, per-chunk state gradients, and the chunk_prep backward through T, the
+// masks, the gates and the L2 norm.
+#include "kernels/gated_delta_rule_common.cuh"
+
+namespace deltatune {
+namespace {
+
+// Reverse recurrence: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
+// gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
+// (earlier) chunk are copied in while this one computes, as in the forward.
+__global__ void __launch_bounds__(kThreads)
+    gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
+    extern __shared__ __align__(128) float smem[];
+    float* sdS = smem;
+    float* sW = sdS + kD * kLdV;
+    float* sQd = sW + kSTile;
+    float* sKd = sQd + kSTile;
+    float* sAqk = sKd + kSTile;
+    float* sdO = sAqk + kSSquare;
+    float* sdVn = sdO + kC * kLdV;
+    const int h = blockIdx.x;
+    const int v0 = blockIdx.y * kBV;
+    for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sdS[n] = 0.0f;
+    __syncthreads();  // the first chunk reads the zeros with another thread mapping
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    auto dout_of = [&](int c) {
+        return dout + (static_cast<int64_t>(c) * kC * v_heads + h) * kD + v0;
+    };
+    {
+        const int64_t tile = tile_of(chunks - 1);
+        copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
+        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
+        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
+        load_bf16_rows<kBV, kLdV>(sdO, dout_of(chunks - 1), int64_t{v_heads} * kD,
+                                  tokens - (chunks - 1) * kC);
+    }
+    for (int c = chunks - 1; c >= 0; --c) {
+        const int64_t tile = tile_of(c);
+        const bool more = c > 0;
+        const int64_t next = tile_of(c - 1);
+        for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
+            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
+            *reinterpret_cast<float4*>(ws.dh + tile * kState + r * kD + v0 + col) =
+                *reinterpret_cast<const float4*>(sdS + r * kLdV + col);
+        }
+        const float gam = ws.gam[tile];
+        copies_wait();
+        __syncthreads();
+        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sdVn, sAqk, sdO, 1.0f, 0.0f);
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sdVn, sKd, sdS, 1.0f, 1.0f);
+        __syncthreads();
+        if (more) {
+            copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+        }
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sQd, sdO, 1.0f, gam);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sW, sdVn, -1.0f, 1.0f);
+        for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
+            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
+            *reinterpret_cast<float4*>(ws.dVn + tile * kTile + r * kD + v0 + col) =
+                *reinterpret_cast<const float4*>(sdVn + r * kLdV + col);
+        }
+        __syncthreads();
+        if (more) {
+            copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
+            copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
+            load_bf16_rows<kBV, kLdV>(sdO, dout_of(c - 1), int64_t{v_heads} * kD, kC);
+        }
+    }
+}
+
+constexpr size_t kStateGradSmem = sizeof(float) * (2 * kSTile + kD * kLdK + 32);
+
+// Per chunk and value head, from the entering state S and the leaving-state gradient dS:
+// dQd = dO S^T, dW = -dVn S^T, dKd = Vn dS^T, dAqk = dO Vn^T, dgam = <S, dS>.
+__global__ void __launch_bounds__(kThreads)
+    gdn_state_grads_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
+    extern __shared__ __align__(128) float smem[];
+    float* sdO = smem;
+    float* sV = sdO + kSTile;
+    float* sS = sV + kSTile;
+    float* scratch = sS + kD * kLdK;
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int32_t c0 = c * kC;
+    const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
+    copy_tile(sV, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
+    copy_tile(sS, kLdK, ws.h + tile * kState, kD, kD, kD);
+    load_bf16_rows<kD, kLdK>(sdO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                             int64_t{v_heads} * kD, tokens - c0);
+    copies_wait();
+    __syncthreads();
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dQd + tile * kTile, sdO, sS, 1.0f, 0.0f);
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dW + tile * kTile, sV, sS, -1.0f, 0.0f);
+    __syncthreads();
+    copy_tile(sV, kLdK, ws.Vn + tile * kTile, kD, kC, kD);
+    // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.
+    constexpr int kPer = kState / 4 / kThreads;
+    const float4* dh4 = reinterpret_cast<const float4*>(ws.dh + tile * kState);
+    float4 d[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) d[j] = dh4[threadIdx.x + j * kThreads];
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        float4* p = reinterpret_cast<float4*>(sS + (i / (kD / 4)) * kLdK + (i % (kD / 4)) * 4);
+        const float4 s = *p;
+        dot += s.x * d[j].x + s.y * d[j].y + s.z * d[j].z + s.w * d[j].w;
+        *p = d[j];
+    }
+    dot = cuda::block_sum(dot, scratch);
+    copies_wait();
+    __syncthreads();
+    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dKd + tile * kTile, sV, sS, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kC>(ws.dAqk + tile * kSquare, sdO, sV, 1.0f, 0.0f);
+    if (threadIdx.x == 0) ws.dgam[tile] = dot;
+}
+
+// Shared memory of chunk_prep_backward: sK, sAcc (dKn), s1, s2 (kC x kD), sT, sX, sY, sZ
+// (kC x kC; sY and sZ together also hold one kC x kD tile), dbeta, dGamma, meta.
+constexpr size_t kPrepBwdSmem =
+    sizeof(float) * (4 * kSTile + 4 * kSSquare + 2 * kC) + sizeof(ChunkMeta);
+static_assert(2 * kSSquare >= kSTile);
+
+// acc[i] += sum_j X[i,j] - (with_cols ? sum_j X[j,i] : 0) for a kC x kC matrix of stride kLdC.
+// One thread per row, fixed order.
+__device__ void add_row_col_sums(float* acc, const float* X, bool with_cols) {
+    __syncthreads();
+    if (threadIdx.x < kC) {
+        const int i = threadIdx.x;
+        float s = 0.0f;
+        for (int jj = 0; jj < kC; ++jj)
+            s += X[i * kLdC + ((jj + i) & (kC - 1))];  // skewed: no bank conflicts
+        if (with_cols) {
+            for (int j = 0; j < kC; ++j) s -= X[j * kLdC + i];
+        }
+        acc[i] += s;
+    }
+    __syncthreads();
+}
+
+// out[r] = sum_c X[r,c] Y[r,c] over two kC x kD matrices of stride kLdK (one warp per row).
+__device__ void row_dots(float* out, const float* X, const float* Y) {
+    const int lane = threadIdx.x & 31;
+    for (int r = threadIdx.x >> 5; r < kC; r += blockDim.x >> 5) {
+        float s = 0.0f;
+        for (int col = lane; col < kD; col += 32) s += X[r * kLdK + col] * Y[r * kLdK + col];
+        s = cuda::warp_sum(s);
+        if (lane == 0) out[r] = s;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    gdn_chunk_prep_backward_kernel(Ws ws, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+                                   const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                   const __nv_bfloat16* v, const __nv_bfloat16* a,
+                                   const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+                                   const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
+                                   int v_heads, float scale) {
+    extern __shared__ __align__(128) float smem[];
+    float* sK = smem;
+    float* sAcc = sK + kSTile;  // dKn, written to global at the end
+    float* s1 = sAcc + kSTile;
+    float* s2 = s1 + kSTile;  // Qn first
+    float* sT = s2 + kSTile;
+    float* sX = sT + kSSquare;
+    float* sY = sX + kSSquare;
+    float* sZ = sY + kSSquare;
+    float* sYZ = sY;  // sY and sZ as one kC x kD tile (stride kLdK)
+    float* dbeta = sZ + kSSquare;
+    float* dG = dbeta + kC;
+    ChunkMeta& m = *reinterpret_cast<ChunkMeta*>(dG + kC);
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int32_t c0 = c * kC;
+    const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
+    copy_tile(s1, kLdK, ws.dQd + tile * kTile, kD, kC, kD);
+    copy_tile(sT, kLdC, ws.T + tile * kSquare, kC, kC, kC);
+    copy_tile(sZ, kLdC, ws.dAqk + tile * kSquare, kC, kC, kC);
+    load_chunk(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h, c);
+    if (threadIdx.x < kC) {
+        dbeta[threadIdx.x] = 0.0f;
+        dG[threadIdx.x] = 0.0f;
+    }
+    // Aqk = scale lower_same(Qn Kn^T * E): Z = scale dAqk * E on the mask, H = dAqk * Aqk.
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s2, sK, 1.0f, 0.0f);
+    copies_wait();
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        const int i = r * kLdC + s;
+        if (pair_on(m, r, s, false)) {
+            const float z = sZ[i] * scale * expf(m.gam[r] - m.gam[s]);
+            sY[i] = z;
+            sX[i] = z * sX[i];
+        } else {
+            sY[i] = 0.0f;
+            sX[i] = 0.0f;
+        }
+    }
+    // Qd = scale diag(exp(Gamma) f) Qn: dQn = scale exp(Gamma) f dQd + Z Kn, with the Gamma part
+    // from rowsum(dQd * Qn).
+    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
+        const int r = n / kD, i = r * kLdK + n % kD;
+        s1[i] = m.f[r] != 0.0f ? s1[i] : 0.0f;
+    }
+    __syncthreads();
+    row_dots(dbeta + 0, s1, s2);  // borrowed as scratch: rowsum(dQd * Qn) on f rows
+    __syncthreads();
+    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
+        const int r = n / kD, i = r * kLdK + n % kD;
+        s1[i] *= scale * m.eg[r];
+    }
+    add_row_col_sums(dG, sX, true);
+    if (threadIdx.x < kC) {
+        const int r = threadIdx.x;
+        dG[r] += scale * m.eg[r] * dbeta[r];
+        dbeta[r] = 0.0f;
+    }
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(s1, sY, sK, 1.0f, 1.0f);   // dQn += Z Kn
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, s2, 1.0f, 0.0f);  // dKn = Z^T Qn
+    __syncthreads();
+    store_tile(ws.dQn + tile * kTile, s1);
+    // Kd = diag(exp(Gamma_L - Gamma) l) Kn.
+    __syncthreads();
+    copy_tile(s2, kLdK, ws.dKd + tile * kTile, kD, kC, kD);
+    copies_wait();
+    __syncthreads();
+    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
+        const int r = n / kD, i = r * kLdK + n % kD;
+        s2[i] = m.l[r] != 0.0f ? s2[i] : 0.0f;
+        sAcc[i] += m.el[r] * s2[i];
+    }
+    __syncthreads();
+    row_dots(dbeta, s2, sK);  // scratch again: rowsum(dKd * Kn) on l rows
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum_e = 0.0f;
+        for (int r = 0; r < kC; ++r) {
+            const float e = m.el[r] * dbeta[r];
+            dG[r] -= e;
+            sum_e += e;
+        }
+        dG[m.last] += sum_e + ws.dgam[tile] * m.f[m.last] * expf(m.gam[m.last]);
+    }
+    __syncthreads();
+    if (threadIdx.x < kC) dbeta[threadIdx.x] = 0.0f;
+    // U = T diag(beta) V: X = dU V^T, dBv = T^T dU, dV = beta dBv.
+    copy_tile(s1, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
+    load_bf16_rows<kD, kLdK>(s2, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                             int64_t{v_heads} * kD, tokens - c0);
+    copies_wait();
+    __syncthreads();
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s1, s2, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sYZ, sT, s1, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
+        const int r = n / kD, col = n % kD;
+        const int32_t t = c0 + r;
+        if (t < tokens) {
+            dv[(static_cast<int64_t>(t) * v_heads + h) * kD + col] =
+                __float2bfloat16_rn(m.beta[r] * sYZ[r * kLdK + col]);
+        }
+    }
+    row_dots(dbeta, sYZ, s2);  // dbeta += rowsum(dBv * V) (dbeta was zeroed above)
+    __syncthreads();
+    // W = T diag(beta exp(Gamma) f) Kn: Y = dW Kn^T, dBk = T^T dW.
+    copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);
+    copies_wait();
+    __syncthreads();
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sY, s1, sK, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(s2, sT, s1, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
+        const int r = n / kD, i = r * kLdK + n % kD;
+        if (m.f[r] != 0.0f) sAcc[i] += m.beta[r] * m.eg[r] * s2[i];
+    }
+    row_dots(sZ, s2, sK);
+    __syncthreads();
+    if (threadIdx.x < kC) {
+        const int r = threadIdx.x;
+        const float w = m.f[r] != 0.0f ? m.eg[r] * sZ[r] : 0.0f;
+        dbeta[r] += w;
+        dG[r] += w * m.beta[r];
+    }
+    // dT = X diag(beta) + Y diag(beta exp(Gamma) f);  dA = -T^T dT T^T.
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int s = n % kC, i = (n / kC) * kLdC + s;
+        sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
+    }
+    __syncthreads();
+    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC>(sZ, sT, sX, 1.0f, 0.0f);
+    __syncthreads();
+    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC>(sY, sZ, sT, -1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, sK, sK, 1.0f, 0.0f);  // Kn Kn^T
+    __syncthreads();
+    // A = strict_lower_same(diag(beta) Kn Kn^T * E): P = diag(beta) dA * E, H = dA * A.
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        const int i = r * kLdC + s;
+        if (pair_on(m, r, s, true)) {
+            const float de = sY[i] * expf(m.gam[r] - m.gam[s]);
+            sZ[i] = de * sX[i];              // d A / d beta_r part
+            sY[i] = m.beta[r] * de;          // P
+            sX[i] = m.beta[r] * de * sX[i];  // H
+        } else {
+            sZ[i] = sY[i] = sX[i] = 0.0f;
+        }
+    }
+    add_row_col_sums(dG, sX, true);
+    add_row_col_sums(dbeta, sZ, false);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
+    __syncthreads();
+    store_tile(ws.dKn + tile * kTile, sAcc);
+    // Gates: dg = reverse cumsum of dGamma; beta = sigmoid(b); g = -exp(A_log) softplus(a + dt).
+    if (threadIdx.x < kC) {
+        const int r = threadIdx.x;
+        float run = 0.0f;
+        for (int j = kC - 1; j >= r; --j) run += dG[j];
+        const int32_t t = c0 + r;
+        float d_a = 0.0f, d_A = 0.0f;
+        if (t < tokens) {
+            const int64_t n = static_cast<int64_t>(t) * v_heads + h;
+            const float dsp = m.ax[r] > kSoftplusThreshold ? 1.0f : sigmoidf(m.ax[r]);
+            d_a = run * (-expf(A_log[h])) * dsp;
+            da[n] = __float2bfloat16_rn(d_a);
+            db[n] = __float2bfloat16_rn(dbeta[r] * m.beta[r] * (1.0f - m.beta[r]));
+            d_A = run * m.g[r];
+        }
+        sX[r] = d_a;  // sX is free again
+        sX[kC + r] = d_A;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum_da = 0.0f, sum_dA = 0.0f;
+        for (int r = 0; r < kC; ++r) {
+            sum_da += sX[r];
+            sum_dA += sX[kC + r];
+        }
+        ws.pdt[tile] = sum_da;
+        ws.pA[tile] = sum_dA;
+    }
+}
+
+// dq, dk of key head kh at token t: sum the value heads' dQn, dKn in head order, then the L2
+// norm backward dx = r (dy - (dy . y) y). One warp per (token, key head).
+__global__ void __launch_bounds__(kThreads)
+    gdn_qk_finalize_kernel(__nv_bfloat16* dq, __nv_bfloat16* dk, Ws ws, const __nv_bfloat16* q,
+                           const __nv_bfloat16* k, int32_t tokens, int k_heads, int v_heads) {
+    const int lane = threadIdx.x & 31;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+    if (item >= static_cast<int64_t>(tokens) * k_heads) return;
+    const int32_t t = static_cast<int32_t>(item / k_heads);
+    const int kh = static_cast<int>(item % k_heads);
+    const int ratio = v_heads / k_heads;
+    const int c = t / kC, r = t % kC;
+    for (int which = 0; which < 2; ++which) {
+        const __nv_bfloat16* x = which == 0 ? q : k;
+        const float* g = which == 0 ? ws.dQn : ws.dKn;
+        float xv[kD / 32], gv[kD / 32];
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kD / 32; ++i) {
+            xv[i] = __bfloat162float(x[item * kD + lane + 32 * i]);
+            ss += xv[i] * xv[i];
+            gv[i] = 0.0f;
+        }
+        for (int j = 0; j < ratio; ++j) {
+            const int64_t tile = static_cast<int64_t>(c) * v_heads + kh * ratio + j;
+#pragma unroll
+            for (int i = 0; i < kD / 32; ++i) gv[i] += g[tile * kTile + r * kD + lane + 32 * i];
+        }
+        const float rn = rsqrtf(cuda::warp_sum(ss) + kNormEps);
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kD / 32; ++i) dot += gv[i] * xv[i] * rn;
+        dot = cuda::warp_sum(dot);
+        __nv_bfloat16* out = which == 0 ? dq : dk;
+#pragma unroll
+        for (int i = 0; i < kD / 32; ++i) {
+            out[item * kD + lane + 32 * i] = __float2bfloat16_rn(rn * (gv[i] - dot * xv[i] * rn));
+        }
+    }
+}
+
+__global__ void gdn_gate_reduce_kernel(float* dA_log, float* ddt_bias, Ws ws, int chunks,
+                                       int v_heads) {
+    const int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= v_heads) return;
+    float sa = 0.0f, sd = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+        sa += ws.pA[static_cast<int64_t>(c) * v_heads + h];
+        sd += ws.pdt[static_cast<int64_t>(c) * v_heads + h];
+    }
+    dA_log[h] += sa;
+    ddt_bias[h] += sd;
+}
+
+}  // namespace
+cudaError_t gated_delta_rule_backward(
+    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
+    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
+    size_t workspace_bytes, cudaStream_t stream) {
+    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(tokens, v_heads)) {
+        return cudaErrorInvalidValue;
+    }
+    const Ws w = carve(workspace, tokens, v_heads, true, nullptr);
+    const auto t32 = static_cast<int32_t>(tokens);
+    const auto kh = static_cast<int>(k_heads), vh = static_cast<int>(v_heads);
+    const auto chunks = static_cast<unsigned>(num_chunks(tokens));
+    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, tokens,
+                                    k_heads, v_heads, scale, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    if (cudaError_t e = launch_recurrence(nullptr, w, tokens, v_heads, true, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    if (cudaError_t e = set_smem(gdn_recurrence_backward_kernel, kRecSmem); e != cudaSuccess) {
+        return e;
+    }
+    gdn_recurrence_backward_kernel<<<dim3(vh, kD / kBV), kThreads, kRecSmem, stream>>>(w, dout, t32,
+                                                                                       vh);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = set_smem(gdn_state_grads_kernel, kStateGradSmem); e != cudaSuccess) {
+        return e;
+    }
+    gdn_state_grads_kernel<<<dim3(chunks, vh), kThreads, kStateGradSmem, stream>>>(w, dout, t32,
+                                                                                   vh);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = set_smem(gdn_chunk_prep_backward_kernel, kPrepBwdSmem); e != cudaSuccess) {
+        return e;
+    }
+    gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kThreads, kPrepBwdSmem, stream>>>(
+        w, dv, da, db, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, t32, kh, vh, scale);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const int64_t items = tokens * k_heads;
+    const auto blocks = static_cast<unsigned>((items + kThreads / 32 - 1) / (kThreads / 32));
+    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(dq, dk, w, q, k, t32, kh, vh);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(dA_log, ddt_bias, w,
+                                                                 static_cast<int>(chunks), vh);
+    return cudaGetLastError();
+}
+
+}  // namespace deltatune

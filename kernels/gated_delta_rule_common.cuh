@@ -1,0 +1,581 @@
+// Shared by gated_delta_rule.cu (forward) and gated_delta_rule_backward.cu: the chunk geometry,
+// the workspace layout (Ws, carve), the tensor-core tile helpers, and the two kernels the backward
+// replays (chunk_prep and the forward recurrence) with their launchers. Everything is in an
+// anonymous namespace: each translation unit compiles its own copy of these device functions.
+#pragma once
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/varlen.cuh"
+#include "kernels/gated_delta_rule.h"
+
+namespace deltatune {
+namespace {
+
+constexpr int kD = 128;  // dk = dv
+constexpr int kC = 64;   // chunk
+constexpr int kBV = 32;  // dv columns per recurrence block
+constexpr int kThreads = 256;
+constexpr float kNormEps = 1e-6f;
+constexpr float kSoftplusThreshold = 20.0f;
+
+constexpr int64_t kTile = int64_t{kC} * kD;    // one chunk-head (64 x 128) fp32 tile
+constexpr int64_t kSquare = int64_t{kC} * kC;  // one chunk-head (64 x 64) tile
+constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
+
+// Shared-memory row strides, padded by 16 bytes so the rows of a tensor-core fragment load fall
+// in different banks.
+constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
+constexpr int kLdC = kC + 4;   // kC x kC
+constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
+constexpr int kSTile = kC * kLdK;
+constexpr int kSSquare = kC * kLdC;
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// d += a b on one m16n8k8 tf32 tensor-core tile (PTX fragment layouts, g = lane / 4, t = lane % 4:
+// a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)}, d {(g, 2t),
+// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. TA: A is stored
+// K x M row-major (op(A) = A^T); TB: B is stored N x K. M, N multiples of 16, K of 8. Each warp
+// owns whole output tiles (32 x 32 when there are enough for every warp, else 16 x 16) in a fixed
+// order, and every thread reads back (beta != 0) only the C elements it wrote itself in an
+// earlier call of the same shape; C may be global memory. Callers put barriers around shared
+// operands written by other threads.
+template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC>
+__device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
+                                   float beta) {
+    static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
+    constexpr int kWarpCount = kThreads / 32;
+    constexpr bool kBig = M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) >= kWarpCount;
+    constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
+    constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
+    constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    for (int tile = warp; tile < kTiles; tile += kWarpCount) {
+        const int m0 = (tile / kTn) * 16 * kFm, n0 = (tile % kTn) * 8 * kFn;
+        float acc[kFm][kFn][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            uint32_t a[kFm][4], b[kFn][2];
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int m = m0 + fm * 16 + g + (i & 1) * 8, k = k0 + t + (i >> 1) * 4;
+                    a[fm][i] = to_tf32(TA ? A[k * LDA + m] : A[m * LDA + k]);
+                }
+            }
+#pragma unroll
+            for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int k = k0 + t + i * 4, n = n0 + fn * 8 + g;
+                    b[fn][i] = to_tf32(TB ? B[n * LDB + k] : B[k * LDB + n]);
+                }
+            }
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+                for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], a[fm], b[fn]);
+            }
+        }
+#pragma unroll
+        for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+            for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    auto* p = reinterpret_cast<float2*>(C + (m0 + fm * 16 + g + h * 8) * LDC + n0 +
+                                                        fn * 8 + 2 * t);
+                    float2 v =
+                        make_float2(alpha * acc[fm][fn][2 * h], alpha * acc[fm][fn][2 * h + 1]);
+                    if (beta != 0.0f) {
+                        const float2 o = *p;
+                        v.x += beta * o.x;
+                        v.y += beta * o.y;
+                    }
+                    *p = v;
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float softplusf(float x) {
+    return x > kSoftplusThreshold ? x : log1pf(expf(x));
+}
+
+// Per-row chunk metadata shared by the chunk kernels.
+struct ChunkMeta {
+    float gam[kC];    // Gamma, chunk-local inclusive cumsum of g
+    float g[kC];      // log decay (0 past the end of the stream)
+    float beta[kC];   // 0 past the end
+    float ax[kC];     // a + dt_bias, the softplus argument
+    float f[kC];      // 1 if the row continues the document running before the chunk
+    float l[kC];      // 1 if the row is in the chunk's last document
+    float eg[kC];     // exp(Gamma)
+    float el[kC];     // exp(Gamma_L - Gamma)
+    int32_t doc[kC];  // document index, -1 past the end
+    int last;         // last valid row
+};
+
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = kC / kWarps;
+
+__device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[4]) {
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    f[0] = lo.x;
+    f[1] = lo.y;
+    f[2] = hi.x;
+    f[3] = hi.y;
+}
+
+// Fills meta (gates, documents, Gamma, masks) for chunk c of value head h and loads the
+// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end).
+// Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
+// first reduction, so they overlap.
+__device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat16* q,
+                           const __nv_bfloat16* k, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                           const float* A_log, const float* dt_bias, const int32_t* cu,
+                           int64_t num_docs, int32_t tokens, int k_heads, int v_heads, int h,
+                           int c) {
+    const int32_t c0 = c * kC;
+    const int kh = h / (v_heads / k_heads);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int last = min(kC, tokens - c0) - 1;
+    if (threadIdx.x < kC) {
+        const int i = threadIdx.x;
+        const int32_t t = c0 + i;
+        if (t < tokens) {
+            const int64_t n = static_cast<int64_t>(t) * v_heads + h;
+            m.doc[i] = static_cast<int32_t>(cuda::doc_of(cu, num_docs, t));
+            m.beta[i] = sigmoidf(__bfloat162float(b[n]));
+            m.ax[i] = __bfloat162float(a[n]) + dt_bias[h];
+            m.g[i] = -expf(A_log[h]) * softplusf(m.ax[i]);
+        } else {
+            m.doc[i] = -1;
+            m.beta[i] = 0.0f;
+            m.ax[i] = 0.0f;
+            m.g[i] = 0.0f;
+        }
+        if (i == 0) m.last = last;
+    }
+    uint2 qraw[kRowsPerWarp], kraw[kRowsPerWarp];
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+        const int32_t t = c0 + warp + j * kWarps;
+        if (t < tokens) {
+            const int64_t o = (static_cast<int64_t>(t) * k_heads + kh) * kD + lane * 4;
+            qraw[j] = *reinterpret_cast<const uint2*>(q + o);
+            kraw[j] = *reinterpret_cast<const uint2*>(k + o);
+        } else {
+            qraw[j] = kraw[j] = make_uint2(0u, 0u);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+        const int r = warp + j * kWarps;
+        float qf[4], kf[4];
+        unpack4(qraw[j], qf);
+        unpack4(kraw[j], kf);
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sq += qf[i] * qf[i];
+            sk += kf[i] * kf[i];
+        }
+        const float rq = rsqrtf(cuda::warp_sum(sq) + kNormEps);
+        const float rk = rsqrtf(cuda::warp_sum(sk) + kNormEps);
+        *reinterpret_cast<float4*>(sQ + r * kLdK + lane * 4) =
+            make_float4(qf[0] * rq, qf[1] * rq, qf[2] * rq, qf[3] * rq);
+        *reinterpret_cast<float4*>(sK + r * kLdK + lane * 4) =
+            make_float4(kf[0] * rk, kf[1] * rk, kf[2] * rk, kf[3] * rk);
+    }
+    __syncthreads();
+    if (threadIdx.x < kC) {
+        const int i = threadIdx.x;
+        float s = 0.0f;
+        for (int j = 0; j <= i; ++j) s += m.g[j];
+        m.gam[i] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kC) {
+        const int i = threadIdx.x;
+        const bool continues = cu[m.doc[0]] != c0;
+        m.f[i] = (continues && m.doc[i] == m.doc[0]) ? 1.0f : 0.0f;
+        m.l[i] = (m.doc[i] >= 0 && m.doc[i] == m.doc[last]) ? 1.0f : 0.0f;
+        m.eg[i] = expf(m.gam[i]);
+        m.el[i] = expf(m.gam[last] - m.gam[i]);
+    }
+    __syncthreads();
+}
+
+// Pair masks: s < r (strict) or s <= r, both rows valid and in one document.
+__device__ __forceinline__ bool pair_on(const ChunkMeta& m, int r, int s, bool strict) {
+    return (strict ? s < r : s <= r) && m.doc[s] >= 0 && m.doc[r] == m.doc[s];
+}
+
+// sT = (I + sA)^-1 for strictly lower sA (kC x kC, stride kLdC): the four 16 x 16 diagonal
+// blocks by forward substitution (one warp each), then the block rows below in order.
+__device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 3 x 256 */) {
+    for (int n = threadIdx.x; n < kC * kC; n += blockDim.x) sT[(n / kC) * kLdC + n % kC] = 0.0f;
+    __syncthreads();
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp < 4 && lane < 16) {
+        const int o = warp * 16;
+        float x[16];
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            float v = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+            for (int s = 0; s < r; ++s) v -= sA[(o + r) * kLdC + o + s] * x[s];
+            x[r] = v;
+            sT[(o + r) * kLdC + o + lane] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = 1; i < 4; ++i) {
+        // P_j = sum_{m=j}^{i-1} A_im T_mj for j < i, then T_ij = -T_ii P_j.
+        for (int n = threadIdx.x; n < i * 256; n += blockDim.x) {
+            const int j = n / 256, r = (n % 256) / 16, col = n % 16;
+            float p = 0.0f;
+            for (int s = j * 16; s < i * 16; ++s) {
+                p += sA[(i * 16 + r) * kLdC + s] * sT[s * kLdC + j * 16 + col];
+            }
+            scratch[n] = p;
+        }
+        __syncthreads();
+        for (int n = threadIdx.x; n < i * 256; n += blockDim.x) {
+            const int j = n / 256, r = (n % 256) / 16, col = n % 16;
+            float t = 0.0f;
+            for (int s = 0; s <= r; ++s) {
+                t += sT[(i * 16 + r) * kLdC + i * 16 + s] * scratch[j * 256 + s * 16 + col];
+            }
+            sT[(i * 16 + r) * kLdC + j * 16 + col] = -t;
+        }
+        __syncthreads();
+    }
+}
+
+// Workspace views (fp32 unless noted), [chunk][v_head] tiles.
+struct Ws {
+    float *W, *U, *Qd, *Kd, *Aqk, *T, *gam;                                          // forward
+    float *h, *dh, *Vn, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
+};
+
+__host__ __device__ inline int64_t num_chunks(int64_t tokens) {
+    return (tokens + kC - 1) / kC;
+}
+
+Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* bytes) {
+    const int64_t n = num_chunks(tokens) * v_heads;
+    char* p = static_cast<char*>(base);
+    size_t off = 0;
+    auto take = [&](int64_t floats) {
+        float* r = reinterpret_cast<float*>(p + off);
+        off += (static_cast<size_t>(floats) * sizeof(float) + 255) / 256 * 256;
+        return r;
+    };
+    Ws w{};
+    w.W = take(n * kTile);
+    w.U = take(n * kTile);
+    w.Qd = take(n * kTile);
+    w.Kd = take(n * kTile);
+    w.Aqk = take(n * kSquare);
+    w.T = take(n * kSquare);
+    w.gam = take(n);
+    if (backward) {
+        w.h = take(n * kState);
+        w.dh = take(n * kState);
+        w.Vn = take(n * kTile);
+        w.dVn = take(n * kTile);
+        w.dQd = take(n * kTile);
+        w.dW = take(n * kTile);
+        w.dKd = take(n * kTile);
+        w.dAqk = take(n * kSquare);
+        w.dgam = take(n);
+        w.dQn = take(n * kTile);
+        w.dKn = take(n * kTile);
+        w.pA = take(n);
+        w.pdt = take(n);
+    }
+    if (bytes) *bytes = off;
+    return w;
+}
+
+// kernels
+
+// Asynchronous 16-byte global-to-shared copies (cp.async): every load of a tile is in flight at
+// once. Readers call copies_wait() and then a barrier.
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+    const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void copies_wait() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Starts copying a rows x cols fp32 tile (cols % 4 == 0) from global (stride lds) to shared
+// memory (stride ldd).
+__device__ __forceinline__ void copy_tile(float* dst, int ldd, const float* src, int lds, int rows,
+                                          int cols) {
+    const int q = cols / 4;
+    for (int i = threadIdx.x; i < rows * q; i += blockDim.x) {
+        const int r = i / q, c = (i % q) * 4;
+        cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+    }
+}
+
+// kC rows x kCols bf16 from global (row stride `stride` elements, 16-byte aligned) into fp32
+// shared memory of stride kLd; rows at or past `valid` read 0. All loads are issued before the
+// first store.
+template <int kCols, int kLd>
+__device__ __forceinline__ void load_bf16_rows(float* dst, const __nv_bfloat16* src, int64_t stride,
+                                               int valid) {
+    constexpr int kVecPerRow = kCols / 8;
+    constexpr int kPer = kC * kVecPerRow / kThreads;
+    static_assert(kPer >= 1 && kC * kVecPerRow % kThreads == 0);
+    uint4 raw[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
+        raw[j] = r < valid ? *reinterpret_cast<const uint4*>(src + r * stride + c)
+                           : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
+        float f[8];
+        cuda::unpack8(*reinterpret_cast<const cuda::Bf16x8*>(&raw[j]), f);
+        *reinterpret_cast<float4*>(dst + r * kLd + c) = make_float4(f[0], f[1], f[2], f[3]);
+        *reinterpret_cast<float4*>(dst + r * kLd + c + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+
+// Writes a kC x kD shared tile (stride kLdK) to global (stride kD), 16 bytes at a time.
+__device__ __forceinline__ void store_tile(float* dst, const float* src) {
+    for (int i = threadIdx.x; i < kC * kD / 4; i += blockDim.x) {
+        const int r = i / (kD / 4), c = (i % (kD / 4)) * 4;
+        *reinterpret_cast<float4*>(dst + r * kD + c) =
+            *reinterpret_cast<const float4*>(src + r * kLdK + c);
+    }
+}
+
+// Shared memory of chunk_prep: sK, sQV (Q, then V) (kC x kD), sA, sT (kC x kC), scratch, meta;
+// small enough for two blocks per multiprocessor.
+constexpr size_t kPrepSmem =
+    sizeof(float) * (2 * kSTile + 2 * kSSquare + 3 * 256) + sizeof(ChunkMeta);
+
+__global__ void __launch_bounds__(kThreads, 2)
+    gdn_chunk_prep_kernel(Ws ws, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                          const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                          const float* A_log, const float* dt_bias, const int32_t* cu,
+                          int64_t num_docs, int32_t tokens, int k_heads, int v_heads, float scale) {
+    extern __shared__ __align__(128) float smem[];
+    float* sK = smem;
+    float* sQV = sK + kSTile;
+    float* sA = sQV + kSTile;
+    float* sT = sA + kSSquare;
+    float* scratch = sT + kSSquare;
+    ChunkMeta& m = *reinterpret_cast<ChunkMeta*>(scratch + 3 * 256);
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int32_t c0 = c * kC;
+    const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
+    load_chunk(m, sQV, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h,
+               c);
+    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd.
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sQV, sK, 1.0f, 0.0f);
+    for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
+        const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
+        const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
+        const float4 qv = *reinterpret_cast<const float4*>(sQV + r * kLdK + col);
+        const float4 kv = *reinterpret_cast<const float4*>(sK + r * kLdK + col);
+        *reinterpret_cast<float4*>(ws.Qd + tile * kTile + r * kD + col) =
+            make_float4(sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w);
+        *reinterpret_cast<float4*>(ws.Kd + tile * kTile + r * kD + col) =
+            make_float4(sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w);
+    }
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        ws.Aqk[tile * kSquare + n] =
+            pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f;
+    }
+    __syncthreads();
+    // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
+    load_bf16_rows<kD, kLdK>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                             int64_t{v_heads} * kD, tokens - c0);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sK, sK, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        float& x = sA[r * kLdC + s];
+        x = pair_on(m, r, s, true) ? m.beta[r] * x * expf(m.gam[r] - m.gam[s]) : 0.0f;
+    }
+    __syncthreads();
+    invert_unit_lower(sT, sA, scratch);
+    // W = (T diag(beta exp(Gamma) f)) Kn, U = (T diag(beta)) V; sA holds the scaled T.
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s] * m.eg[s] * m.f[s];
+        ws.T[tile * kSquare + n] = sT[r * kLdC + s];
+    }
+    __syncthreads();
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.W + tile * kTile, sA, sK, 1.0f, 0.0f);
+    __syncthreads();
+    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
+        const int r = n / kC, s = n % kC;
+        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
+    }
+    __syncthreads();
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.U + tile * kTile, sA, sQV, 1.0f, 0.0f);
+    if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
+}
+
+// Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles, one kC x kC,
+// two kC x kBV.
+constexpr size_t kRecSmem = sizeof(float) * (kD * kLdV + 3 * kSTile + kSSquare + 2 * kC * kLdV);
+
+// Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV). save_states: write
+// each chunk's entering state and Vn (every row, zero past the end) instead of the output. Each
+// chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
+// starts as soon as the barrier after its last reader has passed.
+__global__ void __launch_bounds__(kThreads)
+    gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
+                                  bool save_states) {
+    extern __shared__ __align__(128) float smem[];
+    float* sS = smem;
+    float* sW = sS + kD * kLdV;
+    float* sQd = sW + kSTile;
+    float* sKd = sQd + kSTile;
+    float* sAqk = sKd + kSTile;
+    float* sVn = sAqk + kSSquare;
+    float* sO = sVn + kC * kLdV;
+    const int h = blockIdx.x;
+    const int v0 = blockIdx.y * kBV;
+    for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sS[n] = 0.0f;
+    __syncthreads();  // the first chunk reads the zeros with another thread mapping
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    {
+        const int64_t tile = tile_of(0);
+        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
+        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
+        if (!save_states) {
+            copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
+            copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
+        }
+    }
+    for (int c = 0; c < chunks; ++c) {
+        const int64_t tile = tile_of(c);
+        const bool more = c + 1 < chunks;
+        const int64_t next = tile_of(c + 1);
+        if (save_states) {
+            for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
+                const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
+                *reinterpret_cast<float4*>(ws.h + tile * kState + r * kD + v0 + col) =
+                    *reinterpret_cast<const float4*>(sS + r * kLdV + col);
+            }
+        }
+        const float gam = ws.gam[tile];
+        copies_wait();
+        __syncthreads();
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sVn, sW, sS, -1.0f, 1.0f);  // U - W S
+        if (!save_states) {
+            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sO, sQd, sS, 1.0f, 0.0f);
+        }
+        __syncthreads();
+        if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
+        if (!save_states) {
+            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sO, sAqk, sVn, 1.0f, 1.0f);
+        }
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sS, sKd, sVn, 1.0f, gam);
+        __syncthreads();
+        if (more) {
+            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+            if (!save_states) {
+                copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
+                copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+            }
+        }
+        const int32_t c0 = c * kC;
+        for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
+            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
+            if (save_states) {
+                *reinterpret_cast<float4*>(ws.Vn + tile * kTile + r * kD + v0 + col) =
+                    *reinterpret_cast<const float4*>(sVn + r * kLdV + col);
+            } else if (c0 + r < tokens) {
+                const float4 o = *reinterpret_cast<const float4*>(sO + r * kLdV + col);
+                __nv_bfloat16* p =
+                    out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col;
+                *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(o.x, o.y);
+                *reinterpret_cast<__nv_bfloat162*>(p + 2) = __floats2bfloat162_rn(o.z, o.w);
+            }
+        }
+        __syncthreads();
+        if (more) copy_tile(sVn, kLdV, ws.U + next * kTile + v0, kD, kC, kBV);
+    }
+}
+
+template <typename F>
+cudaError_t set_smem(F* kernel, size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(bytes));
+}
+
+cudaError_t launch_prep(const Ws& w, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                        const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                        const float* A_log, const float* dt_bias, const int32_t* cu,
+                        int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
+                        float scale, cudaStream_t stream) {
+    if (cudaError_t e = set_smem(gdn_chunk_prep_kernel, kPrepSmem); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+        e != cudaSuccess) {
+        return e;
+    }
+    const dim3 grid(static_cast<unsigned>(num_chunks(tokens)), static_cast<unsigned>(v_heads));
+    gdn_chunk_prep_kernel<<<grid, kThreads, kPrepSmem, stream>>>(
+        w, q, k, v, a, b, A_log, dt_bias, cu, num_docs, static_cast<int32_t>(tokens),
+        static_cast<int>(k_heads), static_cast<int>(v_heads), scale);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
+                              bool save_states, cudaStream_t stream) {
+    if (cudaError_t e = set_smem(gdn_recurrence_forward_kernel, kRecSmem); e != cudaSuccess) {
+        return e;
+    }
+    const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
+    gdn_recurrence_forward_kernel<<<grid, kThreads, kRecSmem, stream>>>(
+        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
+    return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace deltatune

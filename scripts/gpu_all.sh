@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device run for everything GPU (see gpu_bundle.sh; carry the bundle folder): every [cuda]
+# test, `deltatune kernels`, and `deltatune step --device cuda` on the parity fixtures against
+# transformers' fp32 gradients (loss relative error < 1e-2, per-tensor gradient cosine > 0.99).
+#   BUNDLE_DIR=.device-build bash scripts/gpu_all.sh
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+TEST_FILTER='[cuda]' bash scripts/gpu_run.sh
+echo "== deltatune kernels (27B-slice config)"
+"$B/daemon/deltatune" kernels --config configs/models/qwen3.8-27b-slice.json
+echo "== deltatune kernels --strict (tiny-a)"
+"$B/daemon/deltatune" kernels --config configs/models/tiny-a.json --strict >/dev/null; echo "exit $?"
+echo "== step --device cuda vs transformers fp32"
+tmp=$(mktemp -d)
+for f in tiny-a tiny-b tiny-c; do
+  d=tests/fixtures/parity/$f
+  for rc in none layer; do
+    "$B/daemon/deltatune" step --model "$d" --batch "$d/batch.json" --device cuda --recompute $rc \
+      --grads-out "$tmp/$f.safetensors" > "$tmp/$f.json" 2> "$tmp/$f.err" || cat "$tmp/$f.err"
+    echo -n "[$rc] "; SHOW_WORST=${SHOW_WORST:-0} python3 scripts/compare_step_cosine.py "$d" "$tmp/$f.json" "$tmp/$f.safetensors"
+  done
+done

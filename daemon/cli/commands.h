@@ -9,6 +9,9 @@ namespace deltatune::cli {
 
 int init_model_command(const std::vector<std::string>& args);
 int step_command(const std::vector<std::string>& args);
+// The 27B-slice training-step benchmark on a random model (shared/docs/benchmark.md); one JSON
+// line.
+int bench_command(const std::vector<std::string>& args);
 // Prints which implementation each op of the training step uses on this machine.
 int kernels_command(const std::vector<std::string>& args);
 int pack_stats_command(const std::vector<std::string>& args);

@@ -18,6 +18,9 @@ void usage(FILE* out) {
         "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
         "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X "
         "--eps X --weight-decay X]\n"
+        "  bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2] [--recompute "
+        "layer|none]\n"
+        "       [--seed 0] [--layers N] [--lr 1e-5]   training-step benchmark on a random model\n"
         "  kernels [--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
         "       which implementation each op uses on this machine, and why\n"
         "  pack-stats --data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 2, argv + argc);
     if (command == "init-model") return deltatune::cli::init_model_command(args);
     if (command == "step") return deltatune::cli::step_command(args);
+    if (command == "bench") return deltatune::cli::bench_command(args);
     if (command == "kernels") return deltatune::cli::kernels_command(args);
     if (command == "pack-stats") return deltatune::cli::pack_stats_command(args);
     if (command == "tokenize") return deltatune::cli::tokenize_command(args);

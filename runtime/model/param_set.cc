@@ -5,10 +5,19 @@
 
 namespace deltatune {
 
-Tensor& ParamSet::add(const std::string& name, std::vector<int64_t> shape, DType stored_dtype) {
+Tensor& ParamSet::add(const std::string& name, std::vector<int64_t> shape, DType stored_dtype,
+                      bool zero_fill) {
     DT_CHECK(!contains(name)) << "duplicate parameter " << name;
     index_[name] = params_.size();
-    params_.push_back({name, Tensor::cpu(std::move(shape), DType::kF32), stored_dtype});
+    Tensor t;
+    if (zero_fill) {
+        t = Tensor::cpu(std::move(shape), DType::kF32);
+    } else {
+        auto e = Tensor::empty(std::move(shape), DType::kF32, Device::cpu());
+        DT_CHECK(e.ok()) << e.status().ToString();
+        t = *std::move(e);
+    }
+    params_.push_back({name, std::move(t), stored_dtype});
     return params_.back().value;
 }
 

@@ -20,8 +20,11 @@ struct NamedParam {
 
 class ParamSet {
   public:
-    // Adds a zero-filled fp32 parameter. Names must be unique.
-    Tensor& add(const std::string& name, std::vector<int64_t> shape, DType stored_dtype);
+    // Adds a zero-filled fp32 parameter (left unwritten with zero_fill false: its pages stay
+    // untouched, for sets used only for their names, shapes and distinct addresses). Names must
+    // be unique.
+    Tensor& add(const std::string& name, std::vector<int64_t> shape, DType stored_dtype,
+                bool zero_fill = true);
     bool contains(const std::string& name) const { return index_.count(name) != 0; }
     Tensor& get(const std::string& name);
     const Tensor& get(const std::string& name) const;

@@ -33,6 +33,7 @@ const char* recompute_name(Recompute r) {
 #include "kernels/embedding.h"
 #include "kernels/fused_linear_cross_entropy.h"
 #include "kernels/grad_norm.h"
+#include "kernels/init_fill.h"
 #include "kernels/rmsnorm.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -72,6 +73,9 @@ struct Qwen35GpuModel::Impl {
     std::vector<LayerActs> acts;
     DeviceMemory xf, rstdf, dhf;
     bool pending = false;
+    // adamw_step's persistent state: moments (m | v, fp32) and the planned tensor list.
+    DeviceMemory moments, adamw_tensors;
+    int64_t adamw_chunks = 0;
 
     Impl(DeviceContext& d, const Qwen35Config& cfg, Recompute r) : dev(d), c(cfg), recompute(r) {}
     cudaStream_t s() const { return dev.compute_stream(); }
@@ -169,14 +173,17 @@ Qwen35GpuModel::~Qwen35GpuModel() {
     if (impl_) cudaStreamSynchronize(impl_->s());
 }
 
-absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create(DeviceContext& ctx,
-                                                                       const Qwen35Config& config,
-                                                                       ParamSet& params,
-                                                                       Recompute recompute) {
+namespace {
+
+// The masters: uploaded from `params` when `upload`, otherwise left for the caller to fill.
+absl::StatusOr<std::unique_ptr<Qwen35GpuModel::Impl>> build_impl(DeviceContext& ctx,
+                                                                 const Qwen35Config& config,
+                                                                 ParamSet& params,
+                                                                 Recompute recompute, bool upload) {
     if (ctx.device().is_cpu() || !ctx.gemm()) {
         return absl::FailedPreconditionError("Qwen35GpuModel needs a CUDA device context");
     }
-    auto m = std::make_unique<Impl>(ctx, config, recompute);
+    auto m = std::make_unique<Qwen35GpuModel::Impl>(ctx, config, recompute);
     std::map<const void*, int64_t> index;
     for (const auto& p : params.all()) {
         index[p.value.data<float>()] = static_cast<int64_t>(m->offset.size());
@@ -190,15 +197,17 @@ absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create(DeviceCon
     DT_ASSIGN_OR_RETURN(m->grad, ctx.allocate(n * sizeof(float)));
     const cudaStream_t s = ctx.compute_stream();
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->master.get(), 0, n * sizeof(float), s));
-    for (size_t i = 0; i < params.all().size(); ++i) {
+    for (size_t i = 0; upload && i < params.all().size(); ++i) {
         const Tensor& t = params.all()[i].value;
         DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m->master.as<float>() + m->offset[i],
                                                 t.data<float>(), sizeof(float) * t.numel(),
                                                 cudaMemcpyHostToDevice, s));
     }
-    DT_CUDA_RETURN_IF_ERROR(
-        cast_f32_to_bf16(m->half.as<bf16>(), m->master.as<float>(), m->total, s));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host values may go away
+    if (upload) {
+        DT_CUDA_RETURN_IF_ERROR(
+            cast_f32_to_bf16(m->half.as<bf16>(), m->master.as<float>(), m->total, s));
+        DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host values may go away
+    }
 
     ModelView v = model_view(config, params);
     auto at = [&](const Tensor& t) -> GpuParam {
@@ -221,6 +230,54 @@ absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create(DeviceCon
         g.o_proj = at(lv.o_proj), g.q_norm = at(lv.q_norm), g.k_norm = at(lv.k_norm);
         m->layers.push_back(g);
     }
+    return m;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create(DeviceContext& ctx,
+                                                                       const Qwen35Config& config,
+                                                                       ParamSet& params,
+                                                                       Recompute recompute) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<Impl> m,
+                        build_impl(ctx, config, params, recompute, /*upload=*/true));
+    std::unique_ptr<Qwen35GpuModel> model(new Qwen35GpuModel(std::move(m)));
+    DT_RETURN_IF_ERROR(model->zero_grads());
+    return model;
+}
+
+absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create_random(
+    DeviceContext& ctx, const Qwen35Config& config, Recompute recompute, uint64_t seed) {
+    // Host tensors for names, shapes and distinct addresses only: their pages are never written.
+    ParamSet layout = make_qwen35_params(config, config.tie_word_embeddings, /*zero_fill=*/false);
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<Impl> m,
+                        build_impl(ctx, config, layout, recompute, /*upload=*/false));
+    const cudaStream_t s = m->s();
+    const float std_dev = static_cast<float>(config.initializer_range);
+    for (size_t i = 0; i < layout.all().size(); ++i) {
+        // init_qwen35_params' rules by name.
+        const std::string& name = layout.all()[i].name;
+        InitFill kind = InitFill::kNormal;
+        float a = std_dev, b = 0;
+        if (ends_with(name, "linear_attn.A_log")) {
+            kind = InitFill::kLogUniform, a = 0.01f, b = 16.0f;
+        } else if (ends_with(name, "linear_attn.dt_bias") ||
+                   ends_with(name, "linear_attn.norm.weight")) {
+            kind = InitFill::kConstant, a = 1.0f;
+        } else if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
+            kind = InitFill::kConstant, a = 0.0f;
+        }
+        DT_CUDA_RETURN_IF_ERROR(init_fill_f32(m->master.as<float>() + m->offset[i], m->numel[i],
+                                              kind, a, b, seed, i, s));
+    }
+    DT_CUDA_RETURN_IF_ERROR(
+        cast_f32_to_bf16(m->half.as<bf16>(), m->master.as<float>(), m->total, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     std::unique_ptr<Qwen35GpuModel> model(new Qwen35GpuModel(std::move(m)));
     DT_RETURN_IF_ERROR(model->zero_grads());
     return model;
@@ -400,6 +457,33 @@ absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper
     return absl::OkStatus();
 }
 
+absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper& hyper, int64_t step) {
+    Impl& m = *impl_;
+    if (!m.moments.get()) {
+        const size_t n = sizeof(float) * static_cast<size_t>(m.total);
+        DT_ASSIGN_OR_RETURN(m.moments, m.dev.allocate(2 * n));
+        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.moments.get(), 0, 2 * n, m.s()));
+        std::vector<AdamWTensorArgs> ts;
+        float* mom = m.moments.as<float>();
+        for (size_t i = 0; i < m.offset.size(); ++i) {
+            const int64_t o = m.offset[i];
+            ts.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom + o, mom + m.total + o,
+                                         m.grad.as<float>() + o, m.half.as<bf16>() + o, m.numel[i],
+                                         0});
+        }
+        m.adamw_chunks = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
+        DT_ASSIGN_OR_RETURN(m.adamw_tensors, m.dev.allocate(sizeof(AdamWTensorArgs) * ts.size()));
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.adamw_tensors.get(), ts.data(),
+                                                m.adamw_tensors.bytes(), cudaMemcpyHostToDevice,
+                                                m.s()));
+        DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));  // `ts` goes away
+    }
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(m.adamw_tensors.as<AdamWTensorArgs>(),
+                                                    static_cast<int>(m.offset.size()),
+                                                    m.adamw_chunks, hyper, step, nullptr, m.s()));
+    return absl::OkStatus();
+}
+
 int64_t Qwen35GpuModel::peak_device_bytes() const {
     return impl_->dev.allocator()->peak_bytes();
 }
@@ -434,6 +518,14 @@ absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
     return absl::FailedPreconditionError("built without CUDA");
 }
 absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper&, ParamSet&) {
+    return absl::FailedPreconditionError("built without CUDA");
+}
+absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create_random(DeviceContext&,
+                                                                              const Qwen35Config&,
+                                                                              Recompute, uint64_t) {
+    return absl::FailedPreconditionError("built without CUDA (DELTATUNE_CUDA=OFF or no nvcc)");
+}
+absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper&, int64_t) {
     return absl::FailedPreconditionError("built without CUDA");
 }
 int64_t Qwen35GpuModel::peak_device_bytes() const {

@@ -37,6 +37,13 @@ class Qwen35GpuModel {
                                                                   const Qwen35Config& config,
                                                                   ParamSet& params,
                                                                   Recompute recompute);
+    // Same model with random values generated on the device (kernels/init_fill.h; the
+    // distributions of init_qwen35_params, not its values): nothing of size goes through the
+    // host. For benchmarks of models too large to stage on the host.
+    static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create_random(DeviceContext& ctx,
+                                                                         const Qwen35Config& config,
+                                                                         Recompute recompute,
+                                                                         uint64_t seed);
     ~Qwen35GpuModel();
 
     // Forward over the batch, and the LM head's fused loss gradient: the lm_head (or tied
@@ -55,6 +62,10 @@ class Qwen35GpuModel {
     // One AdamW step on the fp32 masters from fresh moments at `step` (1-based), refreshing the
     // bf16 copies; then `params` receives the updated fp32 masters.
     absl::Status adamw_step_from_fresh_state(const AdamWHyper& hyper, ParamSet& params);
+
+    // One AdamW step (1-based `step`) on the fp32 masters with moments kept on the device across
+    // calls (allocated on the first call), refreshing the bf16 copies; nothing comes back.
+    absl::Status adamw_step(const AdamWHyper& hyper, int64_t step);
 
     int64_t peak_device_bytes() const;
 

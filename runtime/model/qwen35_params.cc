@@ -12,42 +12,45 @@ std::string layer_prefix(int64_t layer) {
     return absl::StrCat("model.layers.", layer, ".");
 }
 
-ParamSet make_qwen35_params(const Qwen35Config& c, bool tied) {
+ParamSet make_qwen35_params(const Qwen35Config& c, bool tied, bool zero_fill) {
     ParamSet p;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, DType dtype) {
+        p.add(name, std::move(shape), dtype, zero_fill);
+    };
     const DType dt = c.dtype;
     const int64_t H = c.hidden_size;
-    p.add("model.embed_tokens.weight", {c.vocab_size, H}, dt);
+    add("model.embed_tokens.weight", {c.vocab_size, H}, dt);
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string pre = layer_prefix(l);
-        p.add(pre + "input_layernorm.weight", {H}, dt);
+        add(pre + "input_layernorm.weight", {H}, dt);
         if (c.layer_types[static_cast<size_t>(l)] == LayerType::kLinearAttention) {
             const std::string la = pre + "linear_attn.";
-            p.add(la + "in_proj_qkv.weight", {c.conv_dim(), H}, dt);
-            p.add(la + "in_proj_z.weight", {c.value_dim(), H}, dt);
-            p.add(la + "in_proj_b.weight", {c.linear_num_value_heads, H}, dt);
-            p.add(la + "in_proj_a.weight", {c.linear_num_value_heads, H}, dt);
-            p.add(la + "conv1d.weight", {c.conv_dim(), 1, c.linear_conv_kernel_dim}, dt);
-            p.add(la + "A_log", {c.linear_num_value_heads}, DType::kF32);
-            p.add(la + "dt_bias", {c.linear_num_value_heads}, dt);
-            p.add(la + "norm.weight", {c.linear_value_head_dim}, DType::kF32);
-            p.add(la + "out_proj.weight", {H, c.value_dim()}, dt);
+            add(la + "in_proj_qkv.weight", {c.conv_dim(), H}, dt);
+            add(la + "in_proj_z.weight", {c.value_dim(), H}, dt);
+            add(la + "in_proj_b.weight", {c.linear_num_value_heads, H}, dt);
+            add(la + "in_proj_a.weight", {c.linear_num_value_heads, H}, dt);
+            add(la + "conv1d.weight", {c.conv_dim(), 1, c.linear_conv_kernel_dim}, dt);
+            add(la + "A_log", {c.linear_num_value_heads}, DType::kF32);
+            add(la + "dt_bias", {c.linear_num_value_heads}, dt);
+            add(la + "norm.weight", {c.linear_value_head_dim}, DType::kF32);
+            add(la + "out_proj.weight", {H, c.value_dim()}, dt);
         } else {
             const std::string sa = pre + "self_attn.";
             const int64_t D = c.head_dim;
-            p.add(sa + "q_proj.weight", {2 * c.num_attention_heads * D, H}, dt);
-            p.add(sa + "k_proj.weight", {c.num_key_value_heads * D, H}, dt);
-            p.add(sa + "v_proj.weight", {c.num_key_value_heads * D, H}, dt);
-            p.add(sa + "o_proj.weight", {H, c.num_attention_heads * D}, dt);
-            p.add(sa + "q_norm.weight", {D}, dt);
-            p.add(sa + "k_norm.weight", {D}, dt);
+            add(sa + "q_proj.weight", {2 * c.num_attention_heads * D, H}, dt);
+            add(sa + "k_proj.weight", {c.num_key_value_heads * D, H}, dt);
+            add(sa + "v_proj.weight", {c.num_key_value_heads * D, H}, dt);
+            add(sa + "o_proj.weight", {H, c.num_attention_heads * D}, dt);
+            add(sa + "q_norm.weight", {D}, dt);
+            add(sa + "k_norm.weight", {D}, dt);
         }
-        p.add(pre + "post_attention_layernorm.weight", {H}, dt);
-        p.add(pre + "mlp.gate_proj.weight", {c.intermediate_size, H}, dt);
-        p.add(pre + "mlp.up_proj.weight", {c.intermediate_size, H}, dt);
-        p.add(pre + "mlp.down_proj.weight", {H, c.intermediate_size}, dt);
+        add(pre + "post_attention_layernorm.weight", {H}, dt);
+        add(pre + "mlp.gate_proj.weight", {c.intermediate_size, H}, dt);
+        add(pre + "mlp.up_proj.weight", {c.intermediate_size, H}, dt);
+        add(pre + "mlp.down_proj.weight", {H, c.intermediate_size}, dt);
     }
-    p.add("model.norm.weight", {H}, dt);
-    if (!tied) p.add("lm_head.weight", {c.vocab_size, H}, dt);
+    add("model.norm.weight", {H}, dt);
+    if (!tied) add("lm_head.weight", {c.vocab_size, H}, dt);
     return p;
 }
 

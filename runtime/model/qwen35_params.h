@@ -12,8 +12,9 @@ namespace deltatune {
 
 // Every parameter of the text model, zero-filled, in checkpoint order. `lm_head.weight` is
 // present only when untied. Stored dtype is config.dtype except A_log and the gated-norm weight,
-// which the published checkpoints keep in F32.
-ParamSet make_qwen35_params(const Qwen35Config& config, bool tied);
+// which the published checkpoints keep in F32. zero_fill false leaves the host values unwritten
+// (ParamSet::add), for a layout whose values live only on the device.
+ParamSet make_qwen35_params(const Qwen35Config& config, bool tied, bool zero_fill = true);
 
 std::string layer_prefix(int64_t layer);  // "model.layers.{l}."
 

@@ -41,6 +41,7 @@ struct BenchOptions {
     AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
 };
 
+#if DELTATUNE_HAVE_CUDA
 // Document lengths in batches of at most `budget` tokens, as bench_peer.py's batches_1d.
 std::vector<std::vector<int64_t>> make_batches(int64_t count, int64_t budget,
                                                std::mt19937_64& rng) {
@@ -100,7 +101,6 @@ double median(std::vector<double> v) {
     return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-#if DELTATUNE_HAVE_CUDA
 // CUPTI activity records of one profiled step: kernel count and the union of their intervals.
 struct KernelTrace {
     std::vector<std::pair<uint64_t, uint64_t>> spans;

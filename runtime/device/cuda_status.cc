@@ -33,8 +33,10 @@ absl::Status cuda_status(int err, const char* stmt, const char* file, int line) 
             return absl::InternalError(msg);
     }
 #else
-    return absl::InternalError(
-        absl::StrCat(stmt, " failed at ", file, ":", line, ": CUDA error ", err));
+    // Without the toolkit, still classify out-of-memory (cudaErrorMemoryAllocation is 2).
+    const std::string msg =
+        absl::StrCat(stmt, " failed at ", file, ":", line, ": CUDA error ", err);
+    return err == 2 ? absl::ResourceExhaustedError(msg) : absl::InternalError(msg);
 #endif
 }
 

@@ -257,7 +257,13 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes)
     MemoryPlanInput in;
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
-    return check_fits(*config, in, gpu_memory_bytes);
+    DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
+    // Never a silent fallback: the rank's training loop runs on the CPU reference path today, so
+    // a GPU job that fits is still refused rather than trained on the CPU.
+    return absl::FailedPreconditionError(
+        "GPU_TRAINING_UNAVAILABLE: the plan fits, but the daemon's ranks train on the CPU "
+        "reference path only (resources.gpus: 0, cpu_ranks: N); GPU steps run through "
+        "`deltatune step --device cuda` and `deltatune bench`");
 }
 
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,

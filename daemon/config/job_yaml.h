@@ -48,7 +48,9 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
 
 // GPU jobs: the memory planner's prediction for one rank (model config.json, world size = gpus,
 // tokens_per_batch, per-layer recompute) must fit `gpu_memory_bytes`; RESOURCE_EXHAUSTED
-// "MEMORY_PLAN: ..." with the breakdown otherwise. CPU jobs always pass.
+// "MEMORY_PLAN: ..." with the breakdown otherwise; a GPU job that fits is FAILED_PRECONDITION
+// "GPU_TRAINING_UNAVAILABLE" until the ranks train on GPUs (never a silent CPU fallback). CPU jobs
+// always pass.
 absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes);
 
 // normalize -> validate -> resolve paths: what CreateJob applies to an incoming spec.

@@ -27,6 +27,7 @@
 #include <cupti.h>
 
 #include "runtime/device/cuda_status.h"
+#include "runtime/model/gpu_blocks.h"
 #endif
 
 namespace deltatune::cli {
@@ -263,8 +264,10 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"device_used_gib_cudaMemGetInfo", static_cast<double>(total_b - free_b) / kGiB},
         {"backward_adamw_host_enqueue_ms", median(bwd_host_ms)},
         {"backward_adamw_gpu_ms", median(bwd_gpu_ms)},
-        {"gdn_impl",
-         "kernels/gdn_simple.cu (not the fused causal_conv1d/gated_delta_rule kernels)"},
+        {"gdn_impl", gpu_gdn_fused(c, ctx->sm_version())
+                         ? "fused: kernels/causal_conv1d.cu, gated_delta_rule*.cu, gated_rmsnorm.cu"
+                         : "kernels/gdn_simple.cu (not the fused causal_conv1d/gated_delta_rule "
+                           "kernels)"},
         {"init_s", init_s},
     };
     if (!trace.spans.empty()) {

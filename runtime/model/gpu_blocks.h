@@ -1,8 +1,9 @@
 // The CUDA blocks of a Qwen3.5 decoder layer over a packed 1D batch: bf16 activations and
-// weights, fp32 GDN core, norms in fp32 math, fp32 weight gradients. Each block maps its normed
-// input a (T, H) to its output (T, H); the residual adds live in the fused RMSNorm kernels of the
-// model (qwen35_gpu_model.cc). Accumulation contract: parameter gradients +=, the gradient of
-// the block input `a` is written (=), every other activation gradient is written (=).
+// weights, GDN core fused in bf16 (head dims 128) or on fp32 simple kernels, norms in fp32 math,
+// fp32 weight gradients. Each block maps its normed input a (T, H) to its output (T, H); the
+// residual adds live in the fused RMSNorm kernels of the model (qwen35_gpu_model.cc). Accumulation
+// contract: parameter gradients +=, the gradient of the block input `a` is written (=), every other
+// activation gradient is written (=).
 #pragma once
 
 #if DELTATUNE_HAVE_CUDA
@@ -70,10 +71,18 @@ struct GpuGdnActs {
     DeviceMemory beta, g;             // (T, Hv) fp32
     DeviceMemory o;                   // delta-rule output (T, Hv, dv) fp32
     DeviceMemory norm_rstd, normed;   // (T Hv) fp32, (T, value_dim) bf16
+    // Fused path only (gpu_gdn_fused): the conv + SiLU output split into contiguous bf16 q, k
+    // (T, Hk, dk) and v (T, Hv, dv), raw (the rule normalises q and k itself); `o` is then bf16,
+    // and conv, qn, kn, q_rn, k_rn, beta, g stay empty (the rule fuses the norm and the gates).
+    DeviceMemory q16, k16, v16;
 };
 
 // True when the fused flash-attention kernel serves this config (head_dim 256 on sm_90).
 bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
+// True when the fused GDN kernels (causal_conv1d, gated_delta_rule, gated_rmsnorm) serve this
+// config: linear key/value head dims 128 (gated_delta_rule_supported) on sm_90; otherwise the
+// block runs kernels/gdn_simple.cu.
+bool gpu_gdn_fused(const Qwen35Config& c, int sm_version);
 
 absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
                              GpuMlpActs& acts);

@@ -1,10 +1,15 @@
-// Gated DeltaNet block on the GPU: projections (cuBLASLt), then the GDN core on the
-// reference-grade kernels of kernels/gdn_simple.cu (conv + SiLU, q/k L2 norm, gates, delta rule,
-// gated RMSNorm; fp32 intermediates) until the fused chunked kernels land, then out_proj.
-// Conv window and recurrent state reset at every document start. Backward mirrors forward.
+// Gated DeltaNet block on the GPU: projections (cuBLASLt), then the GDN core, then out_proj.
+// When the fused kernels serve the shape (gpu_gdn_fused: head dims 128 on sm_90) the core is
+// kernels/causal_conv1d.cu (conv + SiLU), kernels/gated_delta_rule*.cu (chunked rule with the q/k
+// L2 norm and the beta/g gates fused) and kernels/gated_rmsnorm.cu, bf16 between them; otherwise
+// it runs on the reference-grade kernels of kernels/gdn_simple.cu (fp32 intermediates). Conv
+// window and recurrent state reset at every document start. Backward mirrors forward.
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
+#include "kernels/causal_conv1d.h"
+#include "kernels/gated_delta_rule.h"
+#include "kernels/gated_rmsnorm.h"
 #include "kernels/gdn_simple.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -35,7 +40,168 @@ GdnRuleArgs rule_args(const GpuCtx& x, const GpuGdnActs& acts) {
     return r;
 }
 
+// The simple core, backward: same contract as fused_core_backward.
+absl::Status simple_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGdnActs& acts,
+                                  const bf16* dnormed, bf16* dmixed, bf16* dz, bf16* db,
+                                  bf16* da_raw) {
+    const Qwen35Config& c = x.c;
+    const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
+    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+    const int64_t KD = c.key_dim(), VD = c.value_dim();
+    const size_t f4 = sizeof(float);
+    const cudaStream_t s = x.stream();
+    DT_ASSIGN_OR_RETURN(DeviceMemory d_o, x.dev.allocate(f4 * T * VD));
+    DT_CUDA_RETURN_IF_ERROR(gdn_gated_rmsnorm_backward_simple(
+        d_o.as<float>(), dz, w.gdn_norm.grad, dnormed, acts.o.as<float>(), acts.z.as<bf16>(),
+        w.gdn_norm.w32, acts.norm_rstd.as<float>(), T * Hv, dv, s));
+
+    // dconv (T, C) fp32 gathers dq | dk | dv in the conv output's column layout.
+    DT_ASSIGN_OR_RETURN(DeviceMemory dconv, x.dev.allocate(f4 * T * C));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dqn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dkn, x.dev.allocate(f4 * T * KD));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dg, x.dev.allocate(f4 * T * Hv));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dbeta, x.dev.allocate(f4 * T * Hv));
+    const GdnRuleArgs r = rule_args(x, acts);
+    const size_t ws = gdn_rule_backward_simple_workspace_bytes(r);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+    DT_CUDA_RETURN_IF_ERROR(gdn_rule_backward_simple(
+        dqn.as<float>(), dkn.as<float>(), dconv.as<float>() + 2 * KD, dg.as<float>(),
+        dbeta.as<float>(), d_o.as<float>(), r, work.get(), ws, s));
+    work.reset();
+
+    DT_CUDA_RETURN_IF_ERROR(gdn_gates_backward_simple(
+        db, da_raw, w.A_log.grad, w.dt_bias.grad, dbeta.as<float>(), dg.as<float>(),
+        acts.b.as<bf16>(), acts.a.as<bf16>(), w.A_log.w32, w.dt_bias.w32, T, Hv, s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>(), C, dqn.as<float>(),
+                                                       acts.qn.as<float>(), acts.q_rn.as<float>(),
+                                                       T, Hk, dk, s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>() + KD, C, dkn.as<float>(),
+                                                       acts.kn.as<float>(), acts.k_rn.as<float>(),
+                                                       T, Hk, dk, s));
+    DT_CUDA_RETURN_IF_ERROR(gdn_conv_silu_backward_simple(
+        dmixed, w.conv_w.grad, dconv.as<float>(), acts.mixed.as<bf16>(), w.conv_w.w32,
+        x.b.cu_seqlens, x.b.num_docs, T, C, K, s));
+    return absl::OkStatus();
+}
+
+bool use_fused(const GpuCtx& x) {
+    const Qwen35Config& c = x.c;
+    return gpu_gdn_fused(c, x.dev.sm_version()) &&
+           gated_delta_rule_supported(x.b.tokens, c.linear_num_key_heads, c.linear_num_value_heads,
+                                      c.linear_key_head_dim, c.linear_value_head_dim) &&
+           causal_conv1d_supported(x.b.tokens, c.conv_dim(), c.linear_conv_kernel_dim) &&
+           gated_rmsnorm_supported(x.b.tokens * c.linear_num_value_heads, c.linear_value_head_dim);
+}
+
+// Copies `cols` columns of a (rows, src_cols) bf16 matrix starting at column `col` into a
+// contiguous (rows, cols) one, or back (to_strided).
+cudaError_t copy_cols(bf16* strided, int64_t strided_cols, int64_t col, bf16* dense, int64_t cols,
+                      int64_t rows, bool to_strided, cudaStream_t s) {
+    const size_t b2 = sizeof(bf16);
+    if (rows == 0) return cudaSuccess;
+    if (to_strided) {
+        return cudaMemcpy2DAsync(strided + col, b2 * strided_cols, dense, b2 * cols, b2 * cols,
+                                 rows, cudaMemcpyDeviceToDevice, s);
+    }
+    return cudaMemcpy2DAsync(dense, b2 * cols, strided + col, b2 * strided_cols, b2 * cols, rows,
+                             cudaMemcpyDeviceToDevice, s);
+}
+
+// The fused core, forward: mixed (T, C) -> normed (T, VD), filling acts' fused-path fields.
+absl::Status fused_core_forward(const GpuCtx& x, const GpuLayer& w, GpuGdnActs& acts) {
+    const Qwen35Config& c = x.c;
+    const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
+    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t dv = c.linear_value_head_dim, KD = c.key_dim(), VD = c.value_dim();
+    const size_t b2 = sizeof(bf16), f4 = sizeof(float);
+    const cudaStream_t s = x.stream();
+    {
+        DT_ASSIGN_OR_RETURN(DeviceMemory conv, x.dev.allocate(b2 * T * C));
+        DT_CUDA_RETURN_IF_ERROR(causal_conv1d_forward(conv.as<bf16>(), acts.mixed.as<bf16>(),
+                                                      w.conv_w.w, x.b.cu_seqlens, x.b.num_docs, T,
+                                                      C, K, s));
+        DT_ASSIGN_OR_RETURN(acts.q16, x.dev.allocate(b2 * T * KD));
+        DT_ASSIGN_OR_RETURN(acts.k16, x.dev.allocate(b2 * T * KD));
+        DT_ASSIGN_OR_RETURN(acts.v16, x.dev.allocate(b2 * T * VD));
+        DT_CUDA_RETURN_IF_ERROR(
+            copy_cols(conv.as<bf16>(), C, 0, acts.q16.as<bf16>(), KD, T, false, s));
+        DT_CUDA_RETURN_IF_ERROR(
+            copy_cols(conv.as<bf16>(), C, KD, acts.k16.as<bf16>(), KD, T, false, s));
+        DT_CUDA_RETURN_IF_ERROR(
+            copy_cols(conv.as<bf16>(), C, 2 * KD, acts.v16.as<bf16>(), VD, T, false, s));
+    }
+    DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * VD));
+    {
+        const size_t ws = gated_delta_rule_forward_workspace_bytes(T, Hv);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward(
+            acts.o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
+            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
+            x.b.num_docs, T, Hk, Hv, 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim)),
+            work.get(), ws, s));
+    }
+    DT_ASSIGN_OR_RETURN(acts.norm_rstd, x.dev.allocate(f4 * T * Hv));
+    DT_ASSIGN_OR_RETURN(acts.normed, x.dev.allocate(b2 * T * VD));
+    DT_CUDA_RETURN_IF_ERROR(gated_rmsnorm_forward(
+        acts.normed.as<bf16>(), acts.norm_rstd.as<float>(), acts.o.as<bf16>(), acts.z.as<bf16>(),
+        w.gdn_norm.w, T * Hv, dv, static_cast<float>(c.rms_norm_eps), s));
+    return absl::OkStatus();
+}
+
+// The fused core, backward: dnormed (T, VD) -> dmixed (T, C), dz (T, VD), db, da_raw (T, Hv)
+// written; conv_w, A_log, dt_bias, gdn_norm gradients accumulated.
+absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGdnActs& acts,
+                                 const bf16* dnormed, bf16* dmixed, bf16* dz, bf16* db,
+                                 bf16* da_raw) {
+    const Qwen35Config& c = x.c;
+    const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
+    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t dv = c.linear_value_head_dim, KD = c.key_dim(), VD = c.value_dim();
+    const size_t b2 = sizeof(bf16);
+    const cudaStream_t s = x.stream();
+    DT_ASSIGN_OR_RETURN(DeviceMemory d_o, x.dev.allocate(b2 * T * VD));
+    {
+        const size_t ws = gated_rmsnorm_backward_workspace_bytes(T * Hv, dv);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_rmsnorm_backward(
+            d_o.as<bf16>(), dz, w.gdn_norm.grad, dnormed, acts.o.as<bf16>(), acts.z.as<bf16>(),
+            w.gdn_norm.w, acts.norm_rstd.as<float>(), T * Hv, dv, work.get(), ws, s));
+    }
+    DT_ASSIGN_OR_RETURN(DeviceMemory dconv, x.dev.allocate(b2 * T * C));
+    {
+        DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * KD));
+        DT_ASSIGN_OR_RETURN(DeviceMemory dk, x.dev.allocate(b2 * T * KD));
+        DT_ASSIGN_OR_RETURN(DeviceMemory dvv, x.dev.allocate(b2 * T * VD));
+        const size_t ws = gated_delta_rule_backward_workspace_bytes(T, Hv);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward(
+            dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad, w.dt_bias.grad,
+            d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
+            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
+            x.b.num_docs, T, Hk, Hv, 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim)),
+            work.get(), ws, s));
+        DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, 0, dq.as<bf16>(), KD, T, true, s));
+        DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, KD, dk.as<bf16>(), KD, T, true, s));
+        DT_CUDA_RETURN_IF_ERROR(
+            copy_cols(dconv.as<bf16>(), C, 2 * KD, dvv.as<bf16>(), VD, T, true, s));
+    }
+    d_o.reset();
+    const size_t ws = causal_conv1d_backward_workspace_bytes(T, C, K);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+    DT_CUDA_RETURN_IF_ERROR(causal_conv1d_backward(
+        dmixed, w.conv_w.grad, dconv.as<bf16>(), acts.mixed.as<bf16>(), w.conv_w.w, x.b.cu_seqlens,
+        x.b.num_docs, T, C, K, work.get(), ws, s));
+    return absl::OkStatus();
+}
+
 }  // namespace
+
+bool gpu_gdn_fused(const Qwen35Config& c, int sm_version) {
+    return sm_version == 90 &&
+           gated_delta_rule_supported(0, c.linear_num_key_heads, c.linear_num_value_heads,
+                                      c.linear_key_head_dim, c.linear_value_head_dim);
+}
 
 absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
                              GpuGdnActs& acts) {
@@ -55,6 +221,10 @@ absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
     DT_RETURN_IF_ERROR(linear_forward(g, acts.z.get(), a, w.in_proj_z.w, T, H, VD, s));
     DT_RETURN_IF_ERROR(linear_forward(g, acts.b.get(), a, w.in_proj_b.w, T, H, Hv, s));
     DT_RETURN_IF_ERROR(linear_forward(g, acts.a.get(), a, w.in_proj_a.w, T, H, Hv, s));
+    if (use_fused(x)) {
+        DT_RETURN_IF_ERROR(fused_core_forward(x, w, acts));
+        return linear_forward(g, out, acts.normed.get(), w.out_proj.w, T, VD, H, s);
+    }
 
     DT_ASSIGN_OR_RETURN(acts.conv, x.dev.allocate(f4 * T * C));
     DT_CUDA_RETURN_IF_ERROR(gdn_conv_silu_forward_simple(acts.conv.as<float>(),
@@ -93,11 +263,9 @@ absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
 absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
                               bf16* da, const GpuGdnActs& acts) {
     const Qwen35Config& c = x.c;
-    const int64_t T = x.b.tokens, H = c.hidden_size, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
-    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
-    const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-    const int64_t KD = c.key_dim(), VD = c.value_dim();
-    const size_t b2 = sizeof(bf16), f4 = sizeof(float);
+    const int64_t T = x.b.tokens, H = c.hidden_size, C = c.conv_dim();
+    const int64_t Hv = c.linear_num_value_heads, VD = c.value_dim();
+    const size_t b2 = sizeof(bf16);
     const cudaStream_t s = x.stream();
     Gemm& g = x.gemm();
 
@@ -106,42 +274,18 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
         linear_backward_dx(g, dnormed.get(), dout, w.out_proj.w, T, VD, H, false, s));
     DT_RETURN_IF_ERROR(
         linear_backward_dw(g, w.out_proj.grad, dout, acts.normed.get(), T, VD, H, s));
-    DT_ASSIGN_OR_RETURN(DeviceMemory d_o, x.dev.allocate(f4 * T * VD));
     DT_ASSIGN_OR_RETURN(DeviceMemory dz, x.dev.allocate(b2 * T * VD));
-    DT_CUDA_RETURN_IF_ERROR(gdn_gated_rmsnorm_backward_simple(
-        d_o.as<float>(), dz.as<bf16>(), w.gdn_norm.grad, dnormed.as<bf16>(), acts.o.as<float>(),
-        acts.z.as<bf16>(), w.gdn_norm.w32, acts.norm_rstd.as<float>(), T * Hv, dv, s));
-
-    // dconv (T, C) fp32 gathers dq | dk | dv in the conv output's column layout.
-    DT_ASSIGN_OR_RETURN(DeviceMemory dconv, x.dev.allocate(f4 * T * C));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dqn, x.dev.allocate(f4 * T * KD));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dkn, x.dev.allocate(f4 * T * KD));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dg, x.dev.allocate(f4 * T * Hv));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dbeta, x.dev.allocate(f4 * T * Hv));
-    const GdnRuleArgs r = rule_args(x, acts);
-    const size_t ws = gdn_rule_backward_simple_workspace_bytes(r);
-    DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-    DT_CUDA_RETURN_IF_ERROR(gdn_rule_backward_simple(
-        dqn.as<float>(), dkn.as<float>(), dconv.as<float>() + 2 * KD, dg.as<float>(),
-        dbeta.as<float>(), d_o.as<float>(), r, work.get(), ws, s));
-    work.reset();
-
     DT_ASSIGN_OR_RETURN(DeviceMemory db, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(DeviceMemory da_raw, x.dev.allocate(b2 * T * Hv));
-    DT_CUDA_RETURN_IF_ERROR(
-        gdn_gates_backward_simple(db.as<bf16>(), da_raw.as<bf16>(), w.A_log.grad, w.dt_bias.grad,
-                                  dbeta.as<float>(), dg.as<float>(), acts.b.as<bf16>(),
-                                  acts.a.as<bf16>(), w.A_log.w32, w.dt_bias.w32, T, Hv, s));
-    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>(), C, dqn.as<float>(),
-                                                       acts.qn.as<float>(), acts.q_rn.as<float>(),
-                                                       T, Hk, dk, s));
-    DT_CUDA_RETURN_IF_ERROR(gdn_l2norm_backward_simple(dconv.as<float>() + KD, C, dkn.as<float>(),
-                                                       acts.kn.as<float>(), acts.k_rn.as<float>(),
-                                                       T, Hk, dk, s));
     DT_ASSIGN_OR_RETURN(DeviceMemory dmixed, x.dev.allocate(b2 * T * C));
-    DT_CUDA_RETURN_IF_ERROR(gdn_conv_silu_backward_simple(
-        dmixed.as<bf16>(), w.conv_w.grad, dconv.as<float>(), acts.mixed.as<bf16>(), w.conv_w.w32,
-        x.b.cu_seqlens, x.b.num_docs, T, C, K, s));
+    if (use_fused(x)) {
+        DT_RETURN_IF_ERROR(fused_core_backward(x, w, acts, dnormed.as<bf16>(), dmixed.as<bf16>(),
+                                               dz.as<bf16>(), db.as<bf16>(), da_raw.as<bf16>()));
+    } else {
+        DT_RETURN_IF_ERROR(simple_core_backward(x, w, acts, dnormed.as<bf16>(), dmixed.as<bf16>(),
+                                                dz.as<bf16>(), db.as<bf16>(), da_raw.as<bf16>()));
+    }
+    dnormed.reset();
 
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dmixed.get(), w.in_proj_qkv.w, T, H, C, false, s));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dz.get(), w.in_proj_z.w, T, H, VD, true, s));

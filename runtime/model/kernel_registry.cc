@@ -101,9 +101,31 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
         r.ops.push_back(
             {op, KernelKind::kFused, absl::StrCat(file, " (sm_90a)"), "fused kernel for this GPU"});
     }
+    // The fused GDN kernels serve linear key/value head dims 128 (the shape check of
+    // gated_delta_rule_supported, here without the CUDA header so that CPU builds answer the
+    // same); the block (gpu_gdn_block.cc, gpu_gdn_fused) falls back to kernels/gdn_simple.cu.
+    bool gdn_fused = hopper;
+    std::string gdn_why = absl::StrCat("kernels are built for sm_90a only; this GPU is ", sm);
+    if (hopper && config) {
+        const int64_t hk = config->linear_num_key_heads, hv = config->linear_num_value_heads;
+        gdn_fused = config->linear_key_head_dim == 128 && config->linear_value_head_dim == 128 &&
+                    hk > 0 && hv > 0 && hv % hk == 0;
+        gdn_why = absl::StrCat("linear head dims ", config->linear_key_head_dim, "/",
+                               config->linear_value_head_dim,
+                               ": the fused GDN kernels serve 128/128 only");
+    }
     for (const auto& op : gdn_core_ops()) {
-        r.ops.push_back({op, KernelKind::kSimple, "kernels/gdn_simple.cu",
-                         "reference-grade CUDA; fused chunked kernel pending"});
+        if (!gdn_fused) {
+            r.ops.push_back({op, KernelKind::kSimple, "kernels/gdn_simple.cu", gdn_why});
+            continue;
+        }
+        std::string file = op == "causal_conv1d"   ? "kernels/causal_conv1d.cu"
+                           : op == "gated_rmsnorm" ? "kernels/gated_rmsnorm.cu"
+                                                   : "kernels/gated_delta_rule.cu";
+        std::string why = op == "l2norm" || op == "gdn_gates"
+                              ? "fused into the chunked gated delta rule"
+                              : "fused kernel for this GPU";
+        r.ops.push_back({op, KernelKind::kFused, absl::StrCat(file, " (sm_90a)"), why});
     }
     return r;
 }

@@ -46,7 +46,8 @@ MachineInfo probe_machine();
 // shape checks, e.g. the flash-attention kernel serves head_dim 256 only.
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config);
 
-// The Gated DeltaNet core ops, which run on kernels/gdn_simple.cu until the fused kernels land.
+// The Gated DeltaNet core ops: fused kernels for linear head dims 128 on sm_90, otherwise
+// kernels/gdn_simple.cu.
 const std::vector<std::string>& gdn_core_ops();
 
 // OK when every op is kFused or kLibrary, or is named in `allow_non_fused`; otherwise

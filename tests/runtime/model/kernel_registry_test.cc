@@ -49,6 +49,31 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     CHECK(op(r, "gated_attention").implementation == "kernels/attention_generic.cu");
     CHECK_FALSE(check_strict(r, gdn_core_ops()).ok());
     CHECK(format_registry(r).find("head_dim 32") != std::string::npos);
+    CHECK(format_registry(r).find("linear head dims 0/0") != std::string::npos);
+}
+
+TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {
+    MachineInfo m;
+    m.sm_version = 90;
+    m.gpu_name = "NVIDIA H200";
+    Qwen35Config c;
+    c.head_dim = 256;
+    c.linear_num_key_heads = 16;
+    c.linear_num_value_heads = 48;
+    c.linear_key_head_dim = 128;
+    c.linear_value_head_dim = 128;
+    KernelRegistry r = kernel_registry_for(m, &c);
+    for (const auto& name : gdn_core_ops()) CHECK(op(r, name).kind == KernelKind::kFused);
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gated_delta_rule.cu (sm_90a)");
+    CHECK(op(r, "causal_conv1d").implementation == "kernels/causal_conv1d.cu (sm_90a)");
+    CHECK(op(r, "gated_rmsnorm").implementation == "kernels/gated_rmsnorm.cu (sm_90a)");
+    CHECK(check_strict(r).ok());
+
+    c.linear_value_head_dim = 64;
+    r = kernel_registry_for(m, &c);
+    CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
+    CHECK_FALSE(check_strict(r).ok());
 }
 
 TEST_CASE("registry on a non-Hopper GPU: nothing fused", "[registry]") {

@@ -2,6 +2,9 @@
 # One device run for everything GPU (see gpu_bundle.sh; carry the bundle folder): every [cuda]
 # test, `deltatune kernels`, and `deltatune step --device cuda` on the parity fixtures against
 # transformers' fp32 gradients (loss relative error < 1e-2, per-tensor gradient cosine > 0.99).
+# tiny-c prints FAIL on that flat threshold: its first GDN layer's gradients swing to cosine 0.53
+# under bf16 rounding of the weights alone; runtime_tests' GPU parity case measures that floor and
+# holds the GPU to it (see tests/runtime/model/gpu_parity_test.cc).
 #   BUNDLE_DIR=.device-build bash scripts/gpu_all.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}

@@ -2,6 +2,8 @@
 #include "runtime/checkpoint/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +26,34 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
     std::ostringstream ss;
     ss << in.rdbuf();
     return ss.str();
+}
+
+absl::StatusOr<MappedFile> map_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        const int err = errno;
+        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        ::close(fd);
+        return absl::InternalError(absl::StrCat(path, ": fstat failed"));
+    }
+    MappedFile m;
+    m.size = static_cast<size_t>(st.st_size);
+    if (m.size == 0) {  // mmap refuses length 0; callers report the file as too short
+        ::close(fd);
+        return m;
+    }
+    void* base = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+    m.data = static_cast<const unsigned char*>(base);
+    const size_t size = m.size;
+    m.keep = std::shared_ptr<const void>(
+        base, [size](const void* p) { munmap(const_cast<void*>(p), size); });
+    return m;
 }
 
 absl::Status write_file_atomic(const std::string& path,

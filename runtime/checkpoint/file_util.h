@@ -1,6 +1,7 @@
 // Small file helpers for checkpoints: whole-file reads and crash-safe atomic writes.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,15 @@
 namespace deltatune {
 
 absl::StatusOr<std::string> read_file(const std::string& path);
+
+// A whole file mapped read-only. `keep` owns the mapping (unmapped when the last copy goes); an
+// empty file has data == nullptr and size 0. Missing file: NotFound; unreadable: PermissionDenied.
+struct MappedFile {
+    const unsigned char* data = nullptr;
+    size_t size = 0;
+    std::shared_ptr<const void> keep;
+};
+absl::StatusOr<MappedFile> map_file(const std::string& path);
 // Writes the chunks to `path` through a temporary file in the same directory, fsyncs it, renames
 // it into place and fsyncs the directory, so readers see the old file or the new one, never half.
 absl::Status write_file_atomic(const std::string& path,

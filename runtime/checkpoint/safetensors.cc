@@ -1,13 +1,7 @@
 // safetensors reader (mmap + header validation) and atomic writer.
 #include "runtime/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <set>
 
@@ -80,31 +74,18 @@ absl::StatusOr<SafetensorsEntry> parse_entry(const std::string& path, const std:
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        ::close(fd);
-        return absl::InternalError(absl::StrCat(path, ": fstat failed"));
-    }
-    const size_t size = static_cast<size_t>(st.st_size);
+    DT_ASSIGN_OR_RETURN(MappedFile file, map_file(path));
+    const size_t size = file.size;
     if (size < 8) {
-        ::close(fd);
         return corrupt(
             path, absl::StrCat("only ", size, " bytes, shorter than the 8-byte header length"));
     }
-    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
     SafetensorsFile f;
     f.path_ = path;
-    f.mapping_ =
-        std::make_shared<Storage>(map, size, Device::cpu(), [size](void* p) { munmap(p, size); });
-    const auto* bytes = static_cast<const unsigned char*>(map);
+    // The Storage keeps the mapping alive through its deleter.
+    f.mapping_ = std::make_shared<Storage>(const_cast<unsigned char*>(file.data), size,
+                                           Device::cpu(), [keep = file.keep](void*) {});
+    const auto* bytes = file.data;
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
     if (header_len > kMaxHeaderBytes || header_len > size - 8) {

@@ -1,11 +1,6 @@
 // XXH64, flat token storage, and the memory-mapped token cache file.
 #include "runtime/data/token_cache.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -75,14 +70,6 @@ nlohmann::json counts_to_json(const BadLineCounts& c) {
             {"skipped", c.skipped},
             {"by_reason", c.by_reason}};
 }
-
-struct Mapping {
-    void* base = nullptr;
-    size_t size = 0;
-    ~Mapping() {
-        if (base) munmap(base, size);
-    }
-};
 
 absl::Status corrupt(const std::string& path, const std::string& why) {
     return absl::DataLossError(absl::StrCat(path, ": corrupt token cache: ", why));
@@ -226,28 +213,12 @@ absl::Status write_token_cache(const std::string& path, uint64_t key, const Toke
 }
 
 absl::StatusOr<TokenizedDataset> open_token_cache(const std::string& path, uint64_t key) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+    absl::StatusOr<MappedFile> file = map_file(path);
+    if (!file.ok()) return file.status();
+    if (file->size < sizeof(Header)) {
+        return corrupt(path, absl::StrCat("only ", file->size, " bytes"));
     }
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        ::close(fd);
-        return absl::InternalError(absl::StrCat(path, ": fstat failed"));
-    }
-    auto mapping = std::make_shared<Mapping>();
-    mapping->size = static_cast<size_t>(st.st_size);
-    if (mapping->size < sizeof(Header)) {
-        ::close(fd);
-        return corrupt(path, absl::StrCat("only ", mapping->size, " bytes"));
-    }
-    void* base = mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (base == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
-    mapping->base = base;
-    const auto* bytes = static_cast<const unsigned char*>(base);
+    const auto* bytes = file->data;
     Header h;
     std::memcpy(&h, bytes, sizeof h);
     if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return corrupt(path, "bad magic");
@@ -258,10 +229,10 @@ absl::StatusOr<TokenizedDataset> open_token_cache(const std::string& path, uint6
         return absl::FailedPreconditionError(absl::StrCat(path, ": cache for another key"));
     }
     // Sizes are checked against the file before any multiplication can overflow.
-    const size_t payload = mapping->size - sizeof(Header);
+    const size_t payload = file->size - sizeof(Header);
     if (h.documents > payload / 8 || h.tokens > payload / 8 || h.stats_bytes > payload ||
         h.stats_bytes % 8 != 0 || h.stats_bytes + (h.documents + 1) * 8 + h.tokens * 8 != payload) {
-        return corrupt(path, absl::StrCat(mapping->size, " bytes do not match ", h.documents,
+        return corrupt(path, absl::StrCat(file->size, " bytes do not match ", h.documents,
                                           " documents and ", h.tokens, " tokens (truncated?)"));
     }
     if (checksum_of(h, bytes + sizeof(Header), payload) != h.checksum) {
@@ -291,7 +262,7 @@ absl::StatusOr<TokenizedDataset> open_token_cache(const std::string& path, uint6
     d.ids_ = ids;
     d.labels_ = ids + h.tokens;
     d.documents_ = static_cast<int64_t>(h.documents);
-    d.owner_ = std::move(mapping);
+    d.owner_ = std::move(file->keep);
     d.cache_path_ = path;
     return d;
 }

@@ -23,18 +23,14 @@
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/step_runner.h"
 #include "tests/common/test_util.h"
+#include "tests/runtime/model/gpu_test_util.h"
 
 namespace deltatune {
 namespace {
 
-bool have_gpu() {
-    std::string why;
-    if (cuda_device_count(&why) == 0) {
-        WARN("skipped: " << why);
-        return false;
-    }
-    return true;
-}
+using testing::cosine;
+using testing::have_gpu;
+using testing::read_grads;
 
 // hidden 256, GDN key heads 2 / value heads 4 of dims 128, attention head_dim 256, vocab 512.
 constexpr const char* kConfig = R"({
@@ -63,36 +59,11 @@ constexpr const char* kConfig = R"({
   "dtype": "bfloat16"
 })";
 
-double cosine(const float* a, const float* b, int64_t n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        if (!std::isfinite(a[i])) return -2;
-        ab += static_cast<double>(a[i]) * b[i];
-        aa += static_cast<double>(a[i]) * a[i];
-        bb += static_cast<double>(b[i]) * b[i];
-    }
-    if (aa == 0 && bb == 0) return 1;
-    return ab / std::sqrt(aa * bb);
-}
-
 double norm(const Tensor& t) {
     double s = 0;
     for (int64_t i = 0; i < t.numel(); ++i)
         s += static_cast<double>(t.data<float>()[i]) * t.data<float>()[i];
     return std::sqrt(s);
-}
-
-ParamSet read_grads(const std::string& path, const HfModel& model) {
-    auto f = SafetensorsFile::open(path);
-    REQUIRE(f.ok());
-    ParamSet g = model.params.zeros_like();
-    for (auto& p : g.all()) {
-        auto t = f->get("grad." + checkpoint_name(p.name, model.layout));
-        INFO(p.name);
-        REQUIRE(t.ok());
-        std::memcpy(p.value.data<float>(), t->data<float>(), sizeof(float) * p.value.numel());
-    }
-    return g;
 }
 
 // Documents of the given lengths, random tokens, every position labelled but each third.

@@ -18,10 +18,10 @@ __device__ __forceinline__ float unit(uint32_t bits) {
 }
 
 __global__ void init_fill_kernel(float* out, int64_t n, InitFill kind, float a, float b,
-                                 uint64_t key) {
+                                 uint64_t key, int64_t first) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const uint64_t h = splitmix64(key ^ splitmix64(static_cast<uint64_t>(i)));
+        const uint64_t h = splitmix64(key ^ splitmix64(static_cast<uint64_t>(first + i)));
         const float u1 = unit(static_cast<uint32_t>(h)), u2 = unit(static_cast<uint32_t>(h >> 32));
         float v = a;
         if (kind == InitFill::kNormal) {
@@ -36,13 +36,13 @@ __global__ void init_fill_kernel(float* out, int64_t n, InitFill kind, float a, 
 }  // namespace
 
 cudaError_t init_fill_f32(float* out, int64_t n, InitFill kind, float a, float b, uint64_t seed,
-                          uint64_t stream_id, cudaStream_t stream) {
+                          uint64_t stream_id, cudaStream_t stream, int64_t first) {
     if (n <= 0) return cudaSuccess;
     const int threads = 256;
     const int64_t want = (n + threads - 1) / threads;
     const int blocks = static_cast<int>(want < 132 * 32 ? want : 132 * 32);
     const uint64_t key = splitmix64(seed * 0x2545F4914F6CDD1Dull + stream_id);
-    init_fill_kernel<<<blocks, threads, 0, stream>>>(out, n, kind, a, b, key);
+    init_fill_kernel<<<blocks, threads, 0, stream>>>(out, n, kind, a, b, key, first);
     return cudaGetLastError();
 }
 

@@ -19,9 +19,11 @@ enum class InitFill : uint8_t {
 };
 
 #if DELTATUNE_HAVE_CUDA
-// Device pointer, any n >= 0. `stream_id` separates tensors sharing a seed. Never synchronises.
+// Device pointer, any n >= 0. `stream_id` separates tensors sharing a seed. out[i] receives
+// the tensor's value number first + i, so a rank can fill just its shard of a tensor with the
+// values the whole tensor would have. Never synchronises.
 cudaError_t init_fill_f32(float* out, int64_t n, InitFill kind, float a, float b, uint64_t seed,
-                          uint64_t stream_id, cudaStream_t stream);
+                          uint64_t stream_id, cudaStream_t stream, int64_t first = 0);
 #endif
 
 }  // namespace deltatune

@@ -15,6 +15,7 @@ fi
 for f in "$OUT"/bin/* "$OUT"/daemon/*; do
   for lib in $(ldd "$f" | awk '/=>/ {print $3}'); do
     case "$lib" in
+      */libcupti.so*) cp -nL "$lib" "$OUT/lib/" ;;  # the device's CUDA image may lack CUPTI
       /usr/local/cuda*|*/libc.so*|*/libm.so*|*/libstdc++.so*|*/libgcc_s.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*) ;;
       *) cp -nL "$lib" "$OUT/lib/" ;;
     esac

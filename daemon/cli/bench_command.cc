@@ -1,11 +1,22 @@
 // deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]
 //                 [--recompute layer|none] [--seed 0] [--layers N] [--lr 1e-5]
+//                 [--fsdp] [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
+//                 [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
 // The headline training-step benchmark (shared/docs/benchmark.md, "27B-slice"): the model is
 // random-initialised on the GPU (Qwen35GpuModel::create_random, nothing staged on the host), the
 // batches are 1D packed from documents of lognormal(7.0, 0.5) lengths clipped to [16, tokens]
 // (greedy, like bench_peer.py's batches_1d; std::mt19937_64, so not the peer's exact lengths)
 // with uniform random ids and every token trained. Each step is zero-grad, forward, backward
 // and AdamW (fp32 masters, moments on the device). One JSON line on stdout.
+//
+// --fsdp (implied by --world-size > 1) runs the sharded path (runtime/dist/fsdp_gpu.h) over NCCL,
+// one process per GPU (rank R uses the first visible device; rendezvous through the folder DIR).
+// Every rank draws the same global batches; a step's global batch is world_size * K packed
+// micro-batches, rank R taking micro-batches R*K .. R*K+K-1, so runs at different world sizes with
+// the same world_size * K see the same documents per step and can be compared loss for loss
+// (--sample-out: every S-th element of every parameter's fp32 master after the last step, raw
+// float32, written by rank 0). The profiled step's NCCL kernels against the compute kernels give
+// the exposed communication time; the memory planner's prediction is printed beside the peak.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +24,8 @@
 #include <cstdlib>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/cli/bench_trace.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
 #include "nlohmann/json.hpp"
@@ -21,12 +34,13 @@
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_gpu_model.h"
+#include "runtime/train/memory_plan.h"
 
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
-#include <cupti.h>
 
 #include "runtime/device/cuda_status.h"
+#include "runtime/dist/fsdp_gpu.h"
 #include "runtime/model/gpu_blocks.h"
 #endif
 
@@ -40,6 +54,10 @@ struct BenchOptions {
     std::string recompute = "layer";
     uint64_t seed = 0;
     AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
+    bool fsdp = false;
+    int64_t world = 1, rank = 0, micro = 1, timeout_ms = 120000, sample_stride = 4099;
+    std::string rendezvous, sample_out;
+    double max_grad_norm = 0;
 };
 
 #if DELTATUNE_HAVE_CUDA
@@ -102,44 +120,39 @@ double median(std::vector<double> v) {
     return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-// CUPTI activity records of one profiled step: kernel count and the union of their intervals.
-struct KernelTrace {
-    std::vector<std::pair<uint64_t, uint64_t>> spans;
-    int64_t memops = 0;
+#endif
+
+#if DELTATUNE_HAVE_CUDA
+// The step loop's two engines: the single-device model, or FSDP over NCCL.
+struct Engine {
+    std::unique_ptr<NcclCommunicator> comm;
+    std::unique_ptr<FsdpGpuParams> fsdp;
+    std::unique_ptr<Qwen35GpuModel> net;
+    absl::Status zero() { return fsdp ? fsdp->zero_grads() : net->zero_grads(); }
+    absl::StatusOr<double> step(const AdamWHyper& h, int64_t i, double max_norm) {
+        if (fsdp) return fsdp->step(h, i, max_norm);
+        DT_RETURN_IF_ERROR(net->adamw_step(h, i));
+        return 0.0;
+    }
 };
-KernelTrace* g_trace = nullptr;
 
-void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-    *size = 8 << 20;
-    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
-    *max_records = 0;
-}
-
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-    CUpti_Activity* rec = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-        if (!g_trace) continue;
-        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-            rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-            g_trace->spans.emplace_back(k->start, k->end);
-        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY ||
-                   rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
-            ++g_trace->memops;
-        }
+absl::StatusOr<Engine> make_engine(const BenchOptions& o, DeviceContext& ctx,
+                                   const Qwen35Config& c, Recompute recompute) {
+    Engine e;
+    if (!o.fsdp) {
+        DT_ASSIGN_OR_RETURN(e.net, Qwen35GpuModel::create_random(ctx, c, recompute, o.seed));
+        return e;
     }
-    std::free(buffer);
-}
-
-double busy_ms(std::vector<std::pair<uint64_t, uint64_t>> spans) {
-    std::sort(spans.begin(), spans.end());
-    uint64_t busy = 0, end = 0;
-    for (auto [a, b] : spans) {
-        if (a < end) a = end;
-        if (b > a) busy += b - a;
-        end = std::max(end, b);
-    }
-    return static_cast<double>(busy) * 1e-6;
+    NcclOptions n;
+    n.rank = o.rank, n.world_size = o.world, n.device = 0;
+    n.store_dir = o.rendezvous, n.prefix = "bench";
+    n.timeout = std::chrono::milliseconds(o.timeout_ms);
+    DT_ASSIGN_OR_RETURN(e.comm, NcclCommunicator::create(n));
+    DT_ASSIGN_OR_RETURN(e.fsdp, FsdpGpuParams::create(ctx, *e.comm, c));
+    DT_RETURN_IF_ERROR(e.fsdp->init_random(o.seed));
+    DT_ASSIGN_OR_RETURN(e.net, Qwen35GpuModel::create_with_source(ctx, c, e.fsdp->layout(),
+                                                                  *e.fsdp, recompute));
+    return e;
 }
 #endif
 
@@ -161,12 +174,17 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     }
     DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(o.recompute));
     const int64_t total_steps = o.warmup + o.steps + 1;  // + one profiled step
+    const int64_t per_step = o.world * o.micro;          // micro-batches in a global batch
     std::mt19937_64 rng(o.seed);
-    const auto lens = make_batches(total_steps, o.tokens, rng);
+    const auto lens = make_batches(total_steps * per_step, o.tokens, rng);
+    // Every rank draws every batch (the same random stream) and packs only its own.
     std::vector<PackedBatch> batches;
-    for (const auto& b : lens) {
+    std::vector<double> step_labels(static_cast<size_t>(total_steps), 0.0);
+    for (size_t i = 0; i < lens.size(); ++i) {
+        const int64_t step = static_cast<int64_t>(i) / per_step;
+        const int64_t owner = static_cast<int64_t>(i) % per_step / o.micro;
         std::vector<Document> docs;
-        for (int64_t len : b) {
+        for (int64_t len : lens[i]) {
             Document d;
             d.input_ids.resize(static_cast<size_t>(len));
             for (auto& id : d.input_ids) id = static_cast<int32_t>(rng() % c.vocab_size);
@@ -174,116 +192,136 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             docs.push_back(std::move(d));
         }
         DT_ASSIGN_OR_RETURN(PackedBatch p, pack_documents(docs, c.vocab_size));
-        batches.push_back(std::move(p));
+        step_labels[static_cast<size_t>(step)] += static_cast<double>(p.label_tokens());
+        if (owner == o.rank) batches.push_back(std::move(p));
     }
 
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
     const auto t_init = std::chrono::steady_clock::now();
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
-                        Qwen35GpuModel::create_random(*ctx, c, recompute, o.seed));
+    DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));
     const double init_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
-    const cudaStream_t s = ctx->compute_stream();
-    cudaEvent_t ev[3];
-    for (auto& e : ev) DT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
 
-    KernelTrace trace;
-    std::vector<double> step_ms, tok_s, mfu, bwd_host_ms, bwd_gpu_ms;
-    double last_loss = 0;
+    StepTrace trace;
+    std::vector<double> step_ms, tok_s, mfu, losses, norms;
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
-        if (profiled) {
-            g_trace = &trace;
-            if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) !=
-                    CUPTI_SUCCESS ||
-                cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
-                g_trace = nullptr;
-            }
-            cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
-            cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
-        }
-        const PackedBatch& b = batches[static_cast<size_t>(i)];
-        DT_RETURN_IF_ERROR(ctx->synchronize());
+        if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
+        DT_RETURN_IF_ERROR(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize());
         const auto t0 = std::chrono::steady_clock::now();
-        DT_RETURN_IF_ERROR(net->zero_grads());
-        DT_ASSIGN_OR_RETURN(LossResult loss, net->forward(b));  // waits for the loss
+        DT_RETURN_IF_ERROR(eng.zero());
+        std::vector<double> loss_sum{0.0};
+        double tokens = 0, flops = 0;
+        for (int64_t k = 0; k < o.micro; ++k) {
+            const size_t at = static_cast<size_t>(i * o.micro + k);
+            const PackedBatch& b = batches[at];
+            if (eng.fsdp) eng.fsdp->set_gradient_sync(k == o.micro - 1);
+            DT_ASSIGN_OR_RETURN(LossResult loss,
+                                eng.net->forward(b, step_labels[static_cast<size_t>(i)]));
+            DT_RETURN_IF_ERROR(eng.net->backward());
+            loss_sum[0] += loss.loss_sum;
+            tokens += static_cast<double>(b.tokens());
+            flops += step_flops(c, lens[static_cast<size_t>(i * per_step + o.rank * o.micro + k)]);
+        }
+        DT_ASSIGN_OR_RETURN(double norm, eng.step(o.adamw, i + 1, o.max_grad_norm));
+        DT_RETURN_IF_ERROR(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize());
         const auto t1 = std::chrono::steady_clock::now();
-        DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], s));
-        DT_RETURN_IF_ERROR(net->backward());
-        DT_RETURN_IF_ERROR(net->adamw_step(o.adamw, i + 1));
-        const auto t2 = std::chrono::steady_clock::now();
-        DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], s));
-        DT_RETURN_IF_ERROR(ctx->synchronize());
-        const auto t3 = std::chrono::steady_clock::now();
-        last_loss = loss.loss;
+        if (eng.fsdp) DT_RETURN_IF_ERROR(eng.fsdp->all_reduce_host(loss_sum));
+        losses.push_back(loss_sum[0] / step_labels[static_cast<size_t>(i)]);
+        norms.push_back(norm);
         if (profiled) {
-            cuptiActivityFlushAll(1);
-            cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-            cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
-            cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
-            g_trace = nullptr;
+            stop_trace();
             continue;
         }
         if (i < o.warmup) continue;
-        const double ms = std::chrono::duration<double, std::milli>(t3 - t0).count();
-        float gpu = 0;
-        DT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&gpu, ev[0], ev[1]));
-        (void)t1;
+        const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
         step_ms.push_back(ms);
-        tok_s.push_back(static_cast<double>(b.tokens()) / (ms * 1e-3));
-        mfu.push_back(step_flops(c, lens[static_cast<size_t>(i)]) / (ms * 1e-3) / 989.4e12);
-        bwd_host_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-        bwd_gpu_ms.push_back(gpu);
+        tok_s.push_back(tokens / (ms * 1e-3));
+        mfu.push_back(flops / (ms * 1e-3) / 989.4e12);
+    }
+    if (!o.sample_out.empty() && eng.fsdp) {
+        DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp->download_sample(o.sample_stride));
+        if (o.rank == 0) {
+            std::FILE* f = std::fopen(o.sample_out.c_str(), "wb");
+            if (!f || std::fwrite(sample.data(), sizeof(float), sample.size(), f) != sample.size()) {
+                if (f) std::fclose(f);
+                return absl::UnavailableError("cannot write " + o.sample_out);
+            }
+            std::fclose(f);
+        }
     }
     size_t free_b = 0, total_b = 0;
     DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
-    for (auto& e : ev) cudaEventDestroy(e);
 
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-    const double tokens_total = [&] {
-        double t = 0;
-        for (size_t i = static_cast<size_t>(o.warmup); i < static_cast<size_t>(o.warmup + o.steps);
-             ++i)
-            t += static_cast<double>(batches[i].tokens());
-        return t / static_cast<double>(o.steps);
-    }();
+    double tokens_total = 0;
+    for (int64_t i = o.warmup; i < o.warmup + o.steps; ++i) {
+        for (int64_t k = 0; k < o.micro; ++k)
+            tokens_total += static_cast<double>(batches[static_cast<size_t>(i * o.micro + k)].tokens());
+    }
+    MemoryPlanInput plan_in;
+    plan_in.world_size = static_cast<int>(o.world);
+    plan_in.tokens_per_batch = o.tokens;
+    plan_in.recompute = recompute == Recompute::kLayer ? RecomputePolicy::kLayer
+                                                       : RecomputePolicy::kNone;
+    const MemoryPlan plan = plan_memory(c, plan_in);
     nlohmann::json j = {
         {"workload", "27B-slice"},
         {"layers", c.num_layers},
         {"recompute", recompute_name(recompute)},
+        {"path", eng.fsdp ? "fsdp-nccl" : "single-device"},
+        {"world_size", o.world},
+        {"rank", o.rank},
+        {"micro_batches_per_rank", o.micro},
         {"tokens_per_batch_budget", o.tokens},
-        {"mean_real_tokens_per_batch", tokens_total},
+        {"mean_real_tokens_per_rank_step", tokens_total / static_cast<double>(o.steps)},
         {"steps", o.steps},
         {"warmup", o.warmup},
         {"tokens_per_s", median(tok_s)},
         {"step_ms", median(step_ms)},
         {"mfu", median(mfu)},
-        {"optimizer", "adamw fp32 masters (lr 1e-5, betas 0.9/0.95, wd 0)"},
-        {"loss_last", last_loss},
-        {"peak_memory_gib", static_cast<double>(net->peak_device_bytes()) / kGiB},
+        {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
+        {"lr", o.adamw.lr},
+        {"losses", losses},
+        {"grad_norms", norms},
+        {"loss_last", losses.back()},
+        {"peak_memory_gib", static_cast<double>(eng.net->peak_device_bytes()) / kGiB},
         {"device_used_gib_cudaMemGetInfo", static_cast<double>(total_b - free_b) / kGiB},
-        {"backward_adamw_host_enqueue_ms", median(bwd_host_ms)},
-        {"backward_adamw_gpu_ms", median(bwd_gpu_ms)},
+        {"planner_peak_gib", static_cast<double>(plan.peak_bytes) / kGiB},
+        {"planner", plan.describe()},
         {"gdn_impl", gpu_gdn_fused(c, ctx->sm_version())
                          ? "fused: kernels/causal_conv1d.cu, gated_delta_rule*.cu, gated_rmsnorm.cu"
                          : "kernels/gdn_simple.cu (not the fused causal_conv1d/gated_delta_rule "
                            "kernels)"},
         {"init_s", init_s},
     };
-    if (!trace.spans.empty()) {
-        j["kernel_launches_per_step"] = static_cast<int64_t>(trace.spans.size());
+    if (eng.fsdp) {
+        j["comm_bytes_per_step_gib"] =
+            static_cast<double>(eng.fsdp->comm_bytes_per_step()) / kGiB;
+        j["shard_params"] = eng.fsdp->shard_numel();
+        j["replicated_params"] = eng.fsdp->replicated_numel();
+    }
+    if (!trace.compute.empty()) {
+        j["kernel_launches_per_step"] = static_cast<int64_t>(trace.compute.size());
         j["kernel_launches_per_layer"] =
-            static_cast<double>(trace.spans.size()) / static_cast<double>(c.num_layers);
+            static_cast<double>(trace.compute.size()) / static_cast<double>(c.num_layers);
         j["memcpy_memset_per_step"] = trace.memops;
-        j["gpu_kernel_busy_ms_profiled_step"] = busy_ms(trace.spans);
+        j["compute_kernel_busy_ms_profiled_step"] = union_ms(trace.compute);
+        j["nccl_kernels_per_step"] = static_cast<int64_t>(trace.comm.size());
+        j["nccl_kernel_ms_profiled_step"] = union_ms(trace.comm);
+        j["exposed_comm_ms_profiled_step"] = uncovered_ms(trace.comm, trace.compute);
     }
     return j;
 #endif
 }
 
 absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>& args) {
-    DT_ASSIGN_OR_RETURN(Flags f, Flags::parse(args, {"config", "tokens", "steps", "warmup",
-                                                     "recompute", "seed", "layers", "lr"}));
+    DT_ASSIGN_OR_RETURN(
+        Flags f, Flags::parse(args, {"config", "tokens", "steps", "warmup", "recompute", "seed",
+                                     "layers", "lr", "world-size", "rank", "rendezvous",
+                                     "micro-batches", "max-grad-norm", "timeout-ms", "sample-out",
+                                     "sample-stride"},
+                             {"fsdp"}));
     BenchOptions o;
     DT_ASSIGN_OR_RETURN(o.config, f.require("config"));
     DT_ASSIGN_OR_RETURN(uint64_t tokens, f.get_uint("tokens", 8192));
@@ -293,6 +331,30 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(o.seed, f.get_uint("seed", 0));
     DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", 1e-5));
     o.recompute = f.get("recompute", "layer");
+    DT_ASSIGN_OR_RETURN(uint64_t world, f.get_uint("world-size", 1));
+    DT_ASSIGN_OR_RETURN(uint64_t rank, f.get_uint("rank", 0));
+    DT_ASSIGN_OR_RETURN(uint64_t micro, f.get_uint("micro-batches", 1));
+    DT_ASSIGN_OR_RETURN(uint64_t timeout, f.get_uint("timeout-ms", 120000));
+    DT_ASSIGN_OR_RETURN(uint64_t stride, f.get_uint("sample-stride", 4099));
+    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 0.0));
+    o.rendezvous = f.get("rendezvous", "");
+    o.sample_out = f.get("sample-out", "");
+    o.fsdp = f.has("fsdp") || world > 1;
+    if (world < 1 || rank >= world) {
+        return absl::InvalidArgumentError(absl::StrCat("--rank ", rank, " must be below --world-size ", world));
+    }
+    if (o.fsdp && o.rendezvous.empty()) {
+        return absl::InvalidArgumentError("--fsdp and --world-size > 1 need --rendezvous DIR");
+    }
+    if (micro < 1 || stride < 1 || timeout < 1) {
+        return absl::InvalidArgumentError("--micro-batches, --sample-stride and --timeout-ms must be >= 1");
+    }
+    if (!o.sample_out.empty() && !o.fsdp) {
+        return absl::InvalidArgumentError("--sample-out needs --fsdp");
+    }
+    o.world = static_cast<int64_t>(world), o.rank = static_cast<int64_t>(rank);
+    o.micro = static_cast<int64_t>(micro), o.timeout_ms = static_cast<int64_t>(timeout);
+    o.sample_stride = static_cast<int64_t>(stride);
     if (tokens < 16 || steps < 1) {
         return absl::InvalidArgumentError("--tokens must be >= 16 and --steps >= 1");
     }

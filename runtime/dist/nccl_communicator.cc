@@ -115,6 +115,12 @@ absl::Status NcclCommunicator::poll_until_ready(const char* what) {
     }
 }
 
+absl::Status NcclCommunicator::usable() const {
+    if (!aborted_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL communicator of rank ", rank_, " was aborted after an earlier error"));
+}
+
 absl::Status NcclCommunicator::check(int result, const char* what) {
     const auto r = static_cast<ncclResult_t>(result);
     if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
@@ -126,6 +132,7 @@ absl::Status NcclCommunicator::check(int result, const char* what) {
 
 absl::Status NcclCommunicator::all_gather_bf16(const void* shard, void* full, size_t n,
                                                cudaStream_t stream) {
+    DT_RETURN_IF_ERROR(usable());
     DT_RETURN_IF_ERROR(check(ncclAllGather(shard, full, n, ncclBfloat16, as_comm(comm_), stream),
                              "ncclAllGather"));
     return poll_until_ready("ncclAllGather");
@@ -133,6 +140,7 @@ absl::Status NcclCommunicator::all_gather_bf16(const void* shard, void* full, si
 
 absl::Status NcclCommunicator::all_gather_f32(const float* shard, float* full, size_t n,
                                               cudaStream_t stream) {
+    DT_RETURN_IF_ERROR(usable());
     DT_RETURN_IF_ERROR(
         check(ncclAllGather(shard, full, n, ncclFloat32, as_comm(comm_), stream), "ncclAllGather"));
     return poll_until_ready("ncclAllGather");
@@ -140,6 +148,7 @@ absl::Status NcclCommunicator::all_gather_f32(const float* shard, float* full, s
 
 absl::Status NcclCommunicator::reduce_scatter_sum_f32(const float* full, float* shard, size_t n,
                                                       cudaStream_t stream) {
+    DT_RETURN_IF_ERROR(usable());
     DT_RETURN_IF_ERROR(
         check(ncclReduceScatter(full, shard, n, ncclFloat32, ncclSum, as_comm(comm_), stream),
               "ncclReduceScatter"));
@@ -147,6 +156,7 @@ absl::Status NcclCommunicator::reduce_scatter_sum_f32(const float* full, float* 
 }
 
 absl::Status NcclCommunicator::all_reduce_sum_f32(float* data, size_t n, cudaStream_t stream) {
+    DT_RETURN_IF_ERROR(usable());
     DT_RETURN_IF_ERROR(
         check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, as_comm(comm_), stream),
               "ncclAllReduce"));
@@ -154,6 +164,7 @@ absl::Status NcclCommunicator::all_reduce_sum_f32(float* data, size_t n, cudaStr
 }
 
 absl::Status NcclCommunicator::wait(cudaStream_t stream) {
+    DT_RETURN_IF_ERROR(usable());
     const auto deadline = Clock::now() + timeout_;
     while (true) {
         const cudaError_t e = cudaStreamQuery(stream);

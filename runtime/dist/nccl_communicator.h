@@ -34,6 +34,9 @@ class NcclCommunicator {
     ~NcclCommunicator();  // destroys (or, after a failure, aborts) the communicator
     int rank() const { return rank_; }
     int world_size() const { return world_; }
+    // True once the communicator was aborted (timeout or error): every later call fails at once
+    // and nothing waits on its streams any more.
+    bool aborted() const { return aborted_; }
 
     // Enqueue on `stream`. Element counts are per rank's shard where it says so.
     absl::Status all_gather_bf16(const void* shard, void* full, size_t shard_count,
@@ -49,6 +52,7 @@ class NcclCommunicator {
   private:
     NcclCommunicator() = default;
     absl::Status check(int result, const char* what);
+    absl::Status usable() const;
     absl::Status poll_until_ready(const char* what);
 
     void* comm_ = nullptr;  // ncclComm_t

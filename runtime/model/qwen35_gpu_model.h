@@ -2,8 +2,9 @@
 // masters and fp32 gradients on the device) and activations, fp32 GDN core, norms, softmax and
 // loss; the fused kernels of kernels/ and cuBLASLt GEMMs (see kernel_registry.h for which
 // implementation each op uses). Forward and backward mirror Qwen35CpuModel; the CPU model is the
-// oracle (loss rel. error < 1e-2, gradient cosine > 0.99). Single device: sharding and
-// collectives are applied from outside (style R10).
+// oracle (loss rel. error < 1e-2, gradient cosine > 0.99). The model never calls a collective
+// (style R10): it takes its parameters unit by unit from a GpuParamSource (gpu_param_layout.h),
+// its own flat buffers on one device or runtime/dist's sharded source (fsdp_gpu.h).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/gpu_param_layout.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
@@ -44,19 +46,31 @@ class Qwen35GpuModel {
                                                                          const Qwen35Config& config,
                                                                          Recompute recompute,
                                                                          uint64_t seed);
+#if DELTATUNE_HAVE_CUDA
+    // A model whose parameters, gradients and optimizer live in `source` (a sharded source from
+    // runtime/dist), laid out as `layout` (make_gpu_param_layout over make_qwen35_params(config,
+    // tied)). zero_grads, download_grads, grad_norm and the AdamW calls are the source's then,
+    // and fail here with FailedPrecondition. `source` must outlive the model.
+    static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create_with_source(
+        DeviceContext& ctx, const Qwen35Config& config, const GpuParamLayout& layout,
+        GpuParamSource& source, Recompute recompute);
+#endif
     ~Qwen35GpuModel();
 
     // Forward over the batch, and the LM head's fused loss gradient: the lm_head (or tied
     // embedding) gradient is accumulated here already, the rest in backward(). The loss is the
-    // mean over trained targets; the gradient is of that mean. FailedPrecondition when no target
-    // is trained.
-    absl::StatusOr<LossResult> forward(const PackedBatch& batch);
+    // mean over trained targets; the gradient is of that mean, or of loss_sum / denominator when
+    // `denominator` > 0 (the trained targets of a whole step: several micro-batches, or ranks).
+    // FailedPrecondition when no target is trained.
+    absl::StatusOr<LossResult> forward(const PackedBatch& batch, double denominator = 0);
     // Gradients of the last forward's loss, accumulated (+=) into the device gradients.
     absl::Status backward();
 
     absl::Status zero_grads();
     // fp32 gradients into `grads` (same names and shapes as the parameters), overwritten.
     absl::Status download_grads(ParamSet& grads) const;
+    // fp32 master weights into `params` (same names and shapes), overwritten.
+    absl::Status download_params(ParamSet& params) const;
     // Global L2 norm of all gradients (deterministic device reduction).
     absl::StatusOr<double> grad_norm() const;
     // One AdamW step on the fp32 masters from fresh moments at `step` (1-based), refreshing the

@@ -1,0 +1,114 @@
+#include "daemon/cli/bench_trace.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#if DELTATUNE_HAVE_CUDA
+#include <cupti.h>
+#endif
+
+namespace deltatune::cli {
+
+namespace {
+
+using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// Sorted, disjoint union.
+Spans merged(Spans spans) {
+    std::sort(spans.begin(), spans.end());
+    Spans out;
+    for (const auto& s : spans) {
+        if (s.second <= s.first) continue;
+        if (!out.empty() && s.first <= out.back().second) {
+            out.back().second = std::max(out.back().second, s.second);
+        } else {
+            out.push_back(s);
+        }
+    }
+    return out;
+}
+
+#if DELTATUNE_HAVE_CUDA
+StepTrace* g_trace = nullptr;  // CUPTI's callbacks take no user pointer
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    *size = 8 << 20;
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+    *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+    CUpti_Activity* rec = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (!g_trace) continue;
+        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+            // Names are mangled (_Z...ncclDevKernel...): match anywhere.
+            const bool nccl = k->name && std::strstr(k->name, "nccl") != nullptr;
+            (nccl ? g_trace->comm : g_trace->compute).emplace_back(k->start, k->end);
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY ||
+                   rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            ++g_trace->memops;
+        }
+    }
+    std::free(buffer);
+}
+#endif
+
+}  // namespace
+
+absl::Status start_trace(StepTrace* trace) {
+#if DELTATUNE_HAVE_CUDA
+    g_trace = trace;
+    if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+        g_trace = nullptr;
+        return absl::UnavailableError("CUPTI activity tracing unavailable");
+    }
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+    return absl::OkStatus();
+#else
+    (void)trace;
+    return absl::UnavailableError("built without CUDA");
+#endif
+}
+
+void stop_trace() {
+#if DELTATUNE_HAVE_CUDA
+    if (!g_trace) return;
+    cuptiActivityFlushAll(1);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+    g_trace = nullptr;
+#endif
+}
+
+double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans) {
+    uint64_t t = 0;
+    for (const auto& s : merged(std::move(spans))) t += s.second - s.first;
+    return static_cast<double>(t) * 1e-6;
+}
+
+double uncovered_ms(std::vector<std::pair<uint64_t, uint64_t>> a,
+                    std::vector<std::pair<uint64_t, uint64_t>> b) {
+    const Spans x = merged(std::move(a)), y = merged(std::move(b));
+    uint64_t t = 0;
+    size_t j = 0;
+    for (const auto& s : x) {
+        uint64_t at = s.first;
+        while (j < y.size() && y[j].second <= at) ++j;
+        for (size_t k = j; k < y.size() && y[k].first < s.second; ++k) {
+            if (y[k].first > at) t += y[k].first - at;
+            at = std::max(at, y[k].second);
+            if (at >= s.second) break;
+        }
+        if (at < s.second) t += s.second - at;
+    }
+    return static_cast<double>(t) * 1e-6;
+}
+
+}  // namespace deltatune::cli

@@ -1,0 +1,31 @@
+// CUPTI activity tracing for `deltatune bench`: the kernels of one profiled step with their
+// intervals, split into compute and NCCL (communication) kernels, so the bench can report kernel
+// launches per step, GPU busy time, and how much communication is exposed (runs while no compute
+// kernel does).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace deltatune::cli {
+
+struct StepTrace {
+    std::vector<std::pair<uint64_t, uint64_t>> compute, comm;  // [start, end) ns
+    int64_t memops = 0;                                        // memcpy and memset records
+};
+
+// Starts recording into `trace` (one at a time); stop() flushes and detaches. No-op result when
+// CUPTI cannot be enabled (then the trace stays empty).
+absl::Status start_trace(StepTrace* trace);
+void stop_trace();
+
+// Length of the union of the intervals, ms.
+double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans);
+// Length of the part of the union of `a` not covered by the union of `b`, ms.
+double uncovered_ms(std::vector<std::pair<uint64_t, uint64_t>> a,
+                    std::vector<std::pair<uint64_t, uint64_t>> b);
+
+}  // namespace deltatune::cli

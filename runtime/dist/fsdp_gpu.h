@@ -1,0 +1,111 @@
+// FSDP/ZeRO-3 for the GPU model: the parameter source (model/gpu_param_layout.h) that keeps only
+// this rank's shard of every unit (embedding, each decoder layer, head) and gathers whole units
+// over NCCL when the model acquires them.
+//
+// Per rank: the bf16 shard, fp32 master shard, AdamW moments and fp32 gradient shard of every
+// unit (each unit padded to a multiple of world_size * 128 elements), plus the replicated
+// fp32-read GDN weights (gradients all-reduced; every rank applies the same update). Acquiring a
+// unit waits for its all-gather (bf16, on the communication stream) and starts the next unit's
+// all-gather in the step's order, so communication overlaps the current unit's compute; releasing
+// it in the backward reduce-scatters its fp32 gradient (sum over ranks) into the local shard and
+// frees the gathered buffers. Streams are ordered with events only (style R10); the host waits
+// only in synchronize() and step(), both polling NCCL so a dead peer ends in DeadlineExceeded.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "runtime/device/device_context.h"
+#include "runtime/dist/nccl_communicator.h"
+#include "runtime/model/gpu_param_layout.h"
+#include "runtime/model/param_set.h"
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+class FsdpGpuParams final : public GpuParamSource {
+  public:
+    // Shards of the parameters of make_qwen35_params(config, config.tie_word_embeddings),
+    // zero until init_random() or load(). `dev` and `comm` must outlive this object.
+    static absl::StatusOr<std::unique_ptr<FsdpGpuParams>> create(DeviceContext& dev,
+                                                                 NcclCommunicator& comm,
+                                                                 const Qwen35Config& config);
+    ~FsdpGpuParams() override;
+
+    const GpuParamLayout& layout() const { return layout_; }
+    // The values Qwen35GpuModel::create_random gives the same seed, generated shard by shard.
+    absl::Status init_random(uint64_t seed);
+    // This rank's shard of `params` (the full fp32 values, the same on every rank).
+    absl::Status load(const ParamSet& params);
+    // Collective: all fp32 masters into `params` (same names and shapes) on every rank.
+    absl::Status download(ParamSet& params);
+    // Collective: every `stride`-th element of every parameter's fp32 master, in ParamSet order.
+    absl::StatusOr<std::vector<float>> download_sample(int64_t stride);
+
+    absl::Status zero_grads();
+    // Gradient accumulation without extra communication: while off, releasing a unit in the
+    // backward keeps its unsharded fp32 gradient (accumulating over micro-batches) instead of
+    // reduce-scattering it; turn it on for the step's last micro-batch. Costs the full fp32
+    // gradients in memory while off.
+    void set_gradient_sync(bool on) { sync_grads_ = on; }
+    // One optimizer step over the accumulated gradients: waits for the last reduce-scatters,
+    // all-reduces the replicated gradients and the squared norm, clips by the global norm when
+    // max_grad_norm > 0, runs AdamW (1-based `step`) on the shards and refreshes the bf16
+    // shards. Returns the global gradient norm before clipping (one host wait).
+    absl::StatusOr<double> step(const AdamWHyper& hyper, int64_t step, double max_grad_norm);
+    // Collective sum of host values (loss sums, label counts) over ranks, through the device.
+    absl::Status all_reduce_host(std::vector<double>& values);
+
+    // GpuParamSource.
+    absl::StatusOr<GpuUnitPtrs> acquire(int unit, Phase phase, bool grads) override;
+    absl::Status release(int unit, Phase phase) override;
+    absl::Status synchronize() override;
+
+    // Sizes, elements: this rank's shard of the units and the replicated segment.
+    int64_t shard_numel() const { return shard_total_; }
+    int64_t replicated_numel() const { return layout_.replicated_numel; }
+    // Bytes this rank receives in the all-gathers and sends in the reduce-scatters of one step
+    // (forward and backward gathers of every layer, embedding and head once each way).
+    int64_t comm_bytes_per_step() const;
+
+  private:
+    struct Unit {
+        int64_t padded = 0, shard = 0;  // elements: the unit padded, one rank's shard
+        int64_t shard_begin = 0;        // into the local shard buffers
+        DeviceMemory gathered;          // bf16 (padded), allocated on the comm stream
+        DeviceMemory full_grad;         // fp32 (padded), allocated on the comm stream
+        cudaEvent_t ready = nullptr;    // the gather (and gradient zeroing) done, on comm
+        bool live = false;              // a gather is enqueued and its buffer held
+    };
+    FsdpGpuParams(DeviceContext& dev, NcclCommunicator& comm) : dev_(dev), comm_(comm) {}
+    cudaStream_t compute() const { return dev_.compute_stream(); }
+    cudaStream_t comm_stream() const { return dev_.comm_stream(); }
+    absl::Status order(cudaStream_t from, cudaStream_t to);  // `to` waits for `from` so far
+    absl::Status gather(int unit);
+    int next_unit(int unit, Phase phase) const;
+    absl::Status plan_adamw();
+
+    DeviceContext& dev_;
+    NcclCommunicator& comm_;
+    Qwen35Config config_;
+    GpuParamLayout layout_;
+    std::vector<Unit> units_;
+    std::vector<std::string> names_;  // per ParamSet index, for the init rules
+    bool sync_grads_ = true;
+    int64_t shard_total_ = 0;
+    DeviceMemory master_, half_, grad_, moments_;              // local shards (moments: m | v)
+    DeviceMemory rep_master_, rep_half_, rep_grad_, rep_moments_;  // replicated segment
+    DeviceMemory adamw_tensors_, norm_work_, norm_tensors_, scalars_;
+    int64_t adamw_chunks_ = 0, norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;
+    size_t norm_work_bytes_ = 0;
+    cudaEvent_t scratch_ = nullptr;
+};
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

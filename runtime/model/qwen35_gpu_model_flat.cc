@@ -1,0 +1,157 @@
+// The single-device parameter source (flat fp32 masters, bf16 copies and fp32 gradients) and what
+// Qwen35GpuModel does with it: zeroing and exporting gradients, their norm, and AdamW.
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/adamw.h"
+#include "kernels/grad_norm.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/device/cuda_status.h"
+#include "runtime/model/qwen35_gpu_model_impl.h"
+
+namespace deltatune {
+
+FlatParamSource::FlatParamSource(const GpuParamLayout& layout, const bf16* half,
+                                 const float* master, float* grad, cudaStream_t compute)
+    : half_(half), master_(master), grad_(grad), compute_(compute) {
+    int64_t at = 0;
+    for (int64_t n : layout.unit_numel) begin_.push_back(at), at += n;
+}
+
+absl::StatusOr<GpuUnitPtrs> FlatParamSource::acquire(int unit, Phase, bool) {
+    if (unit < 0 || unit >= static_cast<int>(begin_.size())) {
+        return absl::OutOfRangeError("parameter unit out of range");
+    }
+    const int64_t o = begin_[static_cast<size_t>(unit)];
+    GpuUnitPtrs u;
+    u.half = half_ + o, u.master = master_ + o, u.grad = grad_ + o;
+    return u;
+}
+
+absl::Status FlatParamSource::synchronize() {
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+    return absl::OkStatus();
+}
+
+absl::Status Qwen35GpuModel::Impl::require_flat(const char* what) const {
+    if (flat) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this model's parameters live in an outside (sharded) source"));
+}
+
+absl::Status Qwen35GpuModel::zero_grads() {
+    DT_RETURN_IF_ERROR(impl_->require_flat("zero_grads"));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(impl_->grad.get(), 0, sizeof(float) * impl_->total, impl_->s()));
+    return absl::OkStatus();
+}
+
+namespace {
+
+// Every parameter's slice of a flat fp32 device buffer into `out` (same names and shapes).
+absl::Status copy_flat_to_host(const Qwen35GpuModel::Impl& m, const float* flat, ParamSet& out) {
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
+    for (size_t i = 0; i < out.all().size(); ++i) {
+        Tensor& t = out.all()[i].value;
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(t.data<float>(), flat + m.offset[i],
+                                           sizeof(float) * m.numel[i], cudaMemcpyDeviceToHost));
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Qwen35GpuModel::download_grads(ParamSet& grads) const {
+    DT_RETURN_IF_ERROR(impl_->require_flat("download_grads"));
+    return copy_flat_to_host(*impl_, impl_->grad.as<float>(), grads);
+}
+
+absl::Status Qwen35GpuModel::download_params(ParamSet& params) const {
+    DT_RETURN_IF_ERROR(impl_->require_flat("download_params"));
+    return copy_flat_to_host(*impl_, impl_->master.as<float>(), params);
+}
+
+absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
+    const Impl& m = *impl_;
+    DT_RETURN_IF_ERROR(m.require_flat("grad_norm"));
+    std::vector<GradNormTensor> ts;
+    for (size_t i = 0; i < m.offset.size(); ++i)
+        ts.push_back(GradNormTensor{m.grad.as<float>() + m.offset[i], m.numel[i], 0});
+    const int64_t chunks = grad_norm_plan_chunks(ts.data(), static_cast<int>(ts.size()));
+    const size_t ws = grad_norm_workspace_bytes(chunks);
+    DT_ASSIGN_OR_RETURN(DeviceMemory work, m.dev.allocate(ws));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dts, m.dev.allocate(sizeof(GradNormTensor) * ts.size()));
+    DT_ASSIGN_OR_RETURN(DeviceMemory norm, m.dev.allocate(sizeof(float)));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dts.get(), ts.data(), dts.bytes(), cudaMemcpyHostToDevice, m.s()));
+    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(norm.as<float>(), nullptr, dts.as<GradNormTensor>(),
+                                             static_cast<int>(ts.size()), chunks, 0.0f, work.get(),
+                                             ws, m.s()));
+    float host = 0;
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&host, norm.get(), sizeof(float), cudaMemcpyDeviceToHost, m.s()));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
+    return static_cast<double>(host);
+}
+
+absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper,
+                                                         ParamSet& params) {
+    Impl& m = *impl_;
+    DT_RETURN_IF_ERROR(m.require_flat("adamw_step_from_fresh_state"));
+    const size_t n = sizeof(float) * static_cast<size_t>(m.total);
+    DT_ASSIGN_OR_RETURN(DeviceMemory mom, m.dev.allocate(2 * n));
+    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mom.get(), 0, 2 * n, m.s()));
+    std::vector<AdamWTensorArgs> ts;
+    for (size_t i = 0; i < m.offset.size(); ++i) {
+        const int64_t o = m.offset[i];
+        ts.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom.as<float>() + o,
+                                     mom.as<float>() + m.total + o, m.grad.as<float>() + o,
+                                     m.half.as<bf16>() + o, m.numel[i], 0});
+    }
+    const int64_t chunks = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
+    DT_ASSIGN_OR_RETURN(DeviceMemory dts, m.dev.allocate(sizeof(AdamWTensorArgs) * ts.size()));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dts.get(), ts.data(), dts.bytes(), cudaMemcpyHostToDevice, m.s()));
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(dts.as<AdamWTensorArgs>(),
+                                                    static_cast<int>(ts.size()), chunks, hyper,
+                                                    /*step=*/1, nullptr, m.s()));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
+    for (size_t i = 0; i < params.all().size(); ++i) {
+        Tensor& t = params.all()[i].value;
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(t.data<float>(), m.master.as<float>() + m.offset[i],
+                                           sizeof(float) * m.numel[i], cudaMemcpyDeviceToHost));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper& hyper, int64_t step) {
+    Impl& m = *impl_;
+    DT_RETURN_IF_ERROR(m.require_flat("adamw_step"));
+    if (!m.moments.get()) {
+        const size_t n = sizeof(float) * static_cast<size_t>(m.total);
+        DT_ASSIGN_OR_RETURN(m.moments, m.dev.allocate(2 * n));
+        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.moments.get(), 0, 2 * n, m.s()));
+        std::vector<AdamWTensorArgs> ts;
+        float* mom = m.moments.as<float>();
+        for (size_t i = 0; i < m.offset.size(); ++i) {
+            const int64_t o = m.offset[i];
+            ts.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom + o, mom + m.total + o,
+                                         m.grad.as<float>() + o, m.half.as<bf16>() + o, m.numel[i],
+                                         0});
+        }
+        m.adamw_chunks = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
+        DT_ASSIGN_OR_RETURN(m.adamw_tensors, m.dev.allocate(sizeof(AdamWTensorArgs) * ts.size()));
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.adamw_tensors.get(), ts.data(),
+                                                m.adamw_tensors.bytes(), cudaMemcpyHostToDevice,
+                                                m.s()));
+        DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));  // `ts` goes away
+    }
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(m.adamw_tensors.as<AdamWTensorArgs>(),
+                                                    static_cast<int>(m.offset.size()),
+                                                    m.adamw_chunks, hyper, step, nullptr, m.s()));
+    return absl::OkStatus();
+}
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

@@ -136,8 +136,8 @@ struct Engine {
     }
 };
 
-absl::StatusOr<Engine> make_engine(const BenchOptions& o, DeviceContext& ctx,
-                                   const Qwen35Config& c, Recompute recompute) {
+absl::StatusOr<Engine> make_engine(const BenchOptions& o, DeviceContext& ctx, const Qwen35Config& c,
+                                   Recompute recompute) {
     Engine e;
     if (!o.fsdp) {
         DT_ASSIGN_OR_RETURN(e.net, Qwen35GpuModel::create_random(ctx, c, recompute, o.seed));
@@ -150,8 +150,8 @@ absl::StatusOr<Engine> make_engine(const BenchOptions& o, DeviceContext& ctx,
     DT_ASSIGN_OR_RETURN(e.comm, NcclCommunicator::create(n));
     DT_ASSIGN_OR_RETURN(e.fsdp, FsdpGpuParams::create(ctx, *e.comm, c));
     DT_RETURN_IF_ERROR(e.fsdp->init_random(o.seed));
-    DT_ASSIGN_OR_RETURN(e.net, Qwen35GpuModel::create_with_source(ctx, c, e.fsdp->layout(),
-                                                                  *e.fsdp, recompute));
+    DT_ASSIGN_OR_RETURN(
+        e.net, Qwen35GpuModel::create_with_source(ctx, c, e.fsdp->layout(), *e.fsdp, recompute));
     return e;
 }
 #endif
@@ -243,7 +243,8 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp->download_sample(o.sample_stride));
         if (o.rank == 0) {
             std::FILE* f = std::fopen(o.sample_out.c_str(), "wb");
-            if (!f || std::fwrite(sample.data(), sizeof(float), sample.size(), f) != sample.size()) {
+            if (!f ||
+                std::fwrite(sample.data(), sizeof(float), sample.size(), f) != sample.size()) {
                 if (f) std::fclose(f);
                 return absl::UnavailableError("cannot write " + o.sample_out);
             }
@@ -257,13 +258,14 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     double tokens_total = 0;
     for (int64_t i = o.warmup; i < o.warmup + o.steps; ++i) {
         for (int64_t k = 0; k < o.micro; ++k)
-            tokens_total += static_cast<double>(batches[static_cast<size_t>(i * o.micro + k)].tokens());
+            tokens_total +=
+                static_cast<double>(batches[static_cast<size_t>(i * o.micro + k)].tokens());
     }
     MemoryPlanInput plan_in;
     plan_in.world_size = static_cast<int>(o.world);
     plan_in.tokens_per_batch = o.tokens;
-    plan_in.recompute = recompute == Recompute::kLayer ? RecomputePolicy::kLayer
-                                                       : RecomputePolicy::kNone;
+    plan_in.recompute =
+        recompute == Recompute::kLayer ? RecomputePolicy::kLayer : RecomputePolicy::kNone;
     const MemoryPlan plan = plan_memory(c, plan_in);
     nlohmann::json j = {
         {"workload", "27B-slice"},
@@ -296,8 +298,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"init_s", init_s},
     };
     if (eng.fsdp) {
-        j["comm_bytes_per_step_gib"] =
-            static_cast<double>(eng.fsdp->comm_bytes_per_step()) / kGiB;
+        j["comm_bytes_per_step_gib"] = static_cast<double>(eng.fsdp->comm_bytes_per_step()) / kGiB;
         j["shard_params"] = eng.fsdp->shard_numel();
         j["replicated_params"] = eng.fsdp->replicated_numel();
     }
@@ -317,11 +318,11 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
 
 absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>& args) {
     DT_ASSIGN_OR_RETURN(
-        Flags f, Flags::parse(args, {"config", "tokens", "steps", "warmup", "recompute", "seed",
-                                     "layers", "lr", "world-size", "rank", "rendezvous",
-                                     "micro-batches", "max-grad-norm", "timeout-ms", "sample-out",
-                                     "sample-stride"},
-                             {"fsdp"}));
+        Flags f, Flags::parse(args,
+                              {"config", "tokens", "steps", "warmup", "recompute", "seed", "layers",
+                               "lr", "world-size", "rank", "rendezvous", "micro-batches",
+                               "max-grad-norm", "timeout-ms", "sample-out", "sample-stride"},
+                              {"fsdp"}));
     BenchOptions o;
     DT_ASSIGN_OR_RETURN(o.config, f.require("config"));
     DT_ASSIGN_OR_RETURN(uint64_t tokens, f.get_uint("tokens", 8192));
@@ -341,13 +342,15 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     o.sample_out = f.get("sample-out", "");
     o.fsdp = f.has("fsdp") || world > 1;
     if (world < 1 || rank >= world) {
-        return absl::InvalidArgumentError(absl::StrCat("--rank ", rank, " must be below --world-size ", world));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--rank ", rank, " must be below --world-size ", world));
     }
     if (o.fsdp && o.rendezvous.empty()) {
         return absl::InvalidArgumentError("--fsdp and --world-size > 1 need --rendezvous DIR");
     }
     if (micro < 1 || stride < 1 || timeout < 1) {
-        return absl::InvalidArgumentError("--micro-batches, --sample-stride and --timeout-ms must be >= 1");
+        return absl::InvalidArgumentError(
+            "--micro-batches, --sample-stride and --timeout-ms must be >= 1");
     }
     if (!o.sample_out.empty() && !o.fsdp) {
         return absl::InvalidArgumentError("--sample-out needs --fsdp");

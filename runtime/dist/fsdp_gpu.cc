@@ -132,14 +132,14 @@ absl::Status FsdpGpuParams::init_random(uint64_t seed) {
     std::vector<int64_t> shard, begin;
     for (const Unit& u : units_) shard.push_back(u.shard), begin.push_back(u.shard_begin);
     cudaError_t err = cudaSuccess;
-    for_each_local_piece(layout_, shard, begin, comm_.rank(),
-                         [&](size_t i, int64_t a, int64_t b, int64_t local) {
-                             const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
-                             const cudaError_t e = init_fill_f32(
-                                 master_.as<float>() + local, b - a, static_cast<InitFill>(r.kind),
-                                 r.a, r.b, seed, i, s, a);
-                             if (err == cudaSuccess) err = e;
-                         });
+    for_each_local_piece(
+        layout_, shard, begin, comm_.rank(), [&](size_t i, int64_t a, int64_t b, int64_t local) {
+            const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
+            const cudaError_t e =
+                init_fill_f32(master_.as<float>() + local, b - a, static_cast<InitFill>(r.kind),
+                              r.a, r.b, seed, i, s, a);
+            if (err == cudaSuccess) err = e;
+        });
     DT_CUDA_RETURN_IF_ERROR(err);
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
         const GpuParamSlot& slot = layout_.slots[i];
@@ -148,7 +148,8 @@ absl::Status FsdpGpuParams::init_random(uint64_t seed) {
         DT_CUDA_RETURN_IF_ERROR(init_fill_f32(rep_master_.as<float>() + slot.offset, slot.numel,
                                               static_cast<InitFill>(r.kind), r.a, r.b, seed, i, s));
     }
-    DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
+    DT_CUDA_RETURN_IF_ERROR(
+        cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
     DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(rep_half_.as<bf16>(), rep_master_.as<float>(),
                                              layout_.replicated_numel, s));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
@@ -163,14 +164,14 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
     std::vector<int64_t> shard, begin;
     for (const Unit& u : units_) shard.push_back(u.shard), begin.push_back(u.shard_begin);
     cudaError_t err = cudaSuccess;
-    for_each_local_piece(layout_, shard, begin, comm_.rank(),
-                         [&](size_t i, int64_t a, int64_t b, int64_t local) {
-                             const float* src = params.all()[i].value.data<float>() + a;
-                             const cudaError_t e =
-                                 cudaMemcpyAsync(master_.as<float>() + local, src,
-                                                 sizeof(float) * (b - a), cudaMemcpyHostToDevice, s);
-                             if (err == cudaSuccess) err = e;
-                         });
+    for_each_local_piece(
+        layout_, shard, begin, comm_.rank(), [&](size_t i, int64_t a, int64_t b, int64_t local) {
+            const float* src = params.all()[i].value.data<float>() + a;
+            const cudaError_t e =
+                cudaMemcpyAsync(master_.as<float>() + local, src, sizeof(float) * (b - a),
+                                cudaMemcpyHostToDevice, s);
+            if (err == cudaSuccess) err = e;
+        });
     DT_CUDA_RETURN_IF_ERROR(err);
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
         const GpuParamSlot& slot = layout_.slots[i];
@@ -179,7 +180,8 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
             rep_master_.as<float>() + slot.offset, params.all()[i].value.data<float>(),
             sizeof(float) * slot.numel, cudaMemcpyHostToDevice, s));
     }
-    DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
+    DT_CUDA_RETURN_IF_ERROR(
+        cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
     DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(rep_half_.as<bf16>(), rep_master_.as<float>(),
                                              layout_.replicated_numel, s));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
@@ -204,10 +206,9 @@ absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride
             const int64_t count = (slot.numel + stride - 1) / stride;
             const size_t at = out.size();
             out.resize(at + static_cast<size_t>(count));
-            DT_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(out.data() + at, sizeof(float),
-                                                 full.as<float>() + slot.offset,
-                                                 sizeof(float) * stride, sizeof(float), count,
-                                                 cudaMemcpyDeviceToHost));
+            DT_CUDA_RETURN_IF_ERROR(
+                cudaMemcpy2D(out.data() + at, sizeof(float), full.as<float>() + slot.offset,
+                             sizeof(float) * stride, sizeof(float), count, cudaMemcpyDeviceToHost));
         }
     }
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
@@ -216,10 +217,9 @@ absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride
         const int64_t count = (slot.numel + stride - 1) / stride;
         const size_t at = out.size();
         out.resize(at + static_cast<size_t>(count));
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(out.data() + at, sizeof(float),
-                                             rep_master_.as<float>() + slot.offset,
-                                             sizeof(float) * stride, sizeof(float), count,
-                                             cudaMemcpyDeviceToHost));
+        DT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy2D(out.data() + at, sizeof(float), rep_master_.as<float>() + slot.offset,
+                         sizeof(float) * stride, sizeof(float), count, cudaMemcpyDeviceToHost));
     }
     return out;
 }
@@ -349,7 +349,8 @@ absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step
     const int64_t r = layout_.replicated_numel;
     float* sc = scalars_.as<float>();
     if (r > 0) {
-        DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(rep_grad_.as<float>(), static_cast<size_t>(r), s));
+        DT_RETURN_IF_ERROR(
+            comm_.all_reduce_sum_f32(rep_grad_.as<float>(), static_cast<size_t>(r), s));
     }
     const GradNormTensor* nt = norm_tensors_.as<GradNormTensor>();
     DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 0, nullptr, nt, 1, norm_chunks_shard_, 0.0f,
@@ -364,9 +365,9 @@ absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step
     DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(sc + 2, 1, s));
     DT_CUDA_RETURN_IF_ERROR(
         grad_norm_from_square(sc + 3, sc + 4, sc + 2, static_cast<float>(max_grad_norm), s));
-    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(
-        adamw_tensors_.as<AdamWTensorArgs>(), r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
-        max_grad_norm > 0 ? sc + 4 : nullptr, s));
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensors_.as<AdamWTensorArgs>(),
+                                                    r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
+                                                    max_grad_norm > 0 ? sc + 4 : nullptr, s));
     // Wait (polling NCCL) before reading back: a copy into pageable memory blocks the host until
     // the stream reaches it, which a dead peer would make forever.
     DT_RETURN_IF_ERROR(comm_.wait(s));

@@ -99,7 +99,7 @@ class FsdpGpuParams final : public GpuParamSource {
     std::vector<std::string> names_;  // per ParamSet index, for the init rules
     bool sync_grads_ = true;
     int64_t shard_total_ = 0;
-    DeviceMemory master_, half_, grad_, moments_;              // local shards (moments: m | v)
+    DeviceMemory master_, half_, grad_, moments_;                  // local shards (moments: m | v)
     DeviceMemory rep_master_, rep_half_, rep_grad_, rep_moments_;  // replicated segment
     DeviceMemory adamw_tensors_, norm_work_, norm_tensors_, scalars_;
     int64_t adamw_chunks_ = 0, norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;

@@ -51,8 +51,8 @@ GpuParamLayout make_gpu_param_layout(const Qwen35Config& config, const ParamSet&
                                                ends_with(p.name, "linear_attn.A_log") ||
                                                ends_with(p.name, "linear_attn.dt_bias") ||
                                                ends_with(p.name, "linear_attn.norm.weight"));
-        int64_t& end = s.replicated ? out.replicated_numel
-                                    : out.unit_numel[static_cast<size_t>(s.unit)];
+        int64_t& end =
+            s.replicated ? out.replicated_numel : out.unit_numel[static_cast<size_t>(s.unit)];
         s.offset = end;
         end += aligned(s.numel);
         out.slots.push_back(s);

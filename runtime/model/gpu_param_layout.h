@@ -34,11 +34,11 @@ struct GpuParamSlot {
 };
 
 struct GpuParamLayout {
-    int num_units = 0;                 // num_layers + 2
-    bool tied = false;                 // the embedding is in the head unit
-    std::vector<GpuParamSlot> slots;   // per ParamSet::all() index
-    std::vector<int64_t> unit_numel;   // per unit: segment length, elements (tensors aligned)
-    int64_t replicated_numel = 0;      // the replicated segment, elements (tensors aligned)
+    int num_units = 0;                // num_layers + 2
+    bool tied = false;                // the embedding is in the head unit
+    std::vector<GpuParamSlot> slots;  // per ParamSet::all() index
+    std::vector<int64_t> unit_numel;  // per unit: segment length, elements (tensors aligned)
+    int64_t replicated_numel = 0;     // the replicated segment, elements (tensors aligned)
     int head_unit() const { return num_units - 1; }
     int64_t total_unit_numel() const;  // sum of unit_numel
 };

@@ -293,8 +293,8 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
         // The previous forward's copy finished before its loss was read back.
         if (m.staging) DT_CUDA_RETURN_IF_ERROR(cudaFreeHost(m.staging));
         m.staging = nullptr, m.staging_count = 0;
-        DT_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&m.staging),
-                                               sizeof(int32_t) * count));
+        DT_CUDA_RETURN_IF_ERROR(
+            cudaMallocHost(reinterpret_cast<void**>(&m.staging), sizeof(int32_t) * count));
         m.staging_count = count;
     }
     int32_t* at = m.staging;
@@ -379,8 +379,8 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     // here rather than in a read-back into pageable memory that would block the host for good.
     DT_RETURN_IF_ERROR(m.source->synchronize());
     std::vector<float> losses(static_cast<size_t>(T));
-    DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(losses.data(), row_losses.get(), sizeof(float) * T,
-                                       cudaMemcpyDeviceToHost));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(losses.data(), row_losses.get(), sizeof(float) * T, cudaMemcpyDeviceToHost));
     for (float v : losses) r.loss_sum += v;
     r.loss = r.loss_sum / static_cast<double>(r.label_tokens);
     m.pending = true;
@@ -412,8 +412,8 @@ absl::Status Qwen35GpuModel::backward() {
     }
     const size_t we = embedding_backward_workspace_bytes(T);
     DT_ASSIGN_OR_RETURN(DeviceMemory ework, m.dev.allocate(we));
-    DT_CUDA_RETURN_IF_ERROR(embedding_backward(m.param(m.embed_idx, e).grad, g.as<bf16>(), m.ids,
-                                               T, H, m.c.vocab_size, ework.get(), we, s));
+    DT_CUDA_RETURN_IF_ERROR(embedding_backward(m.param(m.embed_idx, e).grad, g.as<bf16>(), m.ids, T,
+                                               H, m.c.vocab_size, ework.get(), we, s));
     DT_RETURN_IF_ERROR(m.source->release(m.layout.tied ? head_unit : 0, Phase::kBackward));
     m.head = GpuUnitPtrs{};
     m.pending = false;

@@ -3,9 +3,9 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/adamw.h"
 #include "kernels/grad_norm.h"
-#include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/qwen35_gpu_model_impl.h"

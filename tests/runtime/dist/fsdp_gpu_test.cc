@@ -122,16 +122,17 @@ Run run_flat(const Qwen35Config& c, const ParamSet& init, int micro) {
 // reduce-scatters only at the last micro-batch.
 absl::StatusOr<Run> run_fsdp(const Qwen35Config& c, const ParamSet& init, int rank, int world,
                              const std::string& rendezvous, int micro, bool sync_last_only) {
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(rank)));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx,
+                        DeviceContext::create(Device::cuda(rank)));
     NcclOptions o;
     o.rank = rank, o.world_size = world, o.device = rank, o.store_dir = rendezvous;
     o.prefix = "fsdp", o.timeout = std::chrono::milliseconds(60000);
     DT_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, NcclCommunicator::create(o));
     DT_ASSIGN_OR_RETURN(std::unique_ptr<FsdpGpuParams> fsdp, FsdpGpuParams::create(*ctx, *comm, c));
     DT_RETURN_IF_ERROR(fsdp->load(init));
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
-                        Qwen35GpuModel::create_with_source(*ctx, c, fsdp->layout(), *fsdp,
-                                                           Recompute::kLayer));
+    DT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Qwen35GpuModel> net,
+        Qwen35GpuModel::create_with_source(*ctx, c, fsdp->layout(), *fsdp, Recompute::kLayer));
     Run run;
     for (int s = 1; s <= kSteps; ++s) {
         DT_RETURN_IF_ERROR(fsdp->zero_grads());
@@ -206,7 +207,8 @@ TEST_CASE("FSDP at world size 2 equals one device taking the whole global batch"
     std::vector<absl::StatusOr<Run>> runs(2, absl::UnknownError("not run"));
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r) {
-        threads.emplace_back([&, r] { runs[r] = run_fsdp(*c, init, r, 2, tmp.file("rdv2"), 2, false); });
+        threads.emplace_back(
+            [&, r] { runs[r] = run_fsdp(*c, init, r, 2, tmp.file("rdv2"), 2, false); });
     }
     for (auto& t : threads) t.join();
     for (int r = 0; r < 2; ++r) {
@@ -214,7 +216,8 @@ TEST_CASE("FSDP at world size 2 equals one device taking the whole global batch"
         REQUIRE(runs[r].ok());
         for (int s = 0; s < kSteps; ++s) {
             std::printf("  rank %d step %d loss single %.9f fsdp %.9f\n", r, s + 1,
-                        ref.losses[static_cast<size_t>(s)], runs[r]->losses[static_cast<size_t>(s)]);
+                        ref.losses[static_cast<size_t>(s)],
+                        runs[r]->losses[static_cast<size_t>(s)]);
             CHECK(runs[r]->losses[static_cast<size_t>(s)] ==
                   Approx(ref.losses[static_cast<size_t>(s)]).epsilon(1e-5));
         }

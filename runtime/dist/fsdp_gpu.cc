@@ -2,6 +2,7 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include <algorithm>
+#include <functional>
 
 #include "kernels/cast.h"
 #include "kernels/grad_norm.h"
@@ -111,49 +112,50 @@ absl::Status FsdpGpuParams::order(cudaStream_t from, cudaStream_t to) {
     return absl::OkStatus();
 }
 
-// Calls `fn(param index, element range [a, b) of the tensor, local pointer offset)` for every
-// piece of a sharded tensor that lies in this rank's shard.
-template <typename Fn>
-static void for_each_local_piece(const GpuParamLayout& layout, const std::vector<int64_t>& shard,
-                                 const std::vector<int64_t>& shard_begin, int rank, Fn fn) {
-    for (size_t i = 0; i < layout.slots.size(); ++i) {
-        const GpuParamSlot& slot = layout.slots[i];
-        if (slot.replicated) continue;
-        const size_t u = static_cast<size_t>(slot.unit);
-        const int64_t lo = rank * shard[u], hi = lo + shard[u];
-        const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
-        if (a < b) fn(i, a - slot.offset, b - slot.offset, shard_begin[u] + (a - lo));
-    }
-}
-
-absl::Status FsdpGpuParams::init_random(uint64_t seed) {
-    const cudaStream_t s = compute();
-    const float std_dev = static_cast<float>(config_.initializer_range);
-    std::vector<int64_t> shard, begin;
-    for (const Unit& u : units_) shard.push_back(u.shard), begin.push_back(u.shard_begin);
+// Calls `fn(param index, element range [a, b) of the tensor, device destination of element a)`
+// for every piece of a parameter this rank holds: its slice of each sharded tensor, and every
+// replicated tensor whole. Returns the first error `fn` returned.
+cudaError_t FsdpGpuParams::for_each_local_piece(
+    const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn) {
     cudaError_t err = cudaSuccess;
-    for_each_local_piece(
-        layout_, shard, begin, comm_.rank(), [&](size_t i, int64_t a, int64_t b, int64_t local) {
-            const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
-            const cudaError_t e =
-                init_fill_f32(master_.as<float>() + local, b - a, static_cast<InitFill>(r.kind),
-                              r.a, r.b, seed, i, s, a);
-            if (err == cudaSuccess) err = e;
-        });
-    DT_CUDA_RETURN_IF_ERROR(err);
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
         const GpuParamSlot& slot = layout_.slots[i];
-        if (!slot.replicated) continue;
-        const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
-        DT_CUDA_RETURN_IF_ERROR(init_fill_f32(rep_master_.as<float>() + slot.offset, slot.numel,
-                                              static_cast<InitFill>(r.kind), r.a, r.b, seed, i, s));
+        cudaError_t e = cudaSuccess;
+        if (slot.replicated) {
+            e = fn(i, 0, slot.numel, rep_master_.as<float>() + slot.offset);
+        } else {
+            const Unit& u = units_[static_cast<size_t>(slot.unit)];
+            const int64_t lo = comm_.rank() * u.shard, hi = lo + u.shard;
+            const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
+            if (a < b) {
+                e = fn(i, a - slot.offset, b - slot.offset,
+                       master_.as<float>() + u.shard_begin + (a - lo));
+            }
+        }
+        if (err == cudaSuccess) err = e;
     }
+    return err;
+}
+
+// The bf16 copies from freshly written fp32 masters; waits, as the host values may go away.
+absl::Status FsdpGpuParams::refresh_half_from_masters() {
+    const cudaStream_t s = compute();
     DT_CUDA_RETURN_IF_ERROR(
         cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
     DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(rep_half_.as<bf16>(), rep_master_.as<float>(),
                                              layout_.replicated_numel, s));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     return absl::OkStatus();
+}
+
+absl::Status FsdpGpuParams::init_random(uint64_t seed) {
+    const cudaStream_t s = compute();
+    const float std_dev = static_cast<float>(config_.initializer_range);
+    DT_CUDA_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
+        const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
+        return init_fill_f32(dst, b - a, static_cast<InitFill>(r.kind), r.a, r.b, seed, i, s, a);
+    }));
+    return refresh_half_from_masters();
 }
 
 absl::Status FsdpGpuParams::load(const ParamSet& params) {
@@ -161,31 +163,11 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
         return absl::InvalidArgumentError("load: parameter set does not match the model");
     }
     const cudaStream_t s = compute();
-    std::vector<int64_t> shard, begin;
-    for (const Unit& u : units_) shard.push_back(u.shard), begin.push_back(u.shard_begin);
-    cudaError_t err = cudaSuccess;
-    for_each_local_piece(
-        layout_, shard, begin, comm_.rank(), [&](size_t i, int64_t a, int64_t b, int64_t local) {
-            const float* src = params.all()[i].value.data<float>() + a;
-            const cudaError_t e =
-                cudaMemcpyAsync(master_.as<float>() + local, src, sizeof(float) * (b - a),
-                                cudaMemcpyHostToDevice, s);
-            if (err == cudaSuccess) err = e;
-        });
-    DT_CUDA_RETURN_IF_ERROR(err);
-    for (size_t i = 0; i < layout_.slots.size(); ++i) {
-        const GpuParamSlot& slot = layout_.slots[i];
-        if (!slot.replicated) continue;
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            rep_master_.as<float>() + slot.offset, params.all()[i].value.data<float>(),
-            sizeof(float) * slot.numel, cudaMemcpyHostToDevice, s));
-    }
-    DT_CUDA_RETURN_IF_ERROR(
-        cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
-    DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(rep_half_.as<bf16>(), rep_master_.as<float>(),
-                                             layout_.replicated_numel, s));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    return absl::OkStatus();
+    DT_CUDA_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
+        return cudaMemcpyAsync(dst, params.all()[i].value.data<float>() + a,
+                               sizeof(float) * (b - a), cudaMemcpyHostToDevice, s);
+    }));
+    return refresh_half_from_masters();
 }
 
 absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride) {

@@ -15,6 +15,7 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,9 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status gather(int unit);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
+    cudaError_t for_each_local_piece(
+        const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
+    absl::Status refresh_half_from_masters();
 
     DeviceContext& dev_;
     NcclCommunicator& comm_;

@@ -31,6 +31,7 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using testing::have_gpu;
+using testing::random_batch;
 
 std::string config_json(bool tied) {
     return std::string(R"({
@@ -45,22 +46,6 @@ std::string config_json(bool tied) {
   "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
                       "partial_rotary_factor": 0.25},
   "max_position_embeddings": 4096, "dtype": "bfloat16"})";
-}
-
-PackedBatch random_batch(const std::vector<int32_t>& lengths, int64_t vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<Document> docs;
-    for (int32_t n : lengths) {
-        Document d;
-        for (int32_t i = 0; i < n; ++i) {
-            d.input_ids.push_back(static_cast<int32_t>(rng() % vocab));
-            d.labels.push_back(i % 3 == 2 ? -100 : d.input_ids.back());
-        }
-        docs.push_back(d);
-    }
-    auto b = pack_documents(docs, vocab);
-    REQUIRE(b.ok());
-    return *b;
 }
 
 // ||a - b|| / ||b|| over every parameter.

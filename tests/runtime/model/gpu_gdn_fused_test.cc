@@ -30,6 +30,7 @@ namespace {
 
 using testing::cosine;
 using testing::have_gpu;
+using testing::random_docs;
 using testing::read_grads;
 
 // hidden 256, GDN key heads 2 / value heads 4 of dims 128, attention head_dim 256, vocab 512.
@@ -64,22 +65,6 @@ double norm(const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i)
         s += static_cast<double>(t.data<float>()[i]) * t.data<float>()[i];
     return std::sqrt(s);
-}
-
-// Documents of the given lengths, random tokens, every position labelled but each third.
-std::vector<Document> random_docs(const std::vector<int32_t>& lengths, int64_t vocab,
-                                  uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<Document> docs;
-    for (int32_t n : lengths) {
-        Document d;
-        for (int32_t i = 0; i < n; ++i) {
-            d.input_ids.push_back(static_cast<int32_t>(rng() % vocab));
-            d.labels.push_back(i % 3 == 2 ? -100 : d.input_ids.back());
-        }
-        docs.push_back(d);
-    }
-    return docs;
 }
 
 void write_batch_json(const std::string& path, const std::vector<Document>& docs) {

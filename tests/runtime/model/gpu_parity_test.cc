@@ -26,6 +26,7 @@ namespace {
 
 using testing::cosine;
 using testing::have_gpu;
+using testing::random_batch;
 using testing::read_grads;
 
 struct Compare {
@@ -171,23 +172,6 @@ TEST_CASE("deltatune step --device cuda matches the CPU reference on the parity 
             REQUIRE(upd.ok());
         }
     }
-}
-
-// Random documents: `lengths` gives each document's length; labels train every position.
-PackedBatch random_batch(const std::vector<int32_t>& lengths, int64_t vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<Document> docs;
-    for (int32_t n : lengths) {
-        Document d;
-        for (int32_t i = 0; i < n; ++i) {
-            d.input_ids.push_back(static_cast<int32_t>(rng() % vocab));
-            d.labels.push_back(i % 3 == 2 ? -100 : d.input_ids.back());
-        }
-        docs.push_back(d);
-    }
-    auto b = pack_documents(docs, vocab);
-    REQUIRE(b.ok());
-    return *b;
 }
 
 TEST_CASE("GPU model matches the CPU model on awkward packings", "[cuda]") {

@@ -1,16 +1,19 @@
-// Helpers shared by the GPU model tests (gpu_parity_test.cc, gpu_gdn_fused_test.cc): the skip
-// with a printed reason, gradient files read back by HF name, and per-tensor cosine similarity.
+// Helpers shared by the GPU model tests (gpu_parity_test.cc, gpu_gdn_fused_test.cc,
+// dist/fsdp_gpu_test.cc): the skip with a printed reason, gradient files read back by HF name,
+// per-tensor cosine similarity, and random packed documents.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/packed_batch.h"
 
 namespace deltatune::testing {
 
@@ -48,6 +51,29 @@ inline ParamSet read_grads(const std::string& path, const HfModel& model) {
         std::memcpy(p.value.data<float>(), t->data<float>(), sizeof(float) * p.value.numel());
     }
     return g;
+}
+
+// Documents of the given lengths, random tokens, every position labelled but each third.
+inline std::vector<Document> random_docs(const std::vector<int32_t>& lengths, int64_t vocab,
+                                         uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<Document> docs;
+    for (int32_t n : lengths) {
+        Document d;
+        for (int32_t i = 0; i < n; ++i) {
+            d.input_ids.push_back(static_cast<int32_t>(rng() % vocab));
+            d.labels.push_back(i % 3 == 2 ? -100 : d.input_ids.back());
+        }
+        docs.push_back(d);
+    }
+    return docs;
+}
+
+// random_docs packed into one batch.
+inline PackedBatch random_batch(const std::vector<int32_t>& lengths, int64_t vocab, uint32_t seed) {
+    auto b = pack_documents(random_docs(lengths, vocab, seed), vocab);
+    REQUIRE(b.ok());
+    return *b;
 }
 
 }  // namespace deltatune::testing

@@ -20,25 +20,8 @@ cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
 
-cat > "$D/daemon.yaml" <<YAML
-listen:
-  grpc: 127.0.0.1:$PORT
-  http: 127.0.0.1:$HTTP_PORT
-state_dir: $D/state
-roots:
-  models: [$D/models]
-  data: [$D/data]
-  outputs: [$D/outputs]
-YAML
-"$BIN/deltatuned" --config "$D/daemon.yaml" >"$D/deltatuned.log" 2>&1 &
-DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
-export DELTATUNE_ADDRESS=127.0.0.1:$PORT
-for _ in $(seq 100); do
-  "$BIN/deltatune" list >/dev/null 2>&1 && break
-  kill -0 $DAEMON 2>/dev/null || { cat "$D/deltatuned.log"; exit 1; }
-  sleep 0.2
-done
+source scripts/lib/daemon.sh
+start_daemon "$D" $PORT $HTTP_PORT "$BIN" || exit 1
 
 start=$(date +%s)
 job_json=$("$BIN/deltatune" submit configs/jobs/demo.yaml --output json)

@@ -9,9 +9,11 @@ OUT=${BUNDLE_DIR:-.device-build}  # another folder lets two bundles coexist
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
 shopt -s nullglob  # a build dir may hold only some of the targets (e.g. just kernels_tests)
 for t in "$BUILD_DIR"/tests/*_tests; do strip --strip-debug -o "$OUT/bin/$(basename "$t")" "$t"; done
-if [[ -f "$BUILD_DIR/daemon/deltatune" ]]; then
-  strip --strip-debug -o "$OUT/daemon/deltatune" "$BUILD_DIR/daemon/deltatune"
-fi
+for exe in deltatune deltatuned; do  # the CLI and the daemon (GPU jobs end to end)
+  if [[ -f "$BUILD_DIR/daemon/$exe" ]]; then
+    strip --strip-debug -o "$OUT/daemon/$exe" "$BUILD_DIR/daemon/$exe"
+  fi
+done
 for f in "$OUT"/bin/* "$OUT"/daemon/*; do
   for lib in $(ldd "$f" | awk '/=>/ {print $3}'); do
     case "$lib" in

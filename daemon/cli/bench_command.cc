@@ -17,6 +17,8 @@
 // (--sample-out: every S-th element of every parameter's fp32 master after the last step, raw
 // float32, written by rank 0). The profiled step's NCCL kernels against the compute kernels give
 // the exposed communication time; the memory planner's prediction is printed beside the peak.
+// --timeout-ms bounds every collective (the communicator aborts, the rank exits 1 at once) and
+// the time between two signs of progress (the watchdog ends a stuck rank with exit code 3).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +43,7 @@
 
 #include "runtime/device/cuda_status.h"
 #include "runtime/dist/fsdp_gpu.h"
+#include "runtime/dist/progress_watchdog.h"
 #include "runtime/model/gpu_blocks.h"
 #endif
 
@@ -196,39 +199,66 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         if (owner == o.rank) batches.push_back(std::move(p));
     }
 
+    // Sharded runs: a rank that stops making progress (a dead peer, a call blocked behind a
+    // collective that never ends) reports and exits instead of hanging. Destroyed last.
+    std::unique_ptr<ProgressWatchdog> watchdog;
+    if (o.fsdp) {
+        watchdog = std::make_unique<ProgressWatchdog>(
+            std::chrono::milliseconds(o.timeout_ms),
+            exit_on_expiry(absl::StrCat("deltatune bench: rank ", o.rank), 3));
+    }
+    auto beat = [&] {
+        if (watchdog) watchdog->beat();
+    };
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
     const auto t_init = std::chrono::steady_clock::now();
     DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));
     const double init_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
 
+    beat();
+    // A failed collective aborted the communicator: report at once and end the process, as
+    // tearing down streams that hold never-ending collectives may block.
+    auto fail_fast = [&](const absl::Status& s) {
+        if (!s.ok() && eng.comm && eng.comm->aborted()) {
+            std::fprintf(stderr, "deltatune bench: rank %lld: %s\n", static_cast<long long>(o.rank),
+                         std::string(s.message()).c_str());
+            std::fflush(stderr);
+            std::_Exit(1);
+        }
+        return s;
+    };
     StepTrace trace;
     std::vector<double> step_ms, tok_s, mfu, losses, norms;
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
         if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
-        DT_RETURN_IF_ERROR(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize());
+        beat();
+        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize()));
         const auto t0 = std::chrono::steady_clock::now();
-        DT_RETURN_IF_ERROR(eng.zero());
+        DT_RETURN_IF_ERROR(fail_fast(eng.zero()));
         std::vector<double> loss_sum{0.0};
         double tokens = 0, flops = 0;
         for (int64_t k = 0; k < o.micro; ++k) {
             const size_t at = static_cast<size_t>(i * o.micro + k);
             const PackedBatch& b = batches[at];
             if (eng.fsdp) eng.fsdp->set_gradient_sync(k == o.micro - 1);
-            DT_ASSIGN_OR_RETURN(LossResult loss,
-                                eng.net->forward(b, step_labels[static_cast<size_t>(i)]));
-            DT_RETURN_IF_ERROR(eng.net->backward());
-            loss_sum[0] += loss.loss_sum;
+            absl::StatusOr<LossResult> loss =
+                eng.net->forward(b, step_labels[static_cast<size_t>(i)]);
+            DT_RETURN_IF_ERROR(fail_fast(loss.status()));
+            DT_RETURN_IF_ERROR(fail_fast(eng.net->backward()));
+            beat();
+            loss_sum[0] += loss->loss_sum;
             tokens += static_cast<double>(b.tokens());
             flops += step_flops(c, lens[static_cast<size_t>(i * per_step + o.rank * o.micro + k)]);
         }
-        DT_ASSIGN_OR_RETURN(double norm, eng.step(o.adamw, i + 1, o.max_grad_norm));
-        DT_RETURN_IF_ERROR(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize());
+        absl::StatusOr<double> norm = eng.step(o.adamw, i + 1, o.max_grad_norm);
+        DT_RETURN_IF_ERROR(fail_fast(norm.status()));
+        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize()));
         const auto t1 = std::chrono::steady_clock::now();
-        if (eng.fsdp) DT_RETURN_IF_ERROR(eng.fsdp->all_reduce_host(loss_sum));
+        if (eng.fsdp) DT_RETURN_IF_ERROR(fail_fast(eng.fsdp->all_reduce_host(loss_sum)));
         losses.push_back(loss_sum[0] / step_labels[static_cast<size_t>(i)]);
-        norms.push_back(norm);
+        norms.push_back(*norm);
         if (profiled) {
             stop_trace();
             continue;

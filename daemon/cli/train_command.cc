@@ -1,9 +1,12 @@
 // deltatune train JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]
-//     [--timeout S]
+//     [--timeout S] [--device N]
 // Runs a job's training loop in this process, without the daemon (paths in JOB.yaml are taken as
 // given). With --world-size W > 1, start W processes (ranks 0..W-1) that share the rendezvous
 // folder: they train data-parallel over Gloo with sharded parameters and optimizer state, and
-// write one checkpoint together. Prints one JSON line per step (rank 0) and a final summary.
+// write one checkpoint together. A job with resources.gpus > 0 trains on the GPU instead (FSDP
+// over NCCL, one process per GPU: rank R on device --device, default R when that many devices are
+// visible, else 0; --timeout bounds every collective, and a rank without progress for twice that
+// exits). Prints one JSON line per step (rank 0) and a final summary.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +19,7 @@
 #include "daemon/rank/spec_to_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
+#include "runtime/device/device_context.h"
 #include "runtime/dist/gloo_communicator.h"
 #include "runtime/train/trainer.h"
 
@@ -49,7 +53,21 @@ absl::Status run_train(const Flags& flags) {
     gloo.store_dir = flags.get("rendezvous");
     gloo.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
     std::unique_ptr<Communicator> comm;
-    if (world > 1) {
+    if (parsed->spec.resources().gpus() > 0) {
+        if (world > 1 && gloo.store_dir.empty()) {
+            return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
+        }
+        const int visible = cuda_device_count();
+        DT_ASSIGN_OR_RETURN(const uint64_t device,
+                            flags.get_uint("device", static_cast<int>(rank) < visible ? rank : 0));
+        config.gpu.enabled = true;
+        config.gpu.device = static_cast<int>(device);
+        config.gpu.rank = gloo.rank, config.gpu.world_size = gloo.world_size;
+        config.gpu.store_dir =
+            gloo.store_dir.empty() ? config.output_dir + "/.rendezvous" : gloo.store_dir;
+        config.gpu.prefix = "train-nccl";
+        config.gpu.timeout = gloo.timeout;
+    } else if (world > 1) {
         if (gloo.store_dir.empty()) {
             return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
         }
@@ -87,8 +105,8 @@ absl::Status run_train(const Flags& flags) {
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
-    absl::StatusOr<Flags> flags =
-        Flags::parse(args, {"rank", "world-size", "rendezvous", "data-shards", "timeout"});
+    absl::StatusOr<Flags> flags = Flags::parse(
+        args, {"rank", "world-size", "rendezvous", "data-shards", "timeout", "device"});
     absl::Status s = flags.ok() ? run_train(*flags) : flags.status();
     if (s.ok()) return 0;
     std::fprintf(stderr, "deltatune train: %s\n", std::string(s.message()).c_str());

@@ -103,7 +103,8 @@ absl::Status parse_root(const YAML::Node& root, DaemonConfig* c) {
                       {"shutdown_grace_seconds", seconds_to(&c->shutdown_grace_seconds)},
                       {"rank_term_grace_seconds", seconds_to(&c->rank_term_grace_seconds)},
                       {"rank_executable", string_to(&c->rank_executable)},
-                      {"gpu_memory_gib", seconds_to(&c->gpu_memory_gib)}})},
+                      {"gpu_memory_gib", seconds_to(&c->gpu_memory_gib)},
+                      {"gpus", integer_to(&c->gpus)}})},
             {"limits", section({{"max_request_bytes", integer_to(&c->limits.max_request_bytes)},
                                 {"max_yaml_depth", integer_to(&c->limits.max_yaml_depth)},
                                 {"max_list_length", integer_to(&c->limits.max_list_length)}})},
@@ -180,6 +181,7 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
     DT_RETURN_IF_ERROR(
         in_range("scheduler.rank_term_grace_seconds", c.rank_term_grace_seconds, 0, 600));
     DT_RETURN_IF_ERROR(in_range("scheduler.gpu_memory_gib", c.gpu_memory_gib, 1, 1 << 20));
+    DT_RETURN_IF_ERROR(in_range("scheduler.gpus", c.gpus, -1, 1024));
     DT_RETURN_IF_ERROR(in_range("limits.max_request_bytes",
                                 static_cast<double>(c.limits.max_request_bytes), 1024, 64 << 20));
     DT_RETURN_IF_ERROR(in_range("limits.max_yaml_depth", c.limits.max_yaml_depth, 4, 256));

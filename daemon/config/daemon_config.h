@@ -44,6 +44,9 @@ struct DaemonConfig {
     std::string rank_executable;
     // Memory of one GPU, for the memory planner's admission check of GPU jobs (H200: 141 GiB).
     double gpu_memory_gib = 141;
+    // GPUs this daemon may give its jobs' ranks (rank R of a job uses the R-th visible device);
+    // -1 = every CUDA device visible at startup (CUDA_VISIBLE_DEVICES).
+    int gpus = -1;
     InputLimits limits;
 };
 

@@ -246,7 +246,8 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
     return absl::OkStatus();
 }
 
-absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes) {
+absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
+                              int gpus_available) {
     if (spec.resources().gpus() <= 0) return absl::OkStatus();
     const std::string path = spec.model() + "/config.json";
     absl::StatusOr<Qwen35Config> config = load_qwen35_config(path);
@@ -258,12 +259,14 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes)
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
-    // Never a silent fallback: the rank's training loop runs on the CPU reference path today, so
-    // a GPU job that fits is still refused rather than trained on the CPU.
-    return absl::FailedPreconditionError(
-        "GPU_TRAINING_UNAVAILABLE: the plan fits, but the daemon's ranks train on the CPU "
-        "reference path only (resources.gpus: 0, cpu_ranks: N); GPU steps run through "
-        "`deltatune step --device cuda` and `deltatune bench`");
+    // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.
+    if (spec.resources().gpus() > gpus_available) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("GPUS_UNAVAILABLE: resources.gpus (", spec.resources().gpus(),
+                         ") exceeds the ", gpus_available,
+                         " GPU(s) of this daemon (scheduler.gpus, or the visible CUDA devices)"));
+    }
+    return absl::OkStatus();
 }
 
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,

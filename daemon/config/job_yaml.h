@@ -48,10 +48,11 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
 
 // GPU jobs: the memory planner's prediction for one rank (model config.json, world size = gpus,
 // tokens_per_batch, per-layer recompute) must fit `gpu_memory_bytes`; RESOURCE_EXHAUSTED
-// "MEMORY_PLAN: ..." with the breakdown otherwise; a GPU job that fits is FAILED_PRECONDITION
-// "GPU_TRAINING_UNAVAILABLE" until the ranks train on GPUs (never a silent CPU fallback). CPU jobs
-// always pass.
-absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes);
+// "MEMORY_PLAN: ..." with the breakdown otherwise; a job asking for more GPUs than the daemon's
+// `gpus_available` is FAILED_PRECONDITION "GPUS_UNAVAILABLE: ..." (never a silent CPU
+// fallback). CPU jobs always pass.
+absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
+                              int gpus_available);
 
 // normalize -> validate -> resolve paths: what CreateJob applies to an incoming spec.
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots, const InputLimits& limits);

@@ -43,6 +43,7 @@ struct JobManagerOptions {
     std::string rank_executable;  // absolute path, run as `<exe> rank ...`
     std::string rank_supervisor;  // the address ranks report to, "unix:<state_dir>/rank.sock"
     int64_t gpu_memory_bytes = int64_t{141} << 30;  // one GPU, for the memory planner
+    int gpus = 0;  // GPUs the ranks may use (a GPU job asking for more is refused)
 };
 
 // Options from the daemon config; rank_executable defaults to this process's binary.

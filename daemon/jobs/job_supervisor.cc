@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/jobs/job_manager_impl.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/device/device_context.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -87,6 +88,7 @@ JobManagerOptions job_manager_options(const DaemonConfig& c) {
                                                   : c.rank_executable;
     o.rank_supervisor = "unix:" + c.state_dir + "/rank.sock";
     o.gpu_memory_bytes = static_cast<int64_t>(c.gpu_memory_gib * double(int64_t{1} << 30));
+    o.gpus = c.gpus >= 0 ? c.gpus : cuda_device_count();
     return o;
 }
 

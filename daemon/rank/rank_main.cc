@@ -251,7 +251,14 @@ int rank_main(int argc, char** argv) {
     // Data-parallel ranks meet through the supervisor's store for this attempt (a fresh one per
     // attempt, so a relaunch never reads a dead attempt's addresses): no shared filesystem.
     std::unique_ptr<Communicator> comm;
-    if (config.ok() && args.world > 1) {
+    if (config.ok() && spec.resources().gpus() > 0) {
+        // One GPU per rank: rank R on the R-th device the daemon sees (CUDA_VISIBLE_DEVICES).
+        config->gpu.enabled = true;
+        config->gpu.device = args.rank;
+        config->gpu.rank = args.rank;
+        config->gpu.world_size = args.world;
+        config->gpu.store = std::make_shared<SupervisorStore>(args);
+    } else if (config.ok() && args.world > 1) {
         GlooOptions gloo;
         gloo.rank = args.rank;
         gloo.world_size = args.world;

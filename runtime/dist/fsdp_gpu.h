@@ -49,6 +49,17 @@ class FsdpGpuParams final : public GpuParamSource {
     // Collective: every `stride`-th element of every parameter's fp32 master, in ParamSet order.
     absl::StatusOr<std::vector<float>> download_sample(int64_t stride);
 
+    // Sharded checkpoints (fsdp_gpu_checkpoint.cc). save_shard writes this rank's fp32 masters and
+    // AdamW moments, per unit "master|m|v.unit.U" (the rank's slice of the unit's padded flat
+    // segment) and the replicated segment "master|m|v.replicated", as one safetensors file.
+    // load_shards reads the files saved by ranks 0..W-1 of any world size W (a unit's flat
+    // segment does not depend on it, only its padding), takes this rank's slice and refreshes
+    // the bf16 shards. InvalidArgument when a file's layout is not this model's.
+    absl::Status save_shard(const std::string& path);
+    absl::Status load_shards(const std::vector<std::string>& rank_files);
+    // Element counts of the units and of the replicated segment: the checkpoint layout.
+    std::vector<int64_t> group_sizes() const;
+
     absl::Status zero_grads();
     // Gradient accumulation without extra communication: while off, releasing a unit in the
     // backward keeps its unsharded fp32 gradient (accumulating over micro-batches) instead of

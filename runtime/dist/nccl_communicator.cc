@@ -155,12 +155,21 @@ absl::Status NcclCommunicator::reduce_scatter_sum_f32(const float* full, float* 
     return poll_until_ready("ncclReduceScatter");
 }
 
-absl::Status NcclCommunicator::all_reduce_sum_f32(float* data, size_t n, cudaStream_t stream) {
+absl::Status NcclCommunicator::all_reduce_sum(void* data, size_t n, int dtype,
+                                              cudaStream_t stream) {
     DT_RETURN_IF_ERROR(usable());
-    DT_RETURN_IF_ERROR(
-        check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, as_comm(comm_), stream),
-              "ncclAllReduce"));
+    DT_RETURN_IF_ERROR(check(ncclAllReduce(data, data, n, static_cast<ncclDataType_t>(dtype),
+                                           ncclSum, as_comm(comm_), stream),
+                             "ncclAllReduce"));
     return poll_until_ready("ncclAllReduce");
+}
+
+absl::Status NcclCommunicator::all_reduce_sum_f32(float* data, size_t n, cudaStream_t stream) {
+    return all_reduce_sum(data, n, ncclFloat32, stream);
+}
+
+absl::Status NcclCommunicator::all_reduce_sum_f64(double* data, size_t n, cudaStream_t stream) {
+    return all_reduce_sum(data, n, ncclFloat64, stream);
 }
 
 absl::Status NcclCommunicator::wait(cudaStream_t stream) {

@@ -46,6 +46,7 @@ class NcclCommunicator {
     absl::Status reduce_scatter_sum_f32(const float* full, float* shard, size_t shard_count,
                                         cudaStream_t stream);
     absl::Status all_reduce_sum_f32(float* data, size_t count, cudaStream_t stream);
+    absl::Status all_reduce_sum_f64(double* data, size_t count, cudaStream_t stream);
     // Waits for `stream`, polling NCCL's async error; aborts the communicator after the timeout.
     absl::Status wait(cudaStream_t stream);
 
@@ -54,6 +55,7 @@ class NcclCommunicator {
     absl::Status check(int result, const char* what);
     absl::Status usable() const;
     absl::Status poll_until_ready(const char* what);
+    absl::Status all_reduce_sum(void* data, size_t count, int nccl_dtype, cudaStream_t stream);
 
     void* comm_ = nullptr;  // ncclComm_t
     int rank_ = 0, world_ = 1;

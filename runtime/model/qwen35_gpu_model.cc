@@ -283,7 +283,9 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     Impl& m = *impl_;
     LossResult r;
     r.label_tokens = pb.label_tokens();
-    if (r.label_tokens == 0) {
+    // A batch without targets still runs when the step's denominator is given: a sharded rank
+    // must join every collective of the step even when its share of the data is empty.
+    if (r.label_tokens == 0 && denominator <= 0) {
         return absl::FailedPreconditionError("batch has no trained targets (every label is -100)");
     }
     const int64_t T = pb.tokens(), D = pb.num_docs(), H = m.c.hidden_size, V = m.c.vocab_size;
@@ -382,7 +384,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     DT_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(losses.data(), row_losses.get(), sizeof(float) * T, cudaMemcpyDeviceToHost));
     for (float v : losses) r.loss_sum += v;
-    r.loss = r.loss_sum / static_cast<double>(r.label_tokens);
+    r.loss = r.label_tokens ? r.loss_sum / static_cast<double>(r.label_tokens) : 0.0;
     m.pending = true;
     return r;
 }

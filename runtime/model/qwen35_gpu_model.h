@@ -61,7 +61,8 @@ class Qwen35GpuModel {
     // embedding) gradient is accumulated here already, the rest in backward(). The loss is the
     // mean over trained targets; the gradient is of that mean, or of loss_sum / denominator when
     // `denominator` > 0 (the trained targets of a whole step: several micro-batches, or ranks).
-    // FailedPrecondition when no target is trained.
+    // A batch without trained targets is FailedPrecondition unless `denominator` > 0 (then its
+    // loss and gradients are zero, and the step's collectives still run).
     absl::StatusOr<LossResult> forward(const PackedBatch& batch, double denominator = 0);
     // Gradients of the last forward's loss, accumulated (+=) into the device gradients.
     absl::Status backward();

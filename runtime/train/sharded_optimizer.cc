@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/train/train_state.h"
 
 namespace deltatune {
 namespace {
@@ -22,7 +23,7 @@ std::string group_of(const std::string& name) {
 }  // namespace
 
 std::string ShardedOptimizer::shard_file(int rank, int world) {
-    return absl::StrCat("shard-", rank, "-of-", world, ".safetensors");
+    return shard_file_name(rank, world);
 }
 
 ShardedOptimizer ShardedOptimizer::create(const ParamSet& params, Communicator* comm) {

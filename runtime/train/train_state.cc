@@ -10,9 +10,12 @@
 
 namespace deltatune {
 
+std::string shard_file_name(int rank, int world) {
+    return absl::StrCat("shard-", rank, "-of-", world, ".safetensors");
+}
+
 absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
-                                                const ShardedOptimizer& optimizer,
-                                                Communicator& comm) {
+                                                const ShardedStateIo& io, Communicator& comm) {
     const bool owner = comm.rank() == 0;
     // Every rank learns whether any rank failed, so all abandon together and none waits forever.
     auto agree = [&](const absl::Status& mine) -> absl::Status {
@@ -27,16 +30,13 @@ absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const T
     };
     auto writer = CheckpointWriter::begin_shared(root, state.step, "ranks", owner);
     DT_RETURN_IF_ERROR(agree(writer.status()));  // the owner has created the folder
-    absl::Status s = optimizer.save_shard(
-        writer->file(ShardedOptimizer::shard_file(comm.rank(), comm.world_size())));
+    absl::Status s = io.save_shard(writer->file(shard_file_name(comm.rank(), comm.world_size())));
     if (s.ok() && owner) {
-        const nlohmann::json j = {{"step", state.step},
-                                  {"tokens", state.tokens},
-                                  {"adam_step", optimizer.adam_step()},
-                                  {"data_cursor", state.data_cursor},
-                                  {"last_loss", state.last_loss},
-                                  {"world_size", comm.world_size()},
-                                  {"group_sizes", optimizer.group_sizes()}};
+        const nlohmann::json j = {
+            {"step", state.step},           {"tokens", state.tokens},
+            {"adam_step", io.adam_step},    {"data_cursor", state.data_cursor},
+            {"last_loss", state.last_loss}, {"world_size", comm.world_size()},
+            {"group_sizes", io.group_sizes}};
         s = write_file_atomic(writer->file("state.json"), j.dump(2) + "\n");
     }
     if (absl::Status all = agree(s); !all.ok()) {
@@ -53,8 +53,30 @@ absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const T
     return info;
 }
 
+absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
+                                                const ShardedOptimizer& optimizer,
+                                                Communicator& comm) {
+    ShardedStateIo io;
+    io.group_sizes = optimizer.group_sizes();
+    io.adam_step = optimizer.adam_step();
+    io.save_shard = [&](const std::string& path) { return optimizer.save_shard(path); };
+    return save_train_state(root, state, io, comm);
+}
+
 absl::StatusOr<TrainState> load_train_state(const std::string& dir, ParamSet& params,
                                             ShardedOptimizer& optimizer) {
+    ShardedStateIo io;
+    io.group_sizes = optimizer.group_sizes();
+    io.load = [&](const std::vector<std::string>& files, int64_t adam_step) {
+        DT_RETURN_IF_ERROR(optimizer.load(std::filesystem::path(files[0]).parent_path().string(),
+                                          static_cast<int>(files.size()), params));
+        optimizer.set_adam_step(adam_step);
+        return absl::OkStatus();
+    };
+    return load_train_state(dir, io);
+}
+
+absl::StatusOr<TrainState> load_train_state(const std::string& dir, const ShardedStateIo& io) {
     DT_RETURN_IF_ERROR(verify_checkpoint(dir));
     DT_ASSIGN_OR_RETURN(std::string text, read_file(dir + "/state.json"));
     TrainState state;
@@ -73,13 +95,15 @@ absl::StatusOr<TrainState> load_train_state(const std::string& dir, ParamSet& pa
     } catch (const nlohmann::json::exception& e) {
         return absl::DataLossError(absl::StrCat(dir, "/state.json: ", e.what()));
     }
-    if (groups != optimizer.group_sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": parameter groups ", nlohmann::json(groups).dump(),
-            " do not match this model's ", nlohmann::json(optimizer.group_sizes()).dump()));
+    if (groups != io.group_sizes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": parameter groups ", nlohmann::json(groups).dump(),
+                         " do not match this model's ", nlohmann::json(io.group_sizes).dump()));
     }
-    DT_RETURN_IF_ERROR(optimizer.load(dir, world, params));
-    optimizer.set_adam_step(adam_step);
+    if (world < 1) return absl::DataLossError(absl::StrCat(dir, "/state.json: world_size ", world));
+    std::vector<std::string> files;
+    for (int r = 0; r < world; ++r) files.push_back(dir + "/" + shard_file_name(r, world));
+    DT_RETURN_IF_ERROR(io.load(files, adam_step));
     return state;
 }
 

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/dist/communicator.h"
@@ -23,14 +25,33 @@ struct TrainState {
     double last_loss = 0;
 };
 
+// What a checkpoint needs of a rank's sharded optimizer state: the CPU path's ShardedOptimizer
+// and the GPU path's FsdpGpuParams (runtime/dist/fsdp_gpu.h) each provide one.
+struct ShardedStateIo {
+    std::vector<int64_t> group_sizes;  // the parameter layout, checked on load
+    int64_t adam_step = 0;             // AdamW steps taken (saved)
+    // Writes this rank's shard file (a path inside the checkpoint).
+    std::function<absl::Status(const std::string& path)> save_shard;
+    // Loads this rank's shard from the files of saved ranks 0..W-1 and the saved AdamW step.
+    std::function<absl::Status(const std::vector<std::string>& rank_files, int64_t adam_step)> load;
+};
+
+// "shard-R-of-W.safetensors": rank R's file in a checkpoint written at world size W.
+std::string shard_file_name(int rank, int world);
+
 // Collective: every rank calls it at the same step. A failure on any rank abandons the
 // checkpoint on all of them.
 absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
+                                                const ShardedStateIo& io, Communicator& comm);
+absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
                                                 const ShardedOptimizer& optimizer,
                                                 Communicator& comm);
-// Collective: verifies and loads `checkpoint_dir` (written at any world size) into the
-// optimizer's shard and the full `params`. DataLoss when a file fails its checksum;
-// InvalidArgument when the checkpoint's parameter layout is not this model's.
+// Collective: verifies `checkpoint_dir` (written at any world size) and loads it through `io`.
+// DataLoss when a file fails its checksum; InvalidArgument when the checkpoint's parameter
+// layout is not this model's.
+absl::StatusOr<TrainState> load_train_state(const std::string& checkpoint_dir,
+                                            const ShardedStateIo& io);
+// The same into the optimizer's shard and the full `params`.
 absl::StatusOr<TrainState> load_train_state(const std::string& checkpoint_dir, ParamSet& params,
                                             ShardedOptimizer& optimizer);
 

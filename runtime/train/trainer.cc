@@ -116,7 +116,7 @@ absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin,
 }
 
 // Token-weighted mean loss of a corpus (forward only), packed deterministically.
-absl::StatusOr<double> evaluate(Qwen35CpuModel& net, const Corpus& eval, const TrainConfig& c,
+absl::StatusOr<double> evaluate(TrainEngine& engine, const Corpus& eval, const TrainConfig& c,
                                 int64_t vocab) {
     PackingOptions po{c.tokens_per_batch, c.shuffle_window, 0, 1, c.overlong};
     DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(eval.lengths(), po));
@@ -126,7 +126,7 @@ absl::StatusOr<double> evaluate(Qwen35CpuModel& net, const Corpus& eval, const T
         const auto bins = packer.next_step();
         DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(eval, bins[0], vocab));
         if (b.label_tokens() == 0) continue;
-        DT_ASSIGN_OR_RETURN(LossResult r, net.forward(b));
+        DT_ASSIGN_OR_RETURN(LossResult r, engine.evaluate(b));
         sum += r.loss_sum;
         count += r.label_tokens;
     }
@@ -143,14 +143,19 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     const int64_t vocab = in.model.config.vocab_size;
     ParamSet& params = in.model.params;
     LocalCommunicator local;
-    Communicator& comm = c.comm ? *c.comm : local;
+    std::unique_ptr<TrainEngine> engine;
+    if (c.gpu.enabled) {
+        DT_ASSIGN_OR_RETURN(engine, make_gpu_train_engine(in.model, c.gpu));
+    } else {
+        engine = make_cpu_train_engine(in.model, c.comm ? *c.comm : local);
+    }
+    Communicator& comm = engine->comm();
     const int world = comm.world_size(), rank = comm.rank();
     const int shards = c.data_shards > 0 ? c.data_shards : world;
     if (shards % world != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("data_shards ", shards, " is not a multiple of the world size ", world));
     }
-    ShardedOptimizer optimizer = ShardedOptimizer::create(params, &comm);
     PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, shards, c.overlong};
     DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(in.train.lengths(), po));
     const std::string ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
@@ -160,7 +165,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     TrainResult result;
     DT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> ckpts, list_checkpoints(ckpt_root));
     for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
-        auto loaded = load_train_state(it->path, params, optimizer);
+        auto loaded = load_train_state(it->path, engine->state_io());
         if (loaded.ok()) {
             state = *loaded;
             DT_RETURN_IF_ERROR(packer.restore(state.data_cursor));
@@ -180,18 +185,20 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     }
     LrSchedule lr = c.lr;
     lr.max_steps = c.max_steps;
-    Qwen35CpuModel net(in.model.config, params);
-    ParamSet grads = params.zeros_like();
     const auto start = std::chrono::steady_clock::now();
     const int64_t first_step = state.step;
-    hooks.on_event({"TRAINING_STARTED", "INFO", "", {{"step", double(state.step)}}, {}});
+    hooks.on_event({"TRAINING_STARTED",
+                    "INFO",
+                    "",
+                    {{"step", double(state.step)}, {"world_size", double(world)}},
+                    {{"engine", engine->name()}}});
 
     auto checkpoint = [&]() -> absl::Status {
         state.data_cursor = packer.cursor();
         hooks.on_event({"CHECKPOINT_STARTED", "INFO", "", {{"step", double(state.step)}}, {}});
         const auto t0 = std::chrono::steady_clock::now();
         DT_ASSIGN_OR_RETURN(CheckpointInfo info,
-                            save_train_state(ckpt_root, state, optimizer, comm));
+                            save_train_state(ckpt_root, state, engine->state_io(), comm));
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         result.latest_checkpoint = info.path;
@@ -236,18 +243,16 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         const auto global_labels = static_cast<int64_t>(counts[0]);
         real_tokens = static_cast<int64_t>(counts[1]);
         double loss_sum = 0;
-        for (const auto& b : micro) {
-            if (b.label_tokens() == 0) continue;
-            for (auto& g : grads.all()) g.value.fill_zero();
-            DT_ASSIGN_OR_RETURN(LossResult r, net.forward(b));
-            loss_sum += r.loss_sum;
-            DT_RETURN_IF_ERROR(net.backward(grads, 1.0 / static_cast<double>(global_labels)));
-            optimizer.accumulate(grads);
+        DT_RETURN_IF_ERROR(engine->begin_step());
+        for (size_t m = 0; m < micro.size(); ++m) {
+            DT_ASSIGN_OR_RETURN(const double sum, engine->forward_backward(micro[m], global_labels,
+                                                                           m + 1 == micro.size()));
+            loss_sum += sum;
         }
         DT_RETURN_IF_ERROR(comm.all_reduce_sum(&loss_sum, 1));
         AdamWHyper hyper = c.adamw;
         hyper.lr = lr.at(state.step + 1);
-        DT_ASSIGN_OR_RETURN(const double grad_norm, optimizer.step(params, hyper, c.max_grad_norm));
+        DT_ASSIGN_OR_RETURN(const double grad_norm, engine->apply(hyper, c.max_grad_norm));
         ++state.step;
         state.tokens += real_tokens;
         state.last_loss = global_labels ? loss_sum / static_cast<double>(global_labels) : 0.0;
@@ -282,7 +287,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                         {}});
         result.last_loss = state.last_loss;
         if (!in.eval.files.empty() && c.eval_every > 0 && state.step % c.eval_every == 0) {
-            DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(net, in.eval, c, vocab));
+            DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(*engine, in.eval, c, vocab));
             p.metrics["eval_loss"] = result.last_eval_loss;
             hooks.on_event({"EVAL_METRICS",
                             "INFO",
@@ -316,7 +321,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     }
     DT_RETURN_IF_ERROR(checkpoint());
     if (!in.eval.files.empty()) {
-        DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(net, in.eval, c, vocab));
+        DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(*engine, in.eval, c, vocab));
         hooks.on_event({"EVAL_METRICS",
                         "INFO",
                         "",
@@ -326,6 +331,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     result.export_dir = (fs::path(c.output_dir) / "export").string();
     hooks.on_event(
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
+    DT_RETURN_IF_ERROR(engine->download(params));  // collective on GPU ranks
     if (rank == 0) DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, in.model));
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                           "generation_config.json"}) {

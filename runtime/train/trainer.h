@@ -17,6 +17,7 @@
 #include "runtime/data/packing.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/train_engine.h"
 
 namespace deltatune {
 
@@ -49,6 +50,9 @@ struct TrainConfig {
     // world size without skipping or repeating a document.
     Communicator* comm = nullptr;
     int data_shards = 0;
+    // GPU ranks (gpu.enabled): the model trains on the GPU with FSDP over NCCL (gpu says how the
+    // ranks meet; `comm` is unused), else on the CPU reference path.
+    GpuRankOptions gpu;
 };
 
 struct TrainerEvent {

@@ -76,6 +76,7 @@ roots:
 scheduler:
   shutdown_grace_seconds: {shutdown_grace}
   heartbeat_timeout_seconds: {heartbeat_timeout}
+  gpus: 0
 """)
         self.proc = None
         self.log = None

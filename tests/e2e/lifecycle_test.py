@@ -165,13 +165,14 @@ def test_hostile_requests():
     except GRPC.RpcError as e:
         check(e.code() == GRPC.StatusCode.RESOURCE_EXHAUSTED and "MEMORY_PLAN" in e.details()
               and "it fits from 4 GPUs" in e.details(), f"memory plan refusal: {e.details()}")
-    big.resources.gpus = 4  # fits, but the ranks train on the CPU path only: refused, not faked
+    big.resources.gpus = 4  # fits, but this daemon has no GPUs (scheduler.gpus: 0): refused
     try:
         C.create(big, validate_only=True)
-        check(False, "a GPU job must not be accepted while ranks train on the CPU")
+        check(False, "a GPU job must not be accepted by a daemon without GPUs")
     except GRPC.RpcError as e:
         check(e.code() == GRPC.StatusCode.FAILED_PRECONDITION and
-              "GPU_TRAINING_UNAVAILABLE" in e.details(), f"GPU job: {e.code()} {e.details()}")
+              "GPUS_UNAVAILABLE" in e.details() and "exceeds the 0 GPU(s)" in e.details(),
+              f"GPU job: {e.code()} {e.details()}")
     check(C.stub.ListJobs(C.service_pb2.ListJobsRequest()) is not None, "daemon still serves")
 
 

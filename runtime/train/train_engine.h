@@ -1,0 +1,75 @@
+// What the training loop (trainer.h) drives on one rank: the model, its sharded optimizer state
+// and the rank's collectives. Two engines: the CPU reference path (Qwen35CpuModel with
+// ShardedOptimizer over the given Communicator) and the GPU path (Qwen35GpuModel over
+// FsdpGpuParams, NCCL between the GPU ranks). The loop itself, data, schedule, checkpoints and
+// events, is the same for both.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/dist/communicator.h"
+#include "runtime/dist/kv_store.h"
+#include "runtime/model/packed_batch.h"
+#include "runtime/model/qwen35_cpu_model.h"
+#include "runtime/train/train_state.h"
+
+namespace deltatune {
+
+class TrainEngine {
+  public:
+    virtual ~TrainEngine() = default;
+    // "cpu" or "cuda-fsdp", for events and logs.
+    virtual std::string name() const = 0;
+    // Host-value collectives between the ranks (counts, loss sums, stop votes, checkpoints).
+    virtual Communicator& comm() = 0;
+    // Clears the accumulated gradients: before a step's first micro-batch.
+    virtual absl::Status begin_step() = 0;
+    // Forward and backward of one micro-batch; the gradient of loss_sum / `global_labels` (the
+    // trained targets of the whole step over all ranks) accumulates. `last` marks this rank's
+    // last micro-batch of the step. Every rank calls it equally often (a sharded engine's
+    // collectives), also with a batch of no trained targets. Returns the batch's loss sum.
+    virtual absl::StatusOr<double> forward_backward(const PackedBatch& batch, int64_t global_labels,
+                                                    bool last) = 0;
+    // The optimizer step over the accumulated gradients (clipped by the global norm when
+    // max_grad_norm > 0); returns the norm before clipping.
+    virtual absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) = 0;
+    // The loss of a batch with trained targets, parameters unchanged. Every rank evaluates the
+    // same batches. May leave gradients behind (begin_step clears them).
+    virtual absl::StatusOr<LossResult> evaluate(const PackedBatch& batch) = 0;
+    // The sharded state for checkpoints (save_train_state / load_train_state).
+    virtual ShardedStateIo state_io() = 0;
+    // Collective: the full fp32 parameters into `params` (same names and shapes) on every rank.
+    virtual absl::Status download(ParamSet& params) = 0;
+};
+
+// `model.params` must outlive the engine: the CPU engine trains it in place. `comm` (not owned)
+// connects the CPU ranks.
+std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm);
+
+// How a GPU rank trains and meets its peers.
+struct GpuRankOptions {
+    bool enabled = false;  // train on the GPU (else the CPU reference path)
+    int device = 0;        // CUDA device of this rank
+    int rank = 0, world_size = 1;
+    std::shared_ptr<KeyValueStore> store;  // NCCL id rendezvous (else the folder store_dir)
+    std::string store_dir;
+    std::string prefix = "nccl";
+    // A collective that does not finish within `timeout` aborts the communicator (an error on
+    // this rank); a rank that makes no progress for twice that ends its process (watchdog).
+    std::chrono::milliseconds timeout{300000};
+    bool watchdog = true;
+    std::string recompute = "layer";  // "layer" | "none"
+};
+
+// Loads `model.params` into this rank's shards on the GPU (nothing stays on the host but
+// `model`, which download() refreshes). FailedPrecondition in a build without CUDA.
+absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel& model,
+                                                                   const GpuRankOptions& options);
+
+}  // namespace deltatune

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# GPU training through the product's front doors, on the GPU machine over the bundle
+# (gpu_bundle.sh): the [train] and [dist] tests (GPU engine vs CPU reference, empty shares, stop and
+# resume through the sharded GPU checkpoint), then the demo job (configs/jobs/demo.yaml) with
+# resources.gpus: 1 submitted to a real deltatuned over gRPC: its rank trains on the GPU (FSDP over
+# NCCL, world size 1), checkpoints, is paused and resumed from its checkpoint, has its rank
+# killed (the supervisor restarts it from the newest checkpoint), and exports. Prints
+# the job's losses, events and the time per step.
+#   BUNDLE_DIR=.device-build bash scripts/gpu_train.sh
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+BIN=$PWD/$B/daemon
+D=/tmp/gpu-train; rm -rf "$D"; mkdir -p "$D"/{models,data,outputs,state}
+
+echo "== [train] and [dist] tests on the GPU"
+timeout 300 "$B/bin/runtime_tests" "[train],[dist]" 2>&1 | grep -E "GPU|resume|empty|passed|failed|FAILED|skipped|with expansion" | head -40
+
+echo "== the demo job with resources.gpus: 1 through deltatuned"
+"$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
+tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
+cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
+python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
+python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
+sed -e 's/^seed: 0/seed: 0\nresources:\n  gpus: 1/' -e 's/max_steps: 40/max_steps: 120/' configs/jobs/demo.yaml > "$D/job.yaml"
+source scripts/lib/daemon.sh
+start_daemon "$D" 7071 9091 "$BIN" || exit 1
+start=$(date +%s.%N)
+job_json=$("$BIN/deltatune" submit "$D/job.yaml" --output json) || { cat "$D/deltatuned.log"; exit 1; }
+job=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$job_json")
+echo "submitted $job"
+# Pause once a checkpoint exists, then resume: the rank restarts from the checkpoint.
+for _ in $(seq 300); do
+  "$BIN/deltatune" checkpoints "$job" 2>/dev/null | grep -q step && break
+  sleep 0.2
+done
+"$BIN/deltatune" pause "$job" && sleep 3 && "$BIN/deltatune" get "$job" | head -5
+"$BIN/deltatune" resume "$job"
+# Then kill its rank mid-run: the supervisor restarts it from the newest checkpoint.
+sleep 2
+rank=$(pgrep -f "deltatuned rank .*$job" | head -1)
+if [[ -n $rank ]]; then kill -9 "$rank"; echo "killed rank pid $rank at $("$BIN/deltatune" get "$job" | head -1)"; fi
+timeout 300 "$BIN/deltatune" watch "$job" > "$D/watch.log" 2>&1; echo "watch exit $?"
+tail -2 "$D/watch.log"
+"$BIN/deltatune" events "$job" --output json > "$D/events.jsonl" || true
+python3 - "$D/events.jsonl" "$start" <<'PY'
+import json, sys, time
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+types = [e.get("type") for e in events]
+steps = [(e["metrics"].get("step"), e["metrics"]["loss"]) for e in events if e.get("type") == "STEP_METRICS"]
+engines = [e.get("details", {}).get("engine") for e in events if e.get("type") == "TRAINING_STARTED"]
+print("engines:", engines, " events:", {t: types.count(t) for t in dict.fromkeys(types)})
+if steps:
+    print(f"steps reported {len(steps)}: first loss {steps[0][1]:.4f}, final {steps[-1][1]:.4f}")
+print("resumed:", [e.get("message") for e in events if e.get("type") == "RESUMED"])
+print("wall time %.1f s" % (time.time() - float(sys.argv[2])))
+PY
+grep -iE "error|warn" "$D/deltatuned.log" | head -5

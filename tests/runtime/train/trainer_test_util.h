@@ -1,0 +1,44 @@
+// The training-loop tests' data and configuration (trainer_test.cc, trainer_gpu_test.cc): a
+// tiny model and pre-tokenized documents it can learn.
+#pragma once
+
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "runtime/train/trainer.h"
+#include "tests/common/test_util.h"
+
+namespace deltatune::testing {
+
+// Pre-tokenized documents that repeat a short pattern, so a tiny model can learn them.
+inline std::string write_data(const std::string& path, int docs, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::ofstream out(path);
+    for (int d = 0; d < docs; ++d) {
+        const int n = 3 + static_cast<int>(rng() % 30);
+        const int start = static_cast<int>(rng() % 50);
+        out << "{\"input_ids\": [";
+        for (int i = 0; i < n; ++i) out << (i ? ", " : "") << (start + i) % 60;
+        out << "]}\n";
+    }
+    return path;
+}
+
+inline TrainConfig config(const TempDir& tmp, const std::string& out) {
+    TrainConfig c;
+    c.model_dir = source_path("tests/fixtures/parity/tiny-c");
+    c.train_files = {write_data(tmp.file("train.jsonl"), 120, 1)};
+    c.eval_files = {write_data(tmp.file("eval.jsonl"), 10, 2)};
+    c.tokens_per_batch = 96;
+    c.max_steps = 8;
+    c.lr = {LrScheduleKind::kCosine, 3e-3, 2, 8, 0.1};
+    c.adamw.weight_decay = 0.01;
+    c.checkpoint_every = 2;
+    c.keep_last_n = 3;
+    c.output_dir = tmp.file(out);
+    c.seed = 7;
+    return c;
+}
+
+}  // namespace deltatune::testing

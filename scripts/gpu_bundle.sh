@@ -8,10 +8,16 @@ BUILD_DIR=${BUILD_DIR:-build}
 OUT=${BUNDLE_DIR:-.device-build}  # another folder lets two bundles coexist
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
 shopt -s nullglob  # a build dir may hold only some of the targets (e.g. just kernels_tests)
-for t in "$BUILD_DIR"/tests/*_tests; do strip --strip-debug -o "$OUT/bin/$(basename "$t")" "$t"; done
+# BUNDLE_TESTS (default: every *_tests) names the test binaries to take: the device tool carries
+# at most 64 MiB with the working tree.
+for t in "$BUILD_DIR"/tests/*_tests; do
+  name=$(basename "$t")
+  [[ -n ${BUNDLE_TESTS:-} && " $BUNDLE_TESTS " != *" $name "* ]] && continue
+  strip --strip-all -o "$OUT/bin/$name" "$t"
+done
 for exe in deltatune deltatuned; do  # the CLI and the daemon (GPU jobs end to end)
   if [[ -f "$BUILD_DIR/daemon/$exe" ]]; then
-    strip --strip-debug -o "$OUT/daemon/$exe" "$BUILD_DIR/daemon/$exe"
+    strip --strip-all -o "$OUT/daemon/$exe" "$BUILD_DIR/daemon/$exe"
   fi
 done
 for f in "$OUT"/bin/* "$OUT"/daemon/*; do
@@ -23,4 +29,5 @@ for f in "$OUT"/bin/* "$OUT"/daemon/*; do
     esac
   done
 done
+for lib in "$OUT"/lib/*; do strip --strip-unneeded "$lib" 2>/dev/null || true; done
 du -sh "$OUT"

@@ -2,10 +2,11 @@
 # GPU training through the product's front doors, on the GPU machine over the bundle
 # (gpu_bundle.sh): the [train] and [dist] tests (GPU engine vs CPU reference, empty shares, stop and
 # resume through the sharded GPU checkpoint), then the demo job (configs/jobs/demo.yaml) with
-# resources.gpus: 1 submitted to a real deltatuned over gRPC: its rank trains on the GPU (FSDP over
-# NCCL, world size 1), checkpoints, is paused and resumed from its checkpoint, has its rank
-# killed (the supervisor restarts it from the newest checkpoint), and exports. Prints
-# the job's losses, events and the time per step.
+# resources.gpus: N (every GPU present) submitted to a real deltatuned over gRPC: its N ranks train
+# on the GPUs (FSDP over NCCL, world size N), checkpoint, are paused and resumed from the
+# checkpoint, have the last rank killed mid-run (the others fail their collectives within the
+# NCCL timeout; the supervisor restarts the job from its newest checkpoint), and export. Prints
+# the job's losses and events.
 #   BUNDLE_DIR=.device-build bash scripts/gpu_train.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -13,18 +14,19 @@ S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
 BIN=$PWD/$B/daemon
+N=$(nvidia-smi -L | wc -l)  # the job takes every GPU: world size N
 D=/tmp/gpu-train; rm -rf "$D"; mkdir -p "$D"/{models,data,outputs,state}
 
 echo "== [train] and [dist] tests on the GPU"
 timeout 300 "$B/bin/runtime_tests" "[train],[dist]" 2>&1 | grep -E "GPU|resume|empty|passed|failed|FAILED|skipped|with expansion" | head -40
 
-echo "== the demo job with resources.gpus: 1 through deltatuned"
+echo "== the demo job with resources.gpus: $N through deltatuned"
 "$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
 tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
 cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
-sed -e 's/^seed: 0/seed: 0\nresources:\n  gpus: 1/' -e 's/max_steps: 40/max_steps: 120/' configs/jobs/demo.yaml > "$D/job.yaml"
+sed -e "s/^seed: 0/seed: 0\nresources:\n  gpus: $N/" -e 's/max_steps: 40/max_steps: 120/' configs/jobs/demo.yaml > "$D/job.yaml"
 source scripts/lib/daemon.sh
 start_daemon "$D" 7071 9091 "$BIN" || exit 1
 start=$(date +%s.%N)
@@ -40,7 +42,7 @@ done
 "$BIN/deltatune" resume "$job"
 # Then kill its rank mid-run: the supervisor restarts it from the newest checkpoint.
 sleep 2
-rank=$(pgrep -f "deltatuned rank .*$job" | head -1)
+rank=$(pgrep -f "deltatuned rank .*$job" | tail -1)  # the last rank spawned
 if [[ -n $rank ]]; then kill -9 "$rank"; echo "killed rank pid $rank at $("$BIN/deltatune" get "$job" | head -1)"; fi
 timeout 300 "$BIN/deltatune" watch "$job" > "$D/watch.log" 2>&1; echo "watch exit $?"
 tail -2 "$D/watch.log"

@@ -4,6 +4,7 @@
 #if DELTATUNE_HAVE_CUDA
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
@@ -61,14 +62,35 @@ absl::Status FsdpGpuParams::save_shard(const std::string& path) {
 absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_files) {
     const int64_t world = static_cast<int64_t>(rank_files.size());
     if (world < 1) return absl::InvalidArgumentError("load_shards: no shard files");
+    // Every tensor a file holds must be one this model reads: a file of another layout (say,
+    // untied embeddings for a tied model) is refused even where the sizes happen to agree.
+    std::set<std::string> expected;
+    for (const char* kind : kKinds) {
+        for (size_t unit = 0; unit < units_.size(); ++unit) {
+            if (units_[unit].shard > 0) expected.insert(unit_name(kind, unit));
+        }
+        if (layout_.replicated_numel > 0) expected.insert(absl::StrCat(kind, ".replicated"));
+    }
     std::vector<SafetensorsFile> files;
     for (const auto& path : rank_files) {
         DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
+        for (const std::string& name : f.names()) {
+            if (!expected.count(name)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    path, ": holds '", name, "', which this model's parameter layout has not"));
+            }
+        }
         files.push_back(std::move(f));
     }
     // A saved tensor, checked against the size this model expects of it.
     auto saved = [&](int64_t r, const std::string& name, int64_t numel) -> absl::StatusOr<Tensor> {
-        DT_ASSIGN_OR_RETURN(Tensor t, files[static_cast<size_t>(r)].get(name));
+        absl::StatusOr<Tensor> got = files[static_cast<size_t>(r)].get(name);
+        if (!got.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(rank_files[static_cast<size_t>(r)],
+                                                           ": lacks '", name, "' (",
+                                                           got.status().message(), ")"));
+        }
+        const Tensor t = *std::move(got);
         if (t.dtype() != DType::kF32 || t.numel() != numel) {
             return absl::InvalidArgumentError(absl::StrCat(
                 rank_files[static_cast<size_t>(r)], ": '", name, "' is ", t.shape_string(), " ",

@@ -7,17 +7,22 @@
 //   - World size 2 (when 2 GPUs are present, one thread per rank): each rank takes one
 //     micro-batch of the global batch; losses and parameters equal the single-device model
 //     taking both micro-batches in one step.
+//   - Checkpoint shards: saved after training and loaded into a fresh world-size-1 source, from
+//     the file itself and from it cut into world-size-3 files, give back the same masters and
+//     moments bit for bit; another model's shards are refused.
 // Skips with a printed reason without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/base/status_macros.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/model/packed_batch.h"
@@ -105,8 +110,10 @@ Run run_flat(const Qwen35Config& c, const ParamSet& init, int micro) {
 
 // One FSDP rank: micro-batches k = rank, rank + world, ... of `micro` per step. `sync_last_only`
 // reduce-scatters only at the last micro-batch.
+// `save_to`: this rank's checkpoint shard after the last step.
 absl::StatusOr<Run> run_fsdp(const Qwen35Config& c, const ParamSet& init, int rank, int world,
-                             const std::string& rendezvous, int micro, bool sync_last_only) {
+                             const std::string& rendezvous, int micro, bool sync_last_only,
+                             const std::string& save_to = "") {
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx,
                         DeviceContext::create(Device::cuda(rank)));
     NcclOptions o;
@@ -137,6 +144,7 @@ absl::StatusOr<Run> run_fsdp(const Qwen35Config& c, const ParamSet& init, int ra
     }
     run.params = init.zeros_like();
     DT_RETURN_IF_ERROR(fsdp->download(run.params));
+    if (!save_to.empty()) DT_RETURN_IF_ERROR(fsdp->save_shard(save_to));
     net.reset();
     return run;
 }
@@ -174,6 +182,92 @@ TEST_CASE("FSDP at world size 1 over NCCL equals the single-device GPU model", "
         std::printf("  tied=%d unsynced accumulation: rel diff %.3e\n", tied, da);
         CHECK(da < 1e-5);
     }
+}
+
+// A world-size-1 shard file cut into the `world` files that many ranks would have saved: every
+// unit's flat segment (true length from `group_sizes`) padded to world * 128 and split evenly.
+std::vector<std::string> reshard_file(const std::string& path, const std::vector<int64_t>& groups,
+                                      int world, const testing::TempDir& tmp) {
+    auto f = SafetensorsFile::open(path);
+    REQUIRE(f.ok());
+    std::vector<std::vector<std::pair<std::string, Tensor>>> out(static_cast<size_t>(world));
+    for (const std::string& name : f->names()) {
+        auto t = f->get(name);
+        REQUIRE(t.ok());
+        const float* src = t->data<float>();
+        if (name.ends_with(".replicated")) {
+            for (auto& o : out)
+                o.emplace_back(name, Tensor::cpu_from({t->numel()}, {src, size_t(t->numel())}));
+            continue;
+        }
+        const int64_t numel = groups[std::stoul(name.substr(name.rfind('.') + 1))];
+        const int64_t quantum = world * kGpuParamAlign;
+        const int64_t shard = (numel + quantum - 1) / quantum * quantum / world;
+        for (int r = 0; r < world; ++r) {
+            Tensor piece = Tensor::cpu({shard});
+            for (int64_t i = 0; i < shard && r * shard + i < numel; ++i) {
+                piece.data<float>()[i] = src[r * shard + i];
+            }
+            out[static_cast<size_t>(r)].emplace_back(name, std::move(piece));
+        }
+    }
+    std::vector<std::string> files;
+    for (int r = 0; r < world; ++r) {
+        files.push_back(tmp.file("shard-" + std::to_string(r) + "-of-" + std::to_string(world)));
+        REQUIRE(write_safetensors(files.back(), out[static_cast<size_t>(r)]).ok());
+    }
+    return files;
+}
+
+TEST_CASE("FSDP GPU checkpoint shards reload exactly, also from another world size's files",
+          "[dist][cuda]") {
+    if (!have_gpu()) return;
+    auto c = parse_qwen35_config(config_json(false), "test");
+    REQUIRE(c.ok());
+    const ParamSet init = initial_params(*c);
+    testing::TempDir tmp;
+    const std::string saved = tmp.file("trained.safetensors");
+    auto trained = run_fsdp(*c, init, 0, 1, tmp.file("rdv_s"), 2, false, saved);
+    REQUIRE(trained.ok());
+    auto ctx = DeviceContext::create(Device::cuda(0));
+    REQUIRE(ctx.ok());
+    NcclOptions o;
+    o.store_dir = tmp.file("rdv_l"), o.prefix = "load";
+    auto comm = NcclCommunicator::create(o);
+    REQUIRE(comm.ok());
+    auto fresh = FsdpGpuParams::create(**ctx, **comm, *c);
+    REQUIRE(fresh.ok());
+    for (int world : {1, 3}) {
+        INFO("saved at world size " << world);
+        const auto files = world == 1 ? std::vector<std::string>{saved}
+                                      : reshard_file(saved, (*fresh)->group_sizes(), world, tmp);
+        REQUIRE((*fresh)->load_shards(files).ok());
+        ParamSet loaded = init.zeros_like();
+        REQUIRE((*fresh)->download(loaded).ok());
+        CHECK(rel_diff(loaded, trained->params) == 0.0);
+        // Masters and both moments: saving again gives the trained run's file, tensor for tensor.
+        const std::string again = tmp.file("again" + std::to_string(world));
+        REQUIRE((*fresh)->save_shard(again).ok());
+        auto a = SafetensorsFile::open(saved);
+        auto b = SafetensorsFile::open(again);
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+        REQUIRE(a->names() == b->names());
+        for (const auto& name : a->names()) {
+            INFO(name);
+            const Tensor ta = *a->get(name), tb = *b->get(name);
+            REQUIRE(ta.nbytes() == tb.nbytes());
+            CHECK(std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()) == 0);
+        }
+    }
+    // Another model's checkpoint is refused by name and shape, not loaded.
+    auto tied = parse_qwen35_config(config_json(true), "test");
+    REQUIRE(tied.ok());
+    auto other = FsdpGpuParams::create(**ctx, **comm, *tied);
+    REQUIRE(other.ok());
+    const absl::Status refused = (*other)->load_shards({saved});
+    INFO(refused.ToString());
+    CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("FSDP at world size 2 equals one device taking the whole global batch", "[dist][cuda]") {

@@ -374,14 +374,16 @@ absl::Status FsdpGpuParams::all_reduce_host(std::vector<double>& values) {
 }
 
 int64_t FsdpGpuParams::comm_bytes_per_step() const {
-    const int64_t w = comm_.world_size(), layers = layout_.num_units - 2;
+    const int64_t w = comm_.world_size();
     if (w == 1) return 0;
     int64_t bytes = 0;
     for (size_t i = 0; i < units_.size(); ++i) {
         const int64_t others = units_[i].padded / w * (w - 1);  // elements of the other ranks
-        const bool layer = i >= 1 && static_cast<int64_t>(i) <= layers;
-        bytes += others * 2 * (layer ? 2 : 1);  // bf16 gathers: layers twice (fwd and bwd)
-        bytes += others * 4;                    // fp32 reduce-scatter
+        // bf16 gathers: the embedding and the layers in the forward and again in the backward,
+        // the head once (held from its forward to its backward); one fp32 reduce-scatter each.
+        const bool head = static_cast<int>(i) == layout_.head_unit();
+        bytes += others * 2 * (head ? 1 : 2);
+        bytes += others * 4;
     }
     return bytes + 2 * layout_.replicated_numel * 4 * (w - 1) / w;  // replicated all-reduce
 }

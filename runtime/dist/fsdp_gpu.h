@@ -83,7 +83,7 @@ class FsdpGpuParams final : public GpuParamSource {
     int64_t shard_numel() const { return shard_total_; }
     int64_t replicated_numel() const { return layout_.replicated_numel; }
     // Bytes this rank receives in the all-gathers and sends in the reduce-scatters of one step
-    // (forward and backward gathers of every layer, embedding and head once each way).
+    // (forward and backward gathers of the embedding and every layer, the head's once).
     int64_t comm_bytes_per_step() const;
 
   private:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # FSDP runs on the GPU machine over the bundle (gpu_bundle.sh), printing a short table; JSON lines
 # and logs stay in /tmp/fsdp, and all.log (every JSON line) goes to $OUT. Two parts:
-#   one   (1 GPU):  27B-slice, single-device model vs FSDP over NCCL at world size 1 (same seed:
-#                   same losses), memory planner vs measured.
+#   one   (1 GPU):  27B-slice, single-device model (per-layer recompute, and the automatic
+#                   policy) vs FSDP over NCCL at world size 1 (same seed: same losses), memory
+#                   planner vs measured.
 #   multi (N GPUs): [dist][cuda] tests (world-size-2 parity on a small model); 27B-slice parity
 #                   world 1 (N micro-batches) vs world N (1 each) on the same global batches:
 #                   losses and a strided sample of the parameters after 5 steps; scaling and exposed
@@ -32,15 +33,18 @@ bench() {
 
 if [[ ${1:-one} == one ]]; then
   "$DT" bench --config $CFG --steps 3 --warmup 1 > "$O/single.json" 2> "$O/single.err" || cat "$O/single.err"
+  # benchmark.md's second row: the daemon's automatic recompute policy.
+  "$DT" bench --config $CFG --steps 3 --warmup 1 --recompute auto > "$O/auto.json" 2> "$O/auto.err" || cat "$O/auto.err"
   bench fsdp1 1 1 --fsdp --steps 3 --warmup 1 || true
   cat "$O/fsdp1.r0.err"
   printf '%-14s %-10s %-10s %-9s %-10s %-10s %s\n' run tok/s step_ms mfu peak_GiB plan_GiB losses
-  for f in single fsdp1.r0; do
+  for f in single auto fsdp1.r0; do
     printf '%-14s %-10.0f %-10.1f %-9.3f %-10.2f %-10.2f %s\n' "$f" "$(field "$O/$f.json" tokens_per_s)" \
       "$(field "$O/$f.json" step_ms)" "$(field "$O/$f.json" mfu)" "$(field "$O/$f.json" device_used_gib_cudaMemGetInfo)" \
       "$(field "$O/$f.json" planner_peak_gib)" "$(field "$O/$f.json" losses)"
   done
   field "$O/fsdp1.r0.json" planner
+  echo "auto chose recompute: $(field "$O/auto.json" recompute); planner $(field "$O/auto.json" planner)"
   for f in "$O"/*.json; do echo "$(basename "$f") $(tail -1 "$f")"; done > "${OUT:-/tmp}/all.log"
   exit 0
 fi

@@ -27,8 +27,16 @@ cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
 sed -e "s/^seed: 0/seed: 0\nresources:\n  gpus: $N/" -e 's/max_steps: 40/max_steps: 120/' configs/jobs/demo.yaml > "$D/job.yaml"
+# The demo model is tiny (head dims 32 and 16): some ops have no fused kernel for it. Strict mode
+# (the default) would refuse the job; the job names those ops, as `deltatune kernels` lists them.
+allow=$("$BIN/deltatune" kernels --model "$D/models/demo-tiny" | awk '$2 == "simple" {print $1}' | paste -sd, -)
+echo "non-fused ops allowed for the tiny model: $allow"
+printf 'kernels:\n  allow_non_fused: [%s]\n' "$allow" >> "$D/job.yaml"
 source scripts/lib/daemon.sh
 start_daemon "$D" 7071 9091 "$BIN" || exit 1
+echo "-- strict mode: the same job without kernels.allow_non_fused is refused at validation"
+grep -v "allow_non_fused\|^kernels:" "$D/job.yaml" > "$D/strict.yaml"
+"$BIN/deltatune" submit "$D/strict.yaml" 2>&1 | cut -c1-300
 start=$(date +%s.%N)
 job_json=$("$BIN/deltatune" submit "$D/job.yaml" --output json) || { cat "$D/deltatuned.log"; exit 1; }
 job=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$job_json")

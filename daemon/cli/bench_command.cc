@@ -1,5 +1,5 @@
 // deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]
-//                 [--recompute layer|none] [--seed 0] [--layers N] [--lr 1e-5]
+//                 [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]
 //                 [--fsdp] [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
 //                 [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
 // The headline training-step benchmark (shared/docs/benchmark.md, "27B-slice"): the model is
@@ -7,7 +7,8 @@
 // batches are 1D packed from documents of lognormal(7.0, 0.5) lengths clipped to [16, tokens]
 // (greedy, like bench_peer.py's batches_1d; std::mt19937_64, so not the peer's exact lengths)
 // with uniform random ids and every token trained. Each step is zero-grad, forward, backward
-// and AdamW (fp32 masters, moments on the device). One JSON line on stdout.
+// and AdamW (fp32 masters, moments on the device). One JSON line on stdout. --recompute auto is
+// the daemon's policy: no recomputation where the memory planner says that fits this GPU.
 //
 // --fsdp (implied by --world-size > 1) runs the sharded path (runtime/dist/fsdp_gpu.h) over NCCL,
 // one process per GPU (rank R uses the first visible device; rendezvous through the folder DIR).
@@ -175,7 +176,6 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         }
         c.num_layers = o.layers;
     }
-    DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(o.recompute));
     const int64_t total_steps = o.warmup + o.steps + 1;  // + one profiled step
     const int64_t per_step = o.world * o.micro;          // micro-batches in a global batch
     std::mt19937_64 rng(o.seed);
@@ -211,6 +211,20 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         if (watchdog) watchdog->beat();
     };
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
+    // "auto": the daemon's policy (memory_plan.h choose_recompute) for this device's memory.
+    std::string policy = o.recompute;
+    if (policy == "auto") {
+        size_t free_now = 0, device_total = 0;
+        DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
+        MemoryPlanInput pi;
+        pi.world_size = static_cast<int>(o.world);
+        pi.tokens_per_batch = o.tokens;
+        policy =
+            choose_recompute(c, pi, static_cast<int64_t>(device_total)) == RecomputePolicy::kNone
+                ? "none"
+                : "layer";
+    }
+    DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(policy));
     const auto t_init = std::chrono::steady_clock::now();
     DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));
     const double init_s =
@@ -301,6 +315,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"workload", "27B-slice"},
         {"layers", c.num_layers},
         {"recompute", recompute_name(recompute)},
+        {"recompute_requested", o.recompute},
         {"path", eng.fsdp ? "fsdp-nccl" : "single-device"},
         {"world_size", o.world},
         {"rank", o.rank},
@@ -362,6 +377,10 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(o.seed, f.get_uint("seed", 0));
     DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", 1e-5));
     o.recompute = f.get("recompute", "layer");
+    if (o.recompute != "layer" && o.recompute != "none" && o.recompute != "auto") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--recompute: expected layer, none or auto, got '", o.recompute, "'"));
+    }
     DT_ASSIGN_OR_RETURN(uint64_t world, f.get_uint("world-size", 1));
     DT_ASSIGN_OR_RETURN(uint64_t rank, f.get_uint("rank", 0));
     DT_ASSIGN_OR_RETURN(uint64_t micro, f.get_uint("micro-batches", 1));

@@ -1,5 +1,6 @@
 // JobSpec cross-field rules and path confinement (declared in job_yaml.h). Every message quotes
 // the offending values so a user can fix the file without reading code (torchtitan style).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/model/kernel_registry.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/train/memory_plan.h"
 
@@ -265,6 +267,27 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
             absl::StrCat("GPUS_UNAVAILABLE: resources.gpus (", spec.resources().gpus(),
                          ") exceeds the ", gpus_available,
                          " GPU(s) of this daemon (scheduler.gpus, or the visible CUDA devices)"));
+    }
+    // Strict kernels: never a slow fallback the user did not ask for.
+    const KernelRegistry registry = kernel_registry_for(probe_machine(), &*config);
+    const auto& allowed = spec.kernels().allow_non_fused();
+    for (int i = 0; i < allowed.size(); ++i) {
+        const bool known = std::any_of(registry.ops.begin(), registry.ops.end(),
+                                       [&](const KernelChoice& k) { return k.op == allowed[i]; });
+        if (!known) {
+            std::vector<std::string> ops;
+            for (const KernelChoice& k : registry.ops) ops.push_back(k.op);
+            return absl::InvalidArgumentError(
+                absl::StrCat("INVALID_CONFIG: kernels.allow_non_fused[", i, "]: unknown op '",
+                             allowed[i], "'; the ops are ", absl::StrJoin(ops, ", ")));
+        }
+    }
+    const absl::Status strict =
+        check_strict(registry, std::vector<std::string>(allowed.begin(), allowed.end()));
+    if (!strict.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("NON_FUSED_KERNEL: ", strict.message(),
+                         ". Name the ops under kernels.allow_non_fused to run them anyway"));
     }
     return absl::OkStatus();
 }

@@ -50,7 +50,9 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
 // tokens_per_batch, per-layer recompute) must fit `gpu_memory_bytes`; RESOURCE_EXHAUSTED
 // "MEMORY_PLAN: ..." with the breakdown otherwise; a job asking for more GPUs than the daemon's
 // `gpus_available` is FAILED_PRECONDITION "GPUS_UNAVAILABLE: ..." (never a silent CPU
-// fallback). CPU jobs always pass.
+// fallback), and so is, as "NON_FUSED_KERNEL: ...", a job an op of which would run on anything
+// but its fused kernel or cuBLASLt here, unless kernels.allow_non_fused names the op (strict
+// mode, runtime/model/kernel_registry.h). CPU jobs always pass.
 absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                               int gpus_available);
 

@@ -123,4 +123,11 @@ absl::Status check_fits(const Qwen35Config& c, const MemoryPlanInput& in, int64_
                      ", ", in.tokens_per_batch, " tokens per batch; ", hint));
 }
 
+RecomputePolicy choose_recompute(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,
+                                 double headroom) {
+    in.recompute = RecomputePolicy::kNone;
+    return check_fits(c, in, device_bytes, headroom).ok() ? RecomputePolicy::kNone
+                                                          : RecomputePolicy::kLayer;
+}
+
 }  // namespace deltatune

@@ -50,4 +50,9 @@ MemoryPlan plan_memory(const Qwen35Config& config, const MemoryPlanInput& input)
 absl::Status check_fits(const Qwen35Config& config, const MemoryPlanInput& input,
                         int64_t device_bytes, double headroom = 0.05);
 
+// The automatic policy ("auto"): no recomputation when that plan fits `device_bytes` with
+// `headroom` (per-layer recomputation costs about a third more compute), else per layer.
+RecomputePolicy choose_recompute(const Qwen35Config& config, MemoryPlanInput input,
+                                 int64_t device_bytes, double headroom = 0.05);
+
 }  // namespace deltatune

@@ -26,6 +26,8 @@ class TrainEngine {
     virtual ~TrainEngine() = default;
     // "cpu" or "cuda-fsdp", for events and logs.
     virtual std::string name() const = 0;
+    // The activation recompute policy in force ("layer" | "none"; "" on the CPU).
+    virtual std::string recompute() const { return ""; }
     // Host-value collectives between the ranks (counts, loss sums, stop votes, checkpoints).
     virtual Communicator& comm() = 0;
     // Clears the accumulated gradients: before a step's first micro-batch.
@@ -64,7 +66,10 @@ struct GpuRankOptions {
     // this rank); a rank that makes no progress for twice that ends its process (watchdog).
     std::chrono::milliseconds timeout{300000};
     bool watchdog = true;
-    std::string recompute = "layer";  // "layer" | "none"
+    // "layer", "none", or "auto": none where the memory planner says it fits this GPU at this
+    // world size and tokens_per_batch (runtime/train/memory_plan.h choose_recompute).
+    std::string recompute = "auto";
+    int64_t tokens_per_batch = 8192;
 };
 
 // Loads `model.params` into this rank's shards on the GPU (nothing stays on the host but

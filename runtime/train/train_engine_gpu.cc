@@ -3,13 +3,17 @@
 #include "runtime/train/train_engine.h"
 
 #if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/device/cuda_status.h"
 #include "runtime/device/device_context.h"
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/dist/nccl_host_communicator.h"
 #include "runtime/dist/progress_watchdog.h"
 #include "runtime/model/qwen35_gpu_model.h"
+#include "runtime/train/memory_plan.h"
 
 namespace deltatune {
 
@@ -35,8 +39,21 @@ class GpuTrainEngine final : public TrainEngine {
             e->watchdog_ = std::make_unique<ProgressWatchdog>(
                 2 * o.timeout, exit_on_expiry(absl::StrCat("GPU rank ", o.rank), 1));
         }
-        DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(o.recompute));
         DT_ASSIGN_OR_RETURN(e->ctx_, DeviceContext::create(Device::cuda(o.device)));
+        std::string policy = o.recompute;
+        if (policy == "auto") {
+            size_t free_now = 0, device_total = 0;
+            DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
+            MemoryPlanInput in;
+            in.world_size = o.world_size;
+            in.tokens_per_batch = o.tokens_per_batch;
+            policy = choose_recompute(model.config, in, static_cast<int64_t>(device_total)) ==
+                             RecomputePolicy::kNone
+                         ? "none"
+                         : "layer";
+        }
+        DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(policy));
+        e->recompute_ = recompute_name(recompute);
         NcclOptions n;
         n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
         n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
@@ -53,6 +70,7 @@ class GpuTrainEngine final : public TrainEngine {
     }
 
     std::string name() const override { return "cuda-fsdp"; }
+    std::string recompute() const override { return recompute_; }
     Communicator& comm() override { return *host_; }
 
     absl::Status begin_step() override {
@@ -129,6 +147,7 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<FsdpGpuParams> fsdp_;
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
+    std::string recompute_;
 };
 
 }  // namespace

@@ -145,7 +145,9 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     LocalCommunicator local;
     std::unique_ptr<TrainEngine> engine;
     if (c.gpu.enabled) {
-        DT_ASSIGN_OR_RETURN(engine, make_gpu_train_engine(in.model, c.gpu));
+        GpuRankOptions gpu = c.gpu;
+        gpu.tokens_per_batch = c.tokens_per_batch;
+        DT_ASSIGN_OR_RETURN(engine, make_gpu_train_engine(in.model, gpu));
     } else {
         engine = make_cpu_train_engine(in.model, c.comm ? *c.comm : local);
     }
@@ -191,7 +193,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                     "INFO",
                     "",
                     {{"step", double(state.step)}, {"world_size", double(world)}},
-                    {{"engine", engine->name()}}});
+                    {{"engine", engine->name()}, {"recompute", engine->recompute()}}});
 
     auto checkpoint = [&]() -> absl::Status {
         state.data_cursor = packer.cursor();

@@ -8,6 +8,8 @@
 
 #include "daemon/config/daemon_config.h"
 #include "daemon/config/job_yaml.h"
+#include "runtime/model/kernel_registry.h"
+#include "runtime/model/qwen35_config.h"
 #include "tests/common/test_util.h"
 
 namespace deltatune::daemon {
@@ -195,6 +197,43 @@ TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
     refused("t.jsonl", ".");                        // the root itself
     v1::JobSpec missing = spec_with("nope.jsonl", "run");
     CHECK_THAT(message(resolve_job_paths(&missing, roots)), Catch::StartsWith("DATASET_NOT_FOUND"));
+}
+
+TEST_CASE("GPU job admission: GPU count, then strict kernels", "[daemon][yaml]") {
+    v1::JobSpec s;
+    s.set_model(deltatune::testing::source_path("tests/fixtures/parity/tiny-a"));
+    s.mutable_resources()->set_gpus(2);
+    s.mutable_hyperparameters()->set_tokens_per_batch(256);
+    const int64_t gpu_bytes = int64_t{141} << 30;
+    const absl::Status too_many = check_job_memory(s, gpu_bytes, 1);
+    CHECK(too_many.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(message(too_many),
+               Catch::StartsWith("GPUS_UNAVAILABLE: resources.gpus (2) exceeds the 1 GPU(s)"));
+    // With the GPUs there, every op must run its fused kernel on this machine (no GPU here: the
+    // CPU reference for every op) unless the job names it.
+    auto config = load_qwen35_config(s.model() + "/config.json");
+    REQUIRE(config.ok());
+    std::vector<std::string> slow;
+    for (const auto& k : kernel_registry_for(probe_machine(), &*config).ops) {
+        if (k.kind != KernelKind::kFused && k.kind != KernelKind::kLibrary) slow.push_back(k.op);
+    }
+    const absl::Status strict = check_job_memory(s, gpu_bytes, 2);
+    if (slow.empty()) {
+        CHECK(strict.ok());
+    } else {
+        CHECK(strict.code() == absl::StatusCode::kFailedPrecondition);
+        CHECK_THAT(message(strict), Catch::StartsWith("NON_FUSED_KERNEL: strict mode: ") &&
+                                        Catch::Contains(slow.front() + " -> "));
+    }
+    for (const auto& op : slow) s.mutable_kernels()->add_allow_non_fused(op);
+    CHECK(check_job_memory(s, gpu_bytes, 2).ok());
+    s.mutable_kernels()->add_allow_non_fused("flash_attn");
+    const absl::Status unknown = check_job_memory(s, gpu_bytes, 2);
+    CHECK(unknown.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(message(unknown), Catch::Contains("unknown op 'flash_attn'; the ops are linear, "));
+    // CPU jobs are not GPU-admitted at all.
+    s.mutable_resources()->set_gpus(0);
+    CHECK(check_job_memory(s, gpu_bytes, 0).ok());
 }
 
 TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[daemon][config]") {

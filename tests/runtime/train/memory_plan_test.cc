@@ -70,5 +70,20 @@ TEST_CASE("recompute per layer saves activation memory", "[memory_plan]") {
           absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("the automatic policy skips recomputation where it fits", "[memory_plan]") {
+    MemoryPlanInput in;
+    in.tokens_per_batch = 8192;
+    // The 27B-slice on one H200 has room for every layer's activations; the full 27B on 4 does
+    // not (its optimizer state takes most of each GPU), so it recomputes per layer.
+    CHECK(choose_recompute(qwen_27b(8), in, kH200) == RecomputePolicy::kNone);
+    in.world_size = 4;
+    CHECK(choose_recompute(qwen_27b(64), in, kH200) == RecomputePolicy::kLayer);
+    in.recompute = RecomputePolicy::kNone;
+    CHECK_FALSE(check_fits(qwen_27b(64), in, kH200).ok());
+    WARN("27B-slice, no recompute: "
+         << plan_memory(qwen_27b(8), MemoryPlanInput{1, 8192, RecomputePolicy::kNone, 1024})
+                .describe());
+}
+
 }  // namespace
 }  // namespace deltatune

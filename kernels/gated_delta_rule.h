@@ -61,6 +61,25 @@ cudaError_t gated_delta_rule_backward(
     const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
     int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
     size_t workspace_bytes, cudaStream_t stream);
+
+// Training: a forward that also keeps what the backward needs (the chunk intermediates, each
+// chunk's entering state and Vn) in `saved` (gated_delta_rule_saved_bytes; the caller holds it
+// until the backward), and the backward that starts from it instead of recomputing them (its own
+// scratch: gated_delta_rule_backward_scratch_bytes). Same results as the pair above.
+size_t gated_delta_rule_saved_bytes(int64_t tokens, int64_t v_heads);
+size_t gated_delta_rule_backward_scratch_bytes(int64_t tokens, int64_t v_heads);
+cudaError_t gated_delta_rule_forward_saving(
+    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+    const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+    const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
+    float scale, void* saved, size_t saved_bytes, cudaStream_t stream);
+cudaError_t gated_delta_rule_backward_from_saved(
+    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
+    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, const void* saved,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
 #endif
 
 }  // namespace deltatune

@@ -9,8 +9,10 @@ namespace {
 // Reverse recurrence: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
 // gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
 // (earlier) chunk are copied in while this one computes, as in the forward.
+template <int kBV>
 __global__ void __launch_bounds__(kThreads)
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
+    constexpr int kLdV = kBV + 4;
     extern __shared__ __align__(128) float smem[];
     float* sdS = smem;
     float* sW = sdS + kD * kLdV;
@@ -70,6 +72,16 @@ __global__ void __launch_bounds__(kThreads)
             load_bf16_rows<kBV, kLdV>(sdO, dout_of(c - 1), int64_t{v_heads} * kD, kC);
         }
     }
+}
+
+template <int kBV>
+cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
+                                       int v_heads, cudaStream_t stream) {
+    auto* kernel = gdn_recurrence_backward_kernel<kBV>;
+    if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
+    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kBV), kThreads, rec_smem<kBV>(), stream>>>(
+        w, dout, tokens, v_heads);
+    return cudaGetLastError();
 }
 
 constexpr size_t kStateGradSmem = sizeof(float) * (2 * kSTile + kD * kLdK + 32);
@@ -399,40 +411,34 @@ __global__ void gdn_gate_reduce_kernel(float* dA_log, float* ddt_bias, Ws ws, in
     ddt_bias[h] += sd;
 }
 
-}  // namespace
-cudaError_t gated_delta_rule_backward(
-    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
-    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
-    size_t workspace_bytes, cudaStream_t stream) {
-    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
-        return cudaErrorInvalidValue;
-    }
-    if (tokens == 0) return cudaSuccess;
-    if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(tokens, v_heads)) {
-        return cudaErrorInvalidValue;
-    }
-    const Ws w = carve(workspace, tokens, v_heads, true, nullptr);
+// The backward from workspace views `w`; `replay`: recompute the forward's part first.
+cudaError_t backward_from(const Ws& w, bool replay, __nv_bfloat16* dq, __nv_bfloat16* dk,
+                          __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db, float* dA_log,
+                          float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+                          const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a,
+                          const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+                          const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens,
+                          int64_t k_heads, int64_t v_heads, float scale, cudaStream_t stream) {
     const auto t32 = static_cast<int32_t>(tokens);
     const auto kh = static_cast<int>(k_heads), vh = static_cast<int>(v_heads);
     const auto chunks = static_cast<unsigned>(num_chunks(tokens));
-    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, tokens,
-                                    k_heads, v_heads, scale, stream);
+    if (replay) {  // the chunk intermediates and the states, as the forward made them
+        if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs,
+                                        tokens, k_heads, v_heads, scale, stream);
+            e != cudaSuccess) {
+            return e;
+        }
+        if (cudaError_t e = launch_recurrence(nullptr, w, tokens, v_heads, true, stream);
+            e != cudaSuccess) {
+            return e;
+        }
+    }
+    if (cudaError_t e = recurrence_columns(vh) == 64
+                            ? launch_recurrence_backward<64>(w, dout, t32, vh, stream)
+                            : launch_recurrence_backward<32>(w, dout, t32, vh, stream);
         e != cudaSuccess) {
         return e;
     }
-    if (cudaError_t e = launch_recurrence(nullptr, w, tokens, v_heads, true, stream);
-        e != cudaSuccess) {
-        return e;
-    }
-    if (cudaError_t e = set_smem(gdn_recurrence_backward_kernel, kRecSmem); e != cudaSuccess) {
-        return e;
-    }
-    gdn_recurrence_backward_kernel<<<dim3(vh, kD / kBV), kThreads, kRecSmem, stream>>>(w, dout, t32,
-                                                                                       vh);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     if (cudaError_t e = set_smem(gdn_state_grads_kernel, kStateGradSmem); e != cudaSuccess) {
         return e;
     }
@@ -452,6 +458,76 @@ cudaError_t gated_delta_rule_backward(
     gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(dA_log, ddt_bias, w,
                                                                  static_cast<int>(chunks), vh);
     return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t gated_delta_rule_saved_bytes(int64_t tokens, int64_t v_heads) {
+    size_t bytes = 0;
+    carve_parts(nullptr, nullptr, tokens, v_heads, 1, &bytes);
+    return bytes;
+}
+
+size_t gated_delta_rule_backward_scratch_bytes(int64_t tokens, int64_t v_heads) {
+    return gated_delta_rule_backward_workspace_bytes(tokens, v_heads) -
+           gated_delta_rule_saved_bytes(tokens, v_heads);
+}
+
+cudaError_t gated_delta_rule_forward_saving(
+    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+    const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+    const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
+    float scale, void* saved, size_t saved_bytes, cudaStream_t stream) {
+    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (tokens == 0) return cudaSuccess;
+    if (saved_bytes < gated_delta_rule_saved_bytes(tokens, v_heads)) return cudaErrorInvalidValue;
+    const Ws w = carve_parts(saved, nullptr, tokens, v_heads, 1, nullptr);
+    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, tokens,
+                                    k_heads, v_heads, scale, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    return launch_recurrence(out, w, tokens, v_heads, /*save_states=*/true, stream);
+}
+
+cudaError_t gated_delta_rule_backward_from_saved(
+    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
+    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, const void* saved,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1 || !saved) {
+        return cudaErrorInvalidValue;
+    }
+    if (tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_backward_scratch_bytes(tokens, v_heads)) {
+        return cudaErrorInvalidValue;
+    }
+    const Ws w = carve_parts(workspace, saved, tokens, v_heads, 2, nullptr);
+    return backward_from(w, false, dq, dk, dv, da, db, dA_log, ddt_bias, dout, q, k, v, a, b, A_log,
+                         dt_bias, cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
+}
+
+cudaError_t gated_delta_rule_backward(
+    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
+    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
+    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
+    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
+    size_t workspace_bytes, cudaStream_t stream) {
+    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(tokens, v_heads)) {
+        return cudaErrorInvalidValue;
+    }
+    const Ws w = carve(workspace, tokens, v_heads, true, nullptr);
+    return backward_from(w, true, dq, dk, dv, da, db, dA_log, ddt_bias, dout, q, k, v, a, b, A_log,
+                         dt_bias, cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
 }
 
 }  // namespace deltatune

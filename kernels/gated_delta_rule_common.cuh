@@ -13,7 +13,6 @@ namespace {
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
-constexpr int kBV = 32;  // dv columns per recurrence block
 constexpr int kThreads = 256;
 constexpr float kNormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
@@ -24,9 +23,8 @@ constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
 
 // Shared-memory row strides, padded by 16 bytes so the rows of a tensor-core fragment load fall
 // in different banks.
-constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
-constexpr int kLdC = kC + 4;   // kC x kC
-constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
+constexpr int kLdK = kD + 4;  // kC x kD tiles and kD x kD states
+constexpr int kLdC = kC + 4;  // kC x kC
 constexpr int kSTile = kC * kLdK;
 constexpr int kSSquare = kC * kLdC;
 
@@ -287,9 +285,15 @@ __host__ __device__ inline int64_t num_chunks(int64_t tokens) {
     return (tokens + kC - 1) / kC;
 }
 
-Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* bytes) {
+// Three parts: the forward's intermediates (W .. gam); what a training forward saves beyond them
+// for the backward (the states entering each chunk, h, and Vn); the backward's own scratch. A
+// region holds the parts from `from` to `to` (0: forward, 1: saved, 2: scratch) in that order;
+// `saved` (may be null) takes parts 0 and 1 instead, so a backward can find a training forward's
+// intermediates where it left them and put only its scratch in `base`.
+Ws carve_parts(void* base, const void* saved, int64_t tokens, int64_t v_heads, int to,
+               size_t* bytes) {
     const int64_t n = num_chunks(tokens) * v_heads;
-    char* p = static_cast<char*>(base);
+    char* p = static_cast<char*>(saved ? const_cast<void*>(saved) : base);
     size_t off = 0;
     auto take = [&](int64_t floats) {
         float* r = reinterpret_cast<float*>(p + off);
@@ -304,10 +308,13 @@ Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* byt
     w.Aqk = take(n * kSquare);
     w.T = take(n * kSquare);
     w.gam = take(n);
-    if (backward) {
+    if (to >= 1) {
         w.h = take(n * kState);
-        w.dh = take(n * kState);
         w.Vn = take(n * kTile);
+    }
+    if (to >= 2) {
+        if (saved) p = static_cast<char*>(base), off = 0;
+        w.dh = take(n * kState);
         w.dVn = take(n * kTile);
         w.dQd = take(n * kTile);
         w.dW = take(n * kTile);
@@ -321,6 +328,10 @@ Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* byt
     }
     if (bytes) *bytes = off;
     return w;
+}
+
+Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* bytes) {
+    return carve_parts(base, nullptr, tokens, v_heads, backward ? 2 : 0, bytes);
 }
 
 // kernels
@@ -457,15 +468,32 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles, one kC x kC,
 // two kC x kBV.
-constexpr size_t kRecSmem = sizeof(float) * (kD * kLdV + 3 * kSTile + kSSquare + 2 * kC * kLdV);
+// The recurrences give each block a slice of kBV value columns (32 or 64) of one value head:
+// v_heads * kD / kBV blocks. 32 keeps more blocks in flight; 64 halves how often each chunk's
+// W, Qd, Kd and Aqk are read, and fills the GPU in one wave where 32 would need two (48 heads).
+template <int kBV>
+constexpr size_t rec_smem() {
+    return sizeof(float) * (kD * (kBV + 4) + 3 * kSTile + kSSquare + 2 * kC * (kBV + 4));
+}
+// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
+inline int recurrence_columns(int64_t v_heads) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    }
+    return v_heads * (kD / 32) > sms ? 64 : 32;
+}
 
-// Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV). save_states: write
-// each chunk's entering state and Vn (every row, zero past the end) instead of the output. Each
+// Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
+// is set, and with save_states each chunk's entering state and Vn (every row, zero past the end)
+// for the backward. Each
 // chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
 // starts as soon as the barrier after its last reader has passed.
+template <int kBV>
 __global__ void __launch_bounds__(kThreads)
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
+    constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
     extern __shared__ __align__(128) float smem[];
     float* sS = smem;
     float* sW = sS + kD * kLdV;
@@ -485,7 +513,7 @@ __global__ void __launch_bounds__(kThreads)
         copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
         copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
         copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
-        if (!save_states) {
+        if (out) {
             copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
             copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
         }
@@ -505,19 +533,15 @@ __global__ void __launch_bounds__(kThreads)
         copies_wait();
         __syncthreads();
         mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sVn, sW, sS, -1.0f, 1.0f);  // U - W S
-        if (!save_states) {
-            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sO, sQd, sS, 1.0f, 0.0f);
-        }
+        if (out) mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sO, sQd, sS, 1.0f, 0.0f);
         __syncthreads();
         if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
-        if (!save_states) {
-            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sO, sAqk, sVn, 1.0f, 1.0f);
-        }
+        if (out) mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sO, sAqk, sVn, 1.0f, 1.0f);
         mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
         if (more) {
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
-            if (!save_states) {
+            if (out) {
                 copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
                 copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
             }
@@ -528,7 +552,8 @@ __global__ void __launch_bounds__(kThreads)
             if (save_states) {
                 *reinterpret_cast<float4*>(ws.Vn + tile * kTile + r * kD + v0 + col) =
                     *reinterpret_cast<const float4*>(sVn + r * kLdV + col);
-            } else if (c0 + r < tokens) {
+            }
+            if (out && c0 + r < tokens) {
                 const float4 o = *reinterpret_cast<const float4*>(sO + r * kLdV + col);
                 __nv_bfloat16* p =
                     out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col;
@@ -566,15 +591,22 @@ cudaError_t launch_prep(const Ws& w, const __nv_bfloat16* q, const __nv_bfloat16
     return cudaGetLastError();
 }
 
+template <int kBV>
+cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
+                                 bool save_states, cudaStream_t stream) {
+    auto* kernel = gdn_recurrence_forward_kernel<kBV>;
+    if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
+    const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
+    kernel<<<grid, kThreads, rec_smem<kBV>(), stream>>>(out, w, static_cast<int32_t>(tokens),
+                                                        static_cast<int>(v_heads), save_states);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
                               bool save_states, cudaStream_t stream) {
-    if (cudaError_t e = set_smem(gdn_recurrence_forward_kernel, kRecSmem); e != cudaSuccess) {
-        return e;
-    }
-    const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
-    gdn_recurrence_forward_kernel<<<grid, kThreads, kRecSmem, stream>>>(
-        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
-    return cudaGetLastError();
+    return recurrence_columns(v_heads) == 64
+               ? launch_recurrence_bv<64>(out, w, tokens, v_heads, save_states, stream)
+               : launch_recurrence_bv<32>(out, w, tokens, v_heads, save_states, stream);
 }
 
 }  // namespace

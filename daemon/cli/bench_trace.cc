@@ -6,6 +6,7 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include <cupti.h>
+#include <cxxabi.h>
 #endif
 
 namespace deltatune::cli {
@@ -32,6 +33,30 @@ Spans merged(Spans spans) {
 #if DELTATUNE_HAVE_CUDA
 StepTrace* g_trace = nullptr;  // CUPTI's callbacks take no user pointer
 
+// "void deltatune::foo_kernel<128, true>(Args...)" -> "deltatune::foo_kernel<128, true>".
+std::string short_name(const char* mangled) {
+    if (!mangled) return "?";
+    int status = 0;
+    char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : mangled;
+    std::free(d);
+    for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) {
+        s.erase(at, 23);
+    }
+    // Cut the argument list: the first '(' at template depth 0.
+    int depth = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '<') ++depth;
+        if (s[i] == '>') --depth;
+        if (s[i] == '(' && depth == 0) {
+            s.resize(i);
+            break;
+        }
+    }
+    if (s.rfind("void ", 0) == 0) s.erase(0, 5);
+    return s.size() > 160 ? s.substr(0, 160) : s;
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
     *size = 8 << 20;
     *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
@@ -48,6 +73,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             // Names are mangled (_Z...ncclDevKernel...): match anywhere.
             const bool nccl = k->name && std::strstr(k->name, "nccl") != nullptr;
             (nccl ? g_trace->comm : g_trace->compute).emplace_back(k->start, k->end);
+            StepTrace::KernelTotal& t = g_trace->by_kernel[short_name(k->name)];
+            ++t.launches;
+            t.ns += k->end - k->start;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY ||
                    rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             ++g_trace->memops;
@@ -58,6 +86,18 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 #endif
 
 }  // namespace
+
+std::vector<std::tuple<std::string, int64_t, double>> top_kernels(const StepTrace& trace,
+                                                                  size_t n) {
+    std::vector<std::tuple<std::string, int64_t, double>> out;
+    for (const auto& [name, t] : trace.by_kernel) {
+        out.emplace_back(name, t.launches, static_cast<double>(t.ns) * 1e-6);
+    }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return std::get<2>(a) > std::get<2>(b); });
+    if (out.size() > n) out.resize(n);
+    return out;
+}
 
 absl::Status start_trace(StepTrace* trace) {
 #if DELTATUNE_HAVE_CUDA

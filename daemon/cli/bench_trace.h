@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,12 +18,20 @@ namespace deltatune::cli {
 struct StepTrace {
     std::vector<std::pair<uint64_t, uint64_t>> compute, comm;  // [start, end) ns
     int64_t memops = 0;                                        // memcpy and memset records
+    struct KernelTotal {
+        int64_t launches = 0;
+        uint64_t ns = 0;
+    };
+    std::map<std::string, KernelTotal> by_kernel;  // demangled name without arguments
 };
 
 // Starts recording into `trace` (one at a time); stop() flushes and detaches. No-op result when
 // CUPTI cannot be enabled (then the trace stays empty).
 absl::Status start_trace(StepTrace* trace);
 void stop_trace();
+
+// The `n` kernels with the most GPU time: [name, launches, ms] each.
+std::vector<std::tuple<std::string, int64_t, double>> top_kernels(const StepTrace& trace, size_t n);
 
 // Length of the union of the intervals, ms.
 double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans);

@@ -46,6 +46,9 @@ struct GpuCtx {
     DeviceContext& dev;
     const Qwen35Config& c;
     const GpuBatch& b;
+    // The forward's activations will feed a backward: blocks may keep intermediates for it (the
+    // GDN block keeps the delta rule's chunk states instead of the backward replaying them).
+    bool keep_for_backward = false;
     cudaStream_t stream() const { return dev.compute_stream(); }
     Gemm& gemm() const { return *dev.gemm(); }
 };
@@ -75,6 +78,8 @@ struct GpuGdnActs {
     // (T, Hk, dk) and v (T, Hv, dv), raw (the rule normalises q and k itself); `o` is then bf16,
     // and conv, qn, kn, q_rn, k_rn, beta, g stay empty (the rule fuses the norm and the gates).
     DeviceMemory q16, k16, v16;
+    // With keep_for_backward: gated_delta_rule_forward_saving's intermediates for the backward.
+    DeviceMemory rule_saved;
 };
 
 // True when the fused flash-attention kernel serves this config (head_dim 256 on sm_90).

@@ -132,14 +132,21 @@ absl::Status fused_core_forward(const GpuCtx& x, const GpuLayer& w, GpuGdnActs& 
             copy_cols(conv.as<bf16>(), C, 2 * KD, acts.v16.as<bf16>(), VD, T, false, s));
     }
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * VD));
-    {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim));
+    if (x.keep_for_backward) {
+        const size_t bytes = gated_delta_rule_saved_bytes(T, Hv);
+        DT_ASSIGN_OR_RETURN(acts.rule_saved, x.dev.allocate(bytes));
+        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward_saving(
+            acts.o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
+            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
+            x.b.num_docs, T, Hk, Hv, scale, acts.rule_saved.get(), bytes, s));
+    } else {
         const size_t ws = gated_delta_rule_forward_workspace_bytes(T, Hv);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward(
             acts.o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
             acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
-            x.b.num_docs, T, Hk, Hv, 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim)),
-            work.get(), ws, s));
+            x.b.num_docs, T, Hk, Hv, scale, work.get(), ws, s));
     }
     DT_ASSIGN_OR_RETURN(acts.norm_rstd, x.dev.allocate(f4 * T * Hv));
     DT_ASSIGN_OR_RETURN(acts.normed, x.dev.allocate(b2 * T * VD));
@@ -173,14 +180,25 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
         DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * KD));
         DT_ASSIGN_OR_RETURN(DeviceMemory dk, x.dev.allocate(b2 * T * KD));
         DT_ASSIGN_OR_RETURN(DeviceMemory dvv, x.dev.allocate(b2 * T * VD));
-        const size_t ws = gated_delta_rule_backward_workspace_bytes(T, Hv);
-        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward(
-            dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad, w.dt_bias.grad,
-            d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
-            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
-            x.b.num_docs, T, Hk, Hv, 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim)),
-            work.get(), ws, s));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim));
+        if (acts.rule_saved.get()) {  // the forward kept its intermediates: no replay
+            const size_t ws = gated_delta_rule_backward_scratch_bytes(T, Hv);
+            DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+            DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward_from_saved(
+                dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad,
+                w.dt_bias.grad, d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(),
+                acts.v16.as<bf16>(), acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32,
+                w.dt_bias.w32, x.b.cu_seqlens, x.b.num_docs, T, Hk, Hv, scale,
+                acts.rule_saved.get(), work.get(), ws, s));
+        } else {
+            const size_t ws = gated_delta_rule_backward_workspace_bytes(T, Hv);
+            DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+            DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward(
+                dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad,
+                w.dt_bias.grad, d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(),
+                acts.v16.as<bf16>(), acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32,
+                w.dt_bias.w32, x.b.cu_seqlens, x.b.num_docs, T, Hk, Hv, scale, work.get(), ws, s));
+        }
         DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, 0, dq.as<bf16>(), KD, T, true, s));
         DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, KD, dk.as<bf16>(), KD, T, true, s));
         DT_CUDA_RETURN_IF_ERROR(

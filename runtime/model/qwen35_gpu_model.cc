@@ -72,7 +72,7 @@ GpuLayer Qwen35GpuModel::Impl::bind_layer(int64_t l, const GpuUnitPtrs& u) const
 }
 
 absl::Status Qwen35GpuModel::Impl::layer_forward(int64_t l, const GpuLayer& w, const bf16* resid,
-                                                 const bf16* delta) {
+                                                 const bf16* delta, bool keep_for_backward) {
     const int64_t T = batch.tokens, H = c.hidden_size;
     const float eps = static_cast<float>(c.rms_norm_eps);
     const size_t th = sizeof(bf16) * static_cast<size_t>(T * H), t4 = sizeof(float) * T;
@@ -96,7 +96,9 @@ absl::Status Qwen35GpuModel::Impl::layer_forward(int64_t l, const GpuLayer& w, c
     }
     DT_ASSIGN_OR_RETURN(DeviceMemory block_out, dev.allocate(th));
     if (w.type == LayerType::kLinearAttention) {
-        DT_RETURN_IF_ERROR(gpu_gdn_forward(ctx(), w, A.a.as<bf16>(), block_out.as<bf16>(), A.gdn));
+        GpuCtx x = ctx();
+        x.keep_for_backward = keep_for_backward;
+        DT_RETURN_IF_ERROR(gpu_gdn_forward(x, w, A.a.as<bf16>(), block_out.as<bf16>(), A.gdn));
     } else {
         DT_RETURN_IF_ERROR(
             gpu_attention_forward(ctx(), w, A.a.as<bf16>(), block_out.as<bf16>(), A.attn));
@@ -121,7 +123,8 @@ absl::Status Qwen35GpuModel::Impl::layer_backward(int64_t l, DeviceMemory& g) {
     const GpuLayer w = bind_layer(l, u);
     LayerActs& A = acts[static_cast<size_t>(l)];
     if (recompute == Recompute::kLayer) {
-        DT_RETURN_IF_ERROR(layer_forward(l, w, A.x.as<bf16>(), nullptr));
+        DT_RETURN_IF_ERROR(
+            layer_forward(l, w, A.x.as<bf16>(), nullptr, /*keep_for_backward=*/true));
     }
     A.mlp_out.reset();
     const size_t ws = rmsnorm_backward_workspace_bytes(T, H);
@@ -340,7 +343,10 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     for (int64_t l = 0; l < m.c.num_layers; ++l) {
         const int unit = static_cast<int>(l) + 1;
         DT_ASSIGN_OR_RETURN(GpuUnitPtrs u, m.source->acquire(unit, Phase::kForward, false));
-        DT_RETURN_IF_ERROR(m.layer_forward(l, m.bind_layer(l, u), resid, delta));
+        // Without recomputation these activations feed the backward; with it, the backward's
+        // own recomputation of the layer keeps what it needs.
+        DT_RETURN_IF_ERROR(
+            m.layer_forward(l, m.bind_layer(l, u), resid, delta, m.recompute == Recompute::kNone));
         DT_RETURN_IF_ERROR(m.source->release(unit, Phase::kForward));
         if (l > 0) keep_only_input(m.acts[static_cast<size_t>(l - 1)]);
         resid = m.acts[static_cast<size_t>(l)].mid.as<bf16>();

@@ -84,7 +84,8 @@ struct Qwen35GpuModel::Impl {
 
     GpuParam param(int index, const GpuUnitPtrs& u) const;
     GpuLayer bind_layer(int64_t l, const GpuUnitPtrs& u) const;
-    absl::Status layer_forward(int64_t l, const GpuLayer& w, const bf16* resid, const bf16* delta);
+    absl::Status layer_forward(int64_t l, const GpuLayer& w, const bf16* resid, const bf16* delta,
+                               bool keep_for_backward);
     absl::Status layer_backward(int64_t l, DeviceMemory& g);
     absl::Status require_flat(const char* what) const;
 };

@@ -30,14 +30,20 @@ int64_t layer_parameters(const Qwen35Config& c, LayerType type) {
 int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     int64_t elems = 2 * H + 3 * I + H;  // norm inputs/outputs, gate/up/act, down input
+    int64_t fp32 = 0;
     if (type == LayerType::kLinearAttention) {
         elems += 2 * c.conv_dim() + 3 * c.value_dim() + 2 * c.linear_num_value_heads;
+        // The delta rule's chunk intermediates the training forward keeps for the backward
+        // (gated_delta_rule_forward_saving), per token and value head: W, Qd, Kd (dk each), U and
+        // Vn (dv each), the 64-wide Aqk and T rows, and a 64th of a dk x dv chunk state.
+        const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+        fp32 += c.linear_num_value_heads * (3 * dk + 2 * dv + 2 * 64 + dk * dv / 64);
     } else {
         const int64_t qd = c.num_attention_heads * c.head_dim,
                       kvd = c.num_key_value_heads * c.head_dim;
         elems += 3 * qd + 2 * kvd + qd + c.num_attention_heads * 2;  // q, gate, k, v, out, lse
     }
-    return 2 * elems;
+    return 2 * elems + 4 * fp32;
 }
 
 std::string gib(int64_t bytes) {
@@ -72,20 +78,35 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
         all_act += act;
     }
     const int64_t embed = c.vocab_size * c.hidden_size;
-    const int64_t saved = in.recompute == RecomputePolicy::kNone
-                              ? all_act
-                              : 2 * c.hidden_size * T * int64_t(c.layer_types.size()) + biggest_act;
+    const bool none = in.recompute == RecomputePolicy::kNone;
+    const int64_t resident =
+        none ? all_act : 2 * c.hidden_size * T * static_cast<int64_t>(c.layer_types.size());
+    // Two phases of the step hold the most beside the resident state, and never together: the
+    // embedding and LM head (gathered with the next unit prefetched, their unsharded fp32
+    // gradient, the cross-entropy chunk) and a layer's backward (it and the prefetched layer
+    // gathered, its unsharded fp32 gradient, and with recomputation its recomputed activations).
+    const int64_t big = std::max(biggest_layer, embed);
+    const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 6;
+    const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
+    const int64_t layer_phase =
+        2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act);
+    const MemoryPlan::Item phase =
+        head_phase >= layer_phase
+            ? MemoryPlan::Item{absl::StrCat("embedding/LM head phase (gathered bf16 units ",
+                                            gib(2 * 2 * big), " + unsharded fp32 gradient ",
+                                            gib(4 * big), " + cross-entropy chunk ", gib(ce), ")"),
+                               head_phase}
+            : MemoryPlan::Item{absl::StrCat("layer backward phase (gathered bf16 layers ",
+                                            gib(2 * 2 * biggest_layer),
+                                            " + unsharded fp32 gradient ", gib(4 * biggest_layer),
+                                            " + recomputed activations ", gib(biggest_act), ")"),
+                               layer_phase};
     plan.items = {
         {"fp32 master weights + AdamW moments (shard)", 12 * shard},
         {"bf16 parameters (shard)", 2 * shard},
         {"fp32 gradients (shard)", 4 * shard},
-        {"gathered bf16 layers (computing + prefetched)", 2 * 2 * std::max(biggest_layer, embed)},
-        {"unsharded fp32 gradient of one layer", 4 * std::max(biggest_layer, embed)},
-        {in.recompute == RecomputePolicy::kNone ? "activations (all layers)"
-                                                : "activations (layer inputs + one layer)",
-         saved},
-        {"cross-entropy chunk (bf16 logits + fp32 softmax)",
-         std::min(in.ce_chunk_tokens, T) * c.vocab_size * 6},
+        {none ? "activations (all layers)" : "layer inputs (recomputed per layer)", resident},
+        phase,
         {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
         {"CUDA context, workspaces, allocator slack", kFixedBytes},
     };

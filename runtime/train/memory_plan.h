@@ -4,11 +4,13 @@
 //
 // The model of memory follows the training step (architecture.md): per rank, the bf16 parameter
 // shard, fp32 master weights, AdamW moments and gradient shard (each 1/world of the flat padded
-// groups); two gathered bf16 layers (the one computing and the one prefetched) and one layer's
-// unsharded fp32 gradient before its reduce-scatter; the embedding and LM head gathered while
-// they run; activations (every layer's saved tensors without recompute; with per-layer recompute,
-// each layer's input plus one layer's saved tensors); the fused cross-entropy's chunk; and a fixed
-// allowance for the CUDA context, cuBLAS workspaces and allocator slack.
+// groups); resident activations (every layer's saved tensors without recompute, including the
+// delta rule's chunk states the GDN forward keeps for its backward; with per-layer recompute,
+// each layer's input); the larger of two phases that never overlap: the embedding and LM head
+// (gathered with the next unit prefetched, their unsharded fp32 gradient, the fused
+// cross-entropy's chunk) and a layer's backward (two gathered layers, one unsharded fp32 layer
+// gradient, and with recompute that layer's recomputed activations); and a fixed allowance for
+// the CUDA context, cuBLAS workspaces and allocator slack.
 #pragma once
 
 #include <cstdint>

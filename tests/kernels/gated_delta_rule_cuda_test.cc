@@ -146,6 +146,35 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
                         d_dt.get(), d_cu.get(), docs, tokens, k_heads, v_heads,
                         static_cast<float>(scale), ws.get(), bwb, nullptr) == cudaSuccess);
             CHECK(d_dq.download() == dq);
+            // Training's pair: the forward keeps its intermediates, the backward starts from
+            // them (no replay) and gives the same bits everywhere.
+            const auto dk = d_dk.download(), dv = d_dv.download(), da = d_da.download(),
+                       db = d_db.download();
+            const size_t svb = gated_delta_rule_saved_bytes(tokens, v_heads);
+            const size_t scb = gated_delta_rule_backward_scratch_bytes(tokens, v_heads);
+            CHECK(svb + scb == bwb);
+            DeviceBuffer<char> saved(svb), scratch(scb);
+            saved.poison();
+            scratch.poison();
+            for (auto* buf : {&d_out, &d_dq, &d_dk, &d_dv, &d_da, &d_db}) buf->poison();
+            REQUIRE(gated_delta_rule_forward_saving(bf16_ptr(d_out), bf16_ptr(d_q), bf16_ptr(d_k),
+                                                    bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b),
+                                                    d_A.get(), d_dt.get(), d_cu.get(), docs, tokens,
+                                                    k_heads, v_heads, static_cast<float>(scale),
+                                                    saved.get(), svb, nullptr) == cudaSuccess);
+            CHECK(to_float(d_out.download()) == out);
+            REQUIRE(gated_delta_rule_backward_from_saved(
+                        bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_da),
+                        bf16_ptr(d_db), d_dA.get(), d_ddt.get(), bf16_ptr(d_dout), bf16_ptr(d_q),
+                        bf16_ptr(d_k), bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b), d_A.get(),
+                        d_dt.get(), d_cu.get(), docs, tokens, k_heads, v_heads,
+                        static_cast<float>(scale), saved.get(), scratch.get(), scb,
+                        nullptr) == cudaSuccess);
+            CHECK(d_dq.download() == dq);
+            CHECK(d_dk.download() == dk);
+            CHECK(d_dv.download() == dv);
+            CHECK(d_da.download() == da);
+            CHECK(d_db.download() == db);
         }
     }
 }

@@ -23,8 +23,9 @@ __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
 // kernels
 
 template <int K>
-__global__ void causal_conv1d_forward_kernel(__nv_bfloat16* out, const __nv_bfloat16* x,
-                                             const __nv_bfloat16* w, const int32_t* cu,
+__global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
+                                             const __nv_bfloat16* __restrict__ x,
+                                             const __nv_bfloat16* __restrict__ w, const int32_t* cu,
                                              int64_t num_docs, int32_t tokens, int64_t channels) {
     __shared__ int32_t begin[kTile];
     const int32_t t0 = blockIdx.x * kTile;
@@ -44,6 +45,9 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* out, const __nv_bflo
         hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
     }
     const int32_t t_end = min(tokens, t0 + kTile);
+    // Unrolled so that the loads of several tokens are in flight at once: one thread walks its
+    // channel token by token, and without it each step waits out a global load's latency.
+#pragma unroll 8
     for (int32_t t = t0; t < t_end; ++t) {
         hist[K - 1] = bf(x, static_cast<int64_t>(t) * channels + c);
         const int32_t b = begin[t - t0];
@@ -60,10 +64,13 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* out, const __nv_bflo
 }
 
 template <int K>
-__global__ void causal_conv1d_backward_kernel(__nv_bfloat16* dx, float* dw_partials,
-                                              const __nv_bfloat16* dout, const __nv_bfloat16* x,
-                                              const __nv_bfloat16* w, const int32_t* cu,
-                                              int64_t num_docs, int32_t tokens, int64_t channels) {
+__global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
+                                              float* __restrict__ dw_partials,
+                                              const __nv_bfloat16* __restrict__ dout,
+                                              const __nv_bfloat16* __restrict__ x,
+                                              const __nv_bfloat16* __restrict__ w,
+                                              const int32_t* cu, int64_t num_docs, int32_t tokens,
+                                              int64_t channels) {
     constexpr int kSpan = kTile + K - 1;  // dpre is needed K-1 tokens past the tile
     __shared__ int32_t begin[kSpan];
     __shared__ float dpre[kSpan][kThreads];
@@ -86,6 +93,7 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* dx, float* dw_parti
         const int32_t s = t0 - (K - 1) + j;
         hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
     }
+#pragma unroll 8
     for (int i = 0; i < kSpan; ++i) {
         const int32_t t = t0 + i;
         float d = 0.0f;
@@ -112,6 +120,7 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* dx, float* dw_parti
         dpre[i][threadIdx.x] = d;
     }
     const int32_t t_end = min(tokens, t0 + kTile);
+#pragma unroll 8
     for (int32_t t = t0; t < t_end; ++t) {
         // x[t] feeds pre[t + K-1 - j] through tap j, if that token is in t's document.
         float g = 0.0f;

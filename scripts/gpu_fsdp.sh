@@ -32,10 +32,10 @@ bench() {
 }
 
 if [[ ${1:-one} == one ]]; then
-  "$DT" bench --config $CFG --steps 3 --warmup 1 > "$O/single.json" 2> "$O/single.err" || cat "$O/single.err"
+  "$DT" bench --config $CFG --steps 10 --warmup 1 > "$O/single.json" 2> "$O/single.err" || cat "$O/single.err"
   # benchmark.md's second row: the daemon's automatic recompute policy.
-  "$DT" bench --config $CFG --steps 3 --warmup 1 --recompute auto > "$O/auto.json" 2> "$O/auto.err" || cat "$O/auto.err"
-  bench fsdp1 1 1 --fsdp --steps 3 --warmup 1 || true
+  "$DT" bench --config $CFG --steps 10 --warmup 1 --recompute auto > "$O/auto.json" 2> "$O/auto.err" || cat "$O/auto.err"
+  bench fsdp1 1 1 --fsdp --steps 10 --warmup 1 || true
   cat "$O/fsdp1.r0.err"
   printf '%-14s %-10s %-10s %-9s %-10s %-10s %s\n' run tok/s step_ms mfu peak_GiB plan_GiB losses
   for f in single auto fsdp1.r0; do

@@ -15,6 +15,7 @@ namespace {
 constexpr int kTile = 64;      // tokens per block
 constexpr int kThreads = 128;  // channels per block
 constexpr int kMaxKernel = 4;  // Qwen3.5 uses 4
+constexpr int kGroup = 8;      // tokens whose loads a thread issues together
 
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
     return __bfloat162float(p[i]);
@@ -45,21 +46,30 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
         hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
     }
     const int32_t t_end = min(tokens, t0 + kTile);
-    // Unrolled so that the loads of several tokens are in flight at once: one thread walks its
-    // channel token by token, and without it each step waits out a global load's latency.
-#pragma unroll 8
-    for (int32_t t = t0; t < t_end; ++t) {
-        hist[K - 1] = bf(x, static_cast<int64_t>(t) * channels + c);
-        const int32_t b = begin[t - t0];
-        float pre = 0.0f;
+    for (int32_t g0 = t0; g0 < t_end; g0 += kGroup) {
+        // The group's loads first, all in flight together (see the backward).
+        float xr[kGroup];
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-            if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
+        for (int u = 0; u < kGroup; ++u) {
+            const int32_t t = g0 + u;
+            xr[u] = t < t_end ? bf(x, static_cast<int64_t>(t) * channels + c) : 0.0f;
         }
-        out[static_cast<int64_t>(t) * channels + c] =
-            __float2bfloat16_rn(pre / (1.0f + __expf(-pre)));
 #pragma unroll
-        for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
+        for (int u = 0; u < kGroup; ++u) {
+            const int32_t t = g0 + u;
+            if (t >= t_end) continue;
+            hist[K - 1] = xr[u];
+            const int32_t b = begin[t - t0];
+            float pre = 0.0f;
+#pragma unroll
+            for (int j = 0; j < K; ++j) {
+                if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
+            }
+            out[static_cast<int64_t>(t) * channels + c] =
+                __float2bfloat16_rn(pre / (1.0f + __expf(-pre)));
+#pragma unroll
+            for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
+        }
     }
 }
 
@@ -93,31 +103,44 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
         const int32_t s = t0 - (K - 1) + j;
         hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
     }
-#pragma unroll 8
-    for (int i = 0; i < kSpan; ++i) {
-        const int32_t t = t0 + i;
-        float d = 0.0f;
-        if (t < tokens) {
-            hist[K - 1] = bf(x, static_cast<int64_t>(t) * channels + c);
-            const int32_t b = begin[i];
-            float pre = 0.0f;
+    for (int i0 = 0; i0 < kSpan; i0 += kGroup) {
+        // The group's loads first, all in flight together (a thread walks its channel token by
+        // token; one load at a time would wait out every load's latency).
+        float xr[kGroup], dr[kGroup];
 #pragma unroll
-            for (int j = 0; j < K; ++j) {
-                if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
-            }
-            const float sig = 1.0f / (1.0f + __expf(-pre));
-            d = bf(dout, static_cast<int64_t>(t) * channels + c) * sig *
-                (1.0f + pre * (1.0f - sig));
-            if (i < kTile) {
+        for (int u = 0; u < kGroup; ++u) {
+            const int32_t t = t0 + i0 + u;
+            const bool in = i0 + u < kSpan && t < tokens;
+            xr[u] = in ? bf(x, static_cast<int64_t>(t) * channels + c) : 0.0f;
+            dr[u] = in ? bf(dout, static_cast<int64_t>(t) * channels + c) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+            const int i = i0 + u;
+            const int32_t t = t0 + i;
+            if (i >= kSpan) continue;
+            float d = 0.0f;
+            if (t < tokens) {
+                hist[K - 1] = xr[u];
+                const int32_t b = begin[i];
+                float pre = 0.0f;
 #pragma unroll
                 for (int j = 0; j < K; ++j) {
-                    if (t - (K - 1) + j >= b) dwk[j] += d * hist[j];
+                    if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
                 }
-            }
+                const float sig = 1.0f / (1.0f + __expf(-pre));
+                d = dr[u] * sig * (1.0f + pre * (1.0f - sig));
+                if (i < kTile) {
 #pragma unroll
-            for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
+                    for (int j = 0; j < K; ++j) {
+                        if (t - (K - 1) + j >= b) dwk[j] += d * hist[j];
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
+            }
+            dpre[i][threadIdx.x] = d;
         }
-        dpre[i][threadIdx.x] = d;
     }
     const int32_t t_end = min(tokens, t0 + kTile);
 #pragma unroll 8

@@ -86,7 +86,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     // gradient, the cross-entropy chunk) and a layer's backward (it and the prefetched layer
     // gathered, its unsharded fp32 gradient, and with recomputation its recomputed activations).
     const int64_t big = std::max(biggest_layer, embed);
-    const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 6;
+    const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
     const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
     const int64_t layer_phase =
         2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act);

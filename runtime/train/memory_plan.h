@@ -29,7 +29,7 @@ struct MemoryPlanInput {
     int world_size = 1;
     int64_t tokens_per_batch = 8192;
     RecomputePolicy recompute = RecomputePolicy::kLayer;
-    int64_t ce_chunk_tokens = 1024;  // fused linear cross-entropy chunk
+    int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
 };
 
 struct MemoryPlan {

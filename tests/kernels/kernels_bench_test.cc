@@ -350,6 +350,16 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
         const double fused = median_ms(
             [&] { return fused_linear_cross_entropy(a, blas, ws.get(), wsb, nullptr); }, 3);
         row("fused linear cross-entropy", fused, 0, flops, ceil);
+        {  // Larger chunks: fewer passes of the fp32 dW accumulation over the vocabulary.
+            FusedLinearCrossEntropyArgs big = a;
+            big.chunk_tokens = 4096;
+            const size_t bigb = fused_linear_cross_entropy_workspace_bytes(big);
+            DeviceBuffer<char> bigws(bigb);
+            const double t = median_ms(
+                [&] { return fused_linear_cross_entropy(big, blas, bigws.get(), bigb, nullptr); },
+                3);
+            row("fused linear cross-entropy (4096-token chunks)", t, 0, flops, ceil);
+        }
         // The same three GEMMs per chunk, without the softmax kernel.
         auto* logits = reinterpret_cast<__nv_bfloat16*>(ws.get());
         const float one = 1, zero = 0;

@@ -154,10 +154,10 @@ absl::Status linear_backward_dx(Gemm& g, void* dx, const void* dy, const void* w
 }
 
 absl::Status linear_backward_dw(Gemm& g, float* dw, const void* dy, const void* x, int64_t rows,
-                                int64_t in, int64_t out, cudaStream_t stream) {
+                                int64_t in, int64_t out, cudaStream_t stream, bool accumulate) {
     GemmArgs a;
     a.a = dy, a.trans_a = true, a.lda = out, a.b = x, a.ldb = in, a.c = dw, a.ldc = in;
-    a.c_type = GemmOut::kF32, a.m = out, a.n = in, a.k = rows, a.beta = 1.0f;
+    a.c_type = GemmOut::kF32, a.m = out, a.n = in, a.k = rows, a.beta = accumulate ? 1.0f : 0.0f;
     return g.run(a, stream);
 }
 

@@ -67,7 +67,9 @@ absl::Status linear_forward(Gemm& g, void* y, const void* x, const void* w, int6
                             int64_t in, int64_t out, cudaStream_t stream);
 absl::Status linear_backward_dx(Gemm& g, void* dx, const void* dy, const void* w, int64_t rows,
                                 int64_t in, int64_t out, bool accumulate, cudaStream_t stream);
+// `accumulate` false: dW = dy^T x (the first write of a step's gradient).
 absl::Status linear_backward_dw(Gemm& g, float* dw, const void* dy, const void* x, int64_t rows,
-                                int64_t in, int64_t out, cudaStream_t stream);
+                                int64_t in, int64_t out, cudaStream_t stream,
+                                bool accumulate = true);
 
 }  // namespace deltatune

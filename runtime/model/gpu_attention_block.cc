@@ -92,7 +92,8 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     const cudaStream_t s = x.stream();
     DT_ASSIGN_OR_RETURN(DeviceMemory dy, x.dev.allocate(b2 * T * Hq * D));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, dy.get(), dout, w.o_proj.w, T, Hq * D, H, false, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.o_proj.grad, dout, acts.y.get(), T, Hq * D, H, s));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.o_proj.grad, dout, acts.y.get(), T, Hq * D, H, s, !w.o_proj.fresh));
 
     DT_ASSIGN_OR_RETURN(DeviceMemory dqg, x.dev.allocate(b2 * T * Hq * 2 * D));
     DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * Hq * D));
@@ -130,9 +131,11 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
         linear_backward_dx(g, da, dqg.get(), w.q_proj.w, T, H, Hq * 2 * D, false, s));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dk_raw.get(), w.k_proj.w, T, H, Hkv * D, true, s));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dv.get(), w.v_proj.w, T, H, Hkv * D, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.q_proj.grad, dqg.get(), a, T, H, Hq * 2 * D, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.k_proj.grad, dk_raw.get(), a, T, H, Hkv * D, s));
-    return linear_backward_dw(g, w.v_proj.grad, dv.get(), a, T, H, Hkv * D, s);
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.q_proj.grad, dqg.get(), a, T, H, Hq * 2 * D, s, !w.q_proj.fresh));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.k_proj.grad, dk_raw.get(), a, T, H, Hkv * D, s, !w.k_proj.fresh));
+    return linear_backward_dw(g, w.v_proj.grad, dv.get(), a, T, H, Hkv * D, s, !w.v_proj.fresh);
 }
 
 }  // namespace deltatune

@@ -25,6 +25,9 @@ struct GpuParam {
     const bf16* w = nullptr;
     const float* w32 = nullptr;
     float* grad = nullptr;
+    // The gradient holds nothing yet this step (zero_grads left it for its dW GEMM): that GEMM
+    // writes (beta 0) instead of adding, saving the zeroing pass and the read of C.
+    bool fresh = false;
 };
 
 struct GpuLayer {

@@ -290,8 +290,8 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     DT_ASSIGN_OR_RETURN(DeviceMemory dnormed, x.dev.allocate(b2 * T * VD));
     DT_RETURN_IF_ERROR(
         linear_backward_dx(g, dnormed.get(), dout, w.out_proj.w, T, VD, H, false, s));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.out_proj.grad, dout, acts.normed.get(), T, VD, H, s));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.out_proj.grad, dout, acts.normed.get(), T, VD, H, s,
+                                          !w.out_proj.fresh));
     DT_ASSIGN_OR_RETURN(DeviceMemory dz, x.dev.allocate(b2 * T * VD));
     DT_ASSIGN_OR_RETURN(DeviceMemory db, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(DeviceMemory da_raw, x.dev.allocate(b2 * T * Hv));
@@ -309,10 +309,14 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dz.get(), w.in_proj_z.w, T, H, VD, true, s));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, db.get(), w.in_proj_b.w, T, H, Hv, true, s));
     DT_RETURN_IF_ERROR(linear_backward_dx(g, da, da_raw.get(), w.in_proj_a.w, T, H, Hv, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_qkv.grad, dmixed.get(), a, T, H, C, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_z.grad, dz.get(), a, T, H, VD, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_b.grad, db.get(), a, T, H, Hv, s));
-    return linear_backward_dw(g, w.in_proj_a.grad, da_raw.get(), a, T, H, Hv, s);
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_qkv.grad, dmixed.get(), a, T, H, C, s,
+                                          !w.in_proj_qkv.fresh));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.in_proj_z.grad, dz.get(), a, T, H, VD, s, !w.in_proj_z.fresh));
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.in_proj_b.grad, db.get(), a, T, H, Hv, s, !w.in_proj_b.fresh));
+    return linear_backward_dw(g, w.in_proj_a.grad, da_raw.get(), a, T, H, Hv, s,
+                              !w.in_proj_a.fresh);
 }
 
 }  // namespace deltatune

@@ -32,8 +32,8 @@ absl::Status gpu_mlp_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     Gemm& g = x.gemm();
     DT_RETURN_IF_ERROR(
         linear_backward_dx(g, dh.get(), dout, w.mlp_down.w, T, I, H, false, x.stream()));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.mlp_down.grad, dout, acts.h.get(), T, I, H, x.stream()));
+    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.mlp_down.grad, dout, acts.h.get(), T, I, H,
+                                          x.stream(), !w.mlp_down.fresh));
     DT_CUDA_RETURN_IF_ERROR(swiglu_backward(dgate.as<bf16>(), dup.as<bf16>(), dh.as<bf16>(),
                                             acts.gate.as<bf16>(), acts.up.as<bf16>(), T * I,
                                             x.stream()));
@@ -41,8 +41,10 @@ absl::Status gpu_mlp_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
         linear_backward_dx(g, da, dup.get(), w.mlp_up.w, T, H, I, false, x.stream()));
     DT_RETURN_IF_ERROR(
         linear_backward_dx(g, da, dgate.get(), w.mlp_gate.w, T, H, I, true, x.stream()));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.mlp_up.grad, dup.get(), a, T, H, I, x.stream()));
-    return linear_backward_dw(g, w.mlp_gate.grad, dgate.get(), a, T, H, I, x.stream());
+    DT_RETURN_IF_ERROR(
+        linear_backward_dw(g, w.mlp_up.grad, dup.get(), a, T, H, I, x.stream(), !w.mlp_up.fresh));
+    return linear_backward_dw(g, w.mlp_gate.grad, dgate.get(), a, T, H, I, x.stream(),
+                              !w.mlp_gate.fresh);
 }
 
 }  // namespace deltatune

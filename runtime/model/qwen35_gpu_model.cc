@@ -52,7 +52,8 @@ GpuParam Qwen35GpuModel::Impl::param(int i, const GpuUnitPtrs& u) const {
     }
     return GpuParam{u.half ? u.half + slot.offset : nullptr,
                     u.master ? u.master + slot.offset : nullptr,
-                    u.grad ? u.grad + slot.offset : nullptr};
+                    u.grad ? u.grad + slot.offset : nullptr,
+                    !fresh.empty() && fresh[static_cast<size_t>(i)] != 0};
 }
 
 GpuLayer Qwen35GpuModel::Impl::bind_layer(int64_t l, const GpuUnitPtrs& u) const {
@@ -148,6 +149,10 @@ absl::Status Qwen35GpuModel::Impl::layer_backward(int64_t l, DeviceMemory& g) {
         g.as<bf16>(), w.input_norm.grad, dA.as<bf16>(), dmid.as<bf16>(), A.x.as<bf16>(),
         w.input_norm.w, A.rstd1.as<float>(), T, H, work.get(), ws, s()));
     A = LayerActs{};
+    // This layer's dW GEMMs have written their gradients: later micro-batches add to them.
+    for (size_t i = 0; i < layout.slots.size(); ++i) {
+        if (layout.slots[i].unit == unit) fresh[i] = 0;
+    }
     return source->release(unit, Phase::kBackward);
 }
 
@@ -196,6 +201,14 @@ absl::StatusOr<std::unique_ptr<Qwen35GpuModel::Impl>> new_impl(DeviceContext& ct
         g.q_proj = at(lv.q_proj), g.k_proj = at(lv.k_proj), g.v_proj = at(lv.v_proj);
         g.o_proj = at(lv.o_proj), g.q_norm = at(lv.q_norm), g.k_norm = at(lv.k_norm);
         m->layer_idx.push_back(g);
+    }
+    m->gemm_grad.assign(params.all().size(), 0);
+    m->fresh.assign(params.all().size(), 0);
+    for (const LayerParamIndex& g : m->layer_idx) {
+        for (int i : {g.mlp_gate, g.mlp_up, g.mlp_down, g.in_proj_qkv, g.in_proj_z, g.in_proj_b,
+                      g.in_proj_a, g.out_proj, g.q_proj, g.k_proj, g.v_proj, g.o_proj}) {
+            if (i >= 0) m->gemm_grad[static_cast<size_t>(i)] = 1;
+        }
     }
     return m;
 }

@@ -3,6 +3,9 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/adamw.h"
 #include "kernels/grad_norm.h"
@@ -40,11 +43,53 @@ absl::Status Qwen35GpuModel::Impl::require_flat(const char* what) const {
         absl::StrCat(what, ": this model's parameters live in an outside (sharded) source"));
 }
 
+namespace {
+
+// Zeroes the gradient slices of the parameters `which` selects, runs of neighbours (alignment
+// padding between them included) in one memset.
+absl::Status zero_grad_slices(Qwen35GpuModel::Impl& m, const std::function<bool(size_t)>& which) {
+    float* g = m.grad.as<float>();
+    int64_t run_begin = -1, run_end = -1;
+    auto flush = [&]() -> cudaError_t {
+        if (run_begin < 0) return cudaSuccess;
+        const cudaError_t e =
+            cudaMemsetAsync(g + run_begin, 0, sizeof(float) * (run_end - run_begin), m.s());
+        run_begin = -1;
+        return e;
+    };
+    for (size_t i = 0; i < m.offset.size(); ++i) {
+        if (!which(i)) continue;
+        const int64_t b = m.offset[i], e = b + m.numel[i];
+        if (run_begin >= 0 && b >= run_begin && b <= run_end + kGpuParamAlign) {
+            run_end = std::max(run_end, e);
+            continue;
+        }
+        DT_CUDA_RETURN_IF_ERROR(flush());
+        run_begin = b, run_end = e;
+    }
+    DT_CUDA_RETURN_IF_ERROR(flush());
+    return absl::OkStatus();
+}
+
+// Gradients still left to a dW GEMM that has not run (no backward since zero_grads) are zero.
+absl::Status settle_fresh_grads(Qwen35GpuModel::Impl& m) {
+    if (std::none_of(m.fresh.begin(), m.fresh.end(), [](char f) { return f != 0; })) {
+        return absl::OkStatus();
+    }
+    DT_RETURN_IF_ERROR(zero_grad_slices(m, [&](size_t i) { return m.fresh[i] != 0; }));
+    std::fill(m.fresh.begin(), m.fresh.end(), 0);
+    return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Qwen35GpuModel::zero_grads() {
     DT_RETURN_IF_ERROR(impl_->require_flat("zero_grads"));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(impl_->grad.get(), 0, sizeof(float) * impl_->total, impl_->s()));
-    return absl::OkStatus();
+    // Only the gradients that kernels add into are zeroed; the projections' are left to their
+    // dW GEMM, which writes them (Impl::fresh).
+    Impl& m = *impl_;
+    m.fresh = m.gemm_grad;
+    return zero_grad_slices(m, [&](size_t i) { return m.gemm_grad[i] == 0; });
 }
 
 namespace {
@@ -64,6 +109,7 @@ absl::Status copy_flat_to_host(const Qwen35GpuModel::Impl& m, const float* flat,
 
 absl::Status Qwen35GpuModel::download_grads(ParamSet& grads) const {
     DT_RETURN_IF_ERROR(impl_->require_flat("download_grads"));
+    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     return copy_flat_to_host(*impl_, impl_->grad.as<float>(), grads);
 }
 
@@ -75,6 +121,7 @@ absl::Status Qwen35GpuModel::download_params(ParamSet& params) const {
 absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
     const Impl& m = *impl_;
     DT_RETURN_IF_ERROR(m.require_flat("grad_norm"));
+    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     std::vector<GradNormTensor> ts;
     for (size_t i = 0; i < m.offset.size(); ++i)
         ts.push_back(GradNormTensor{m.grad.as<float>() + m.offset[i], m.numel[i], 0});
@@ -99,6 +146,7 @@ absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper
                                                          ParamSet& params) {
     Impl& m = *impl_;
     DT_RETURN_IF_ERROR(m.require_flat("adamw_step_from_fresh_state"));
+    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     const size_t n = sizeof(float) * static_cast<size_t>(m.total);
     DT_ASSIGN_OR_RETURN(DeviceMemory mom, m.dev.allocate(2 * n));
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mom.get(), 0, 2 * n, m.s()));
@@ -128,6 +176,7 @@ absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper
 absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper& hyper, int64_t step) {
     Impl& m = *impl_;
     DT_RETURN_IF_ERROR(m.require_flat("adamw_step"));
+    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     if (!m.moments.get()) {
         const size_t n = sizeof(float) * static_cast<size_t>(m.total);
         DT_ASSIGN_OR_RETURN(m.moments, m.dev.allocate(2 * n));

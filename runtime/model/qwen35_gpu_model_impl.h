@@ -61,6 +61,10 @@ struct Qwen35GpuModel::Impl {
     GpuParamSource* source = nullptr;  // `flat` or an outside (sharded) source
     int embed_idx = -1, final_norm_idx = -1, lm_head_idx = -1;
     std::vector<LayerParamIndex> layer_idx;
+    // Per parameter: its gradient is written by a dW GEMM (the projections), and, for those, the
+    // gradient holds nothing yet this step: zero_grads (single-device) leaves them to their GEMM,
+    // which then writes instead of adding (GpuParam::fresh); the layer's backward clears it.
+    std::vector<char> gemm_grad, fresh;
     // The pending batch and what backward needs.
     DeviceMemory batch_ints;  // ids (T) | targets (T) | positions (T) | cu_seqlens (D + 1)
     // Page-locked staging for batch_ints: a copy from pageable memory may wait for the stream,

@@ -133,6 +133,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Shared memory of chunk_prep_backward: sK, sAcc (dKn), s1, s2 (kC x kD), sT, sX, sY, sZ
 // (kC x kC; sY and sZ together also hold one kC x kD tile), dbeta, dGamma, meta.
+// chunk_prep_backward runs 16 warps: its shared memory allows one block per multiprocessor,
+// and twice the warps hide more of its many short, barrier-separated phases.
+constexpr int kPrepBwdThreads = 512;
+constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
 constexpr size_t kPrepBwdSmem =
     sizeof(float) * (4 * kSTile + 4 * kSSquare + 2 * kC) + sizeof(ChunkMeta);
 static_assert(2 * kSSquare >= kSTile);
@@ -165,7 +169,7 @@ __device__ void row_dots(float* out, const float* X, const float* Y) {
     }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPrepBwdThreads)
     gdn_chunk_prep_backward_kernel(Ws ws, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
                                    const __nv_bfloat16* q, const __nv_bfloat16* k,
                                    const __nv_bfloat16* v, const __nv_bfloat16* a,
@@ -191,13 +195,14 @@ __global__ void __launch_bounds__(kThreads)
     copy_tile(s1, kLdK, ws.dQd + tile * kTile, kD, kC, kD);
     copy_tile(sT, kLdC, ws.T + tile * kSquare, kC, kC, kC);
     copy_tile(sZ, kLdC, ws.dAqk + tile * kSquare, kC, kC, kC);
-    load_chunk(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h, c);
+    load_chunk<kPrepBwdWarps>(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
+                              v_heads, h, c);
     if (threadIdx.x < kC) {
         dbeta[threadIdx.x] = 0.0f;
         dG[threadIdx.x] = 0.0f;
     }
     // Aqk = scale lower_same(Qn Kn^T * E): Z = scale dAqk * E on the mask, H = dAqk * Aqk.
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s2, sK, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, s2, sK, 1.0f, 0.0f);
     copies_wait();
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -231,8 +236,10 @@ __global__ void __launch_bounds__(kThreads)
         dG[r] += scale * m.eg[r] * dbeta[r];
         dbeta[r] = 0.0f;
     }
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(s1, sY, sK, 1.0f, 1.0f);   // dQn += Z Kn
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, s2, 1.0f, 0.0f);  // dKn = Z^T Qn
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(s1, sY, sK, 1.0f,
+                                                                  1.0f);  // dQn += Z Kn
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, s2, 1.0f,
+                                                                 0.0f);  // dKn = Z^T Qn
     __syncthreads();
     store_tile(ws.dQn + tile * kTile, s1);
     // Kd = diag(exp(Gamma_L - Gamma) l) Kn.
@@ -261,12 +268,12 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x < kC) dbeta[threadIdx.x] = 0.0f;
     // U = T diag(beta) V: X = dU V^T, dBv = T^T dU, dV = beta dBv.
     copy_tile(s1, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
-    load_bf16_rows<kD, kLdK>(s2, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                             int64_t{v_heads} * kD, tokens - c0);
+    load_bf16_rows<kD, kLdK, kPrepBwdThreads>(s2, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, s1, s2, 1.0f, 0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sYZ, sT, s1, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, s1, s2, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sYZ, sT, s1, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, col = n % kD;
@@ -282,8 +289,8 @@ __global__ void __launch_bounds__(kThreads)
     copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sY, s1, sK, 1.0f, 0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(s2, sT, s1, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sY, s1, sK, 1.0f, 0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(s2, sT, s1, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -303,10 +310,11 @@ __global__ void __launch_bounds__(kThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC>(sZ, sT, sX, 1.0f, 0.0f);
+    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps>(sZ, sT, sX, 1.0f, 0.0f);
     __syncthreads();
-    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC>(sY, sZ, sT, -1.0f, 0.0f);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sX, sK, sK, 1.0f, 0.0f);  // Kn Kn^T
+    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps>(sY, sZ, sT, -1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, sK, sK, 1.0f,
+                                                                 0.0f);  // Kn Kn^T
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E): P = diag(beta) dA * E, H = dA * A.
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -323,8 +331,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     add_row_col_sums(dG, sX, true);
     add_row_col_sums(dbeta, sZ, false);
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK>(sAcc, sY, sK, 1.0f, 1.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, sK, 1.0f, 1.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, sK, 1.0f, 1.0f);
     __syncthreads();
     store_tile(ws.dKn + tile * kTile, sAcc);
     // Gates: dg = reverse cumsum of dGamma; beta = sigmoid(b); g = -exp(A_log) softplus(a + dt).
@@ -448,7 +456,7 @@ cudaError_t backward_from(const Ws& w, bool replay, __nv_bfloat16* dq, __nv_bflo
     if (cudaError_t e = set_smem(gdn_chunk_prep_backward_kernel, kPrepBwdSmem); e != cudaSuccess) {
         return e;
     }
-    gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kThreads, kPrepBwdSmem, stream>>>(
+    gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kPrepBwdThreads, kPrepBwdSmem, stream>>>(
         w, dv, da, db, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, t32, kh, vh, scale);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const int64_t items = tokens * k_heads;

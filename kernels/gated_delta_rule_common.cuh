@@ -52,11 +52,12 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
 // order, and every thread reads back (beta != 0) only the C elements it wrote itself in an
 // earlier call of the same shape; C may be global memory. Callers put barriers around shared
 // operands written by other threads.
-template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC>
+// kWarpCount: the block's warps (a kernel launched with more threads than kThreads says so).
+template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC,
+          int kWarpCount = kThreads / 32>
 __device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
                                    float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
-    constexpr int kWarpCount = kThreads / 32;
     constexpr bool kBig = M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) >= kWarpCount;
     constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
     constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
@@ -134,9 +135,6 @@ struct ChunkMeta {
     int last;         // last valid row
 };
 
-constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = kC / kWarps;
-
 __device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[4]) {
     const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
     const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
@@ -150,11 +148,13 @@ __device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[4]) {
 // L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end).
 // Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
 // first reduction, so they overlap.
+template <int kWarps = kThreads / 32>
 __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat16* q,
                            const __nv_bfloat16* k, const __nv_bfloat16* a, const __nv_bfloat16* b,
                            const float* A_log, const float* dt_bias, const int32_t* cu,
                            int64_t num_docs, int32_t tokens, int k_heads, int v_heads, int h,
                            int c) {
+    constexpr int kRowsPerWarp = kC / kWarps;
     const int32_t c0 = c * kC;
     const int kh = h / (v_heads / k_heads);
     const int lane = threadIdx.x & 31;
@@ -361,23 +361,23 @@ __device__ __forceinline__ void copy_tile(float* dst, int ldd, const float* src,
 // kC rows x kCols bf16 from global (row stride `stride` elements, 16-byte aligned) into fp32
 // shared memory of stride kLd; rows at or past `valid` read 0. All loads are issued before the
 // first store.
-template <int kCols, int kLd>
+template <int kCols, int kLd, int kBlock = kThreads>
 __device__ __forceinline__ void load_bf16_rows(float* dst, const __nv_bfloat16* src, int64_t stride,
                                                int valid) {
     constexpr int kVecPerRow = kCols / 8;
-    constexpr int kPer = kC * kVecPerRow / kThreads;
-    static_assert(kPer >= 1 && kC * kVecPerRow % kThreads == 0);
+    constexpr int kPer = kC * kVecPerRow / kBlock;
+    static_assert(kPer >= 1 && kC * kVecPerRow % kBlock == 0);
     uint4 raw[kPer];
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kThreads;
+        const int i = threadIdx.x + j * kBlock;
         const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
         raw[j] = r < valid ? *reinterpret_cast<const uint4*>(src + r * stride + c)
                            : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kThreads;
+        const int i = threadIdx.x + j * kBlock;
         const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
         float f[8];
         cuda::unpack8(*reinterpret_cast<const cuda::Bf16x8*>(&raw[j]), f);

@@ -10,7 +10,7 @@ namespace {
 // gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
 // (earlier) chunk are copied in while this one computes, as in the forward.
 template <int kBV>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     constexpr int kLdV = kBV + 4;
     extern __shared__ __align__(128) float smem[];
@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(kThreads)
         copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
         copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
         copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
-        load_bf16_rows<kBV, kLdV>(sdO, dout_of(chunks - 1), int64_t{v_heads} * kD,
-                                  tokens - (chunks - 1) * kC);
+        load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(
+            sdO, dout_of(chunks - 1), int64_t{v_heads} * kD, tokens - (chunks - 1) * kC);
     }
     for (int c = chunks - 1; c >= 0; --c) {
         const int64_t tile = tile_of(c);
@@ -51,15 +51,19 @@ __global__ void __launch_bounds__(kThreads)
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sdVn, sAqk, sdO, 1.0f, 0.0f);
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sdVn, sKd, sdS, 1.0f, 1.0f);
+        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32>(sdVn, sAqk, sdO,
+                                                                                1.0f, 0.0f);
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdVn, sKd, sdS,
+                                                                                 1.0f, 1.0f);
         __syncthreads();
         if (more) {
             copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
         }
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sQd, sdO, 1.0f, gam);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sdS, sW, sdVn, -1.0f, 1.0f);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdS, sQd, sdO, 1.0f,
+                                                                                gam);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdS, sW, sdVn,
+                                                                                -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
             *reinterpret_cast<float4*>(ws.dVn + tile * kTile + r * kD + v0 + col) =
@@ -69,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
         if (more) {
             copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
             copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
-            load_bf16_rows<kBV, kLdV>(sdO, dout_of(c - 1), int64_t{v_heads} * kD, kC);
+            load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(sdO, dout_of(c - 1),
+                                                          int64_t{v_heads} * kD, kC);
         }
     }
 }
@@ -79,8 +84,8 @@ cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, i
                                        int v_heads, cudaStream_t stream) {
     auto* kernel = gdn_recurrence_backward_kernel<kBV>;
     if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
-    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kBV), kThreads, rec_smem<kBV>(), stream>>>(
-        w, dout, tokens, v_heads);
+    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kBV), rec_threads<kBV>(), rec_smem<kBV>(),
+             stream>>>(w, dout, tokens, v_heads);
     return cudaGetLastError();
 }
 

@@ -471,6 +471,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 // The recurrences give each block a slice of kBV value columns (32 or 64) of one value head:
 // v_heads * kD / kBV blocks. 32 keeps more blocks in flight; 64 halves how often each chunk's
 // W, Qd, Kd and Aqk are read, and fills the GPU in one wave where 32 would need two (48 heads).
+// Threads of a recurrence block: 8 per value column (16 warps at kBV 64). One block fits an
+// SM, and the per-chunk products are short: more warps hide more of their latency.
+template <int kBV>
+constexpr int rec_threads() {
+    return kBV * 8;
+}
 template <int kBV>
 constexpr size_t rec_smem() {
     return sizeof(float) * (kD * (kBV + 4) + 3 * kSTile + kSSquare + 2 * kC * (kBV + 4));
@@ -490,7 +496,7 @@ inline int recurrence_columns(int64_t v_heads) {
 // chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
 // starts as soon as the barrier after its last reader has passed.
 template <int kBV>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
     constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
@@ -532,12 +538,18 @@ __global__ void __launch_bounds__(kThreads)
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sVn, sW, sS, -1.0f, 1.0f);  // U - W S
-        if (out) mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV>(sO, sQd, sS, 1.0f, 0.0f);
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sVn, sW, sS, -1.0f,
+                                                                                 1.0f);  // U - W S
+        if (out)
+            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sO, sQd, sS,
+                                                                                     1.0f, 0.0f);
         __syncthreads();
         if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
-        if (out) mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV>(sO, sAqk, sVn, 1.0f, 1.0f);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV>(sS, sKd, sVn, 1.0f, gam);
+        if (out)
+            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32>(sO, sAqk, sVn,
+                                                                                     1.0f, 1.0f);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sS, sKd, sVn, 1.0f,
+                                                                                gam);
         __syncthreads();
         if (more) {
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
@@ -597,8 +609,8 @@ cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens
     auto* kernel = gdn_recurrence_forward_kernel<kBV>;
     if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
     const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
-    kernel<<<grid, kThreads, rec_smem<kBV>(), stream>>>(out, w, static_cast<int32_t>(tokens),
-                                                        static_cast<int>(v_heads), save_states);
+    kernel<<<grid, rec_threads<kBV>(), rec_smem<kBV>(), stream>>>(
+        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
     return cudaGetLastError();
 }
 

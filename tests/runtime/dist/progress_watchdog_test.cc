@@ -1,9 +1,15 @@
 // The watchdog fires once when beats stop, never while they keep coming, and not after it is
-// destroyed.
+// destroyed; the ranks' policy (exit_on_expiry) ends a stuck process with its exit code and a
+// message, even while the main thread is blocked.
 #include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <thread>
 
 #include "runtime/dist/progress_watchdog.h"
@@ -43,6 +49,33 @@ TEST_CASE("watchdog destroyed before its limit never fires", "[dist]") {
         w.beat();
     }  // joins promptly rather than waiting out the 10 s
     CHECK(fired == 0);
+}
+
+// Forks: run it in a process of its own (as ctest does, one test case per process), not among
+// tests that leave threads behind. Hence not tagged [dist].
+TEST_CASE("exit_on_expiry ends a blocked process with its code and a message", "[fork]") {
+    int pipe_fds[2];
+    REQUIRE(pipe(pipe_fds) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the "rank": stderr into the pipe, then blocked for good
+        dup2(pipe_fds[1], 2);
+        close(pipe_fds[0]);
+        ProgressWatchdog w(100ms, exit_on_expiry("rank 7", 3));
+        std::this_thread::sleep_for(std::chrono::hours(1));
+        std::_Exit(0);
+    }
+    close(pipe_fds[1]);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    std::string err;
+    char buf[256];
+    for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) err.append(buf, size_t(n));
+    close(pipe_fds[0]);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+    CHECK(err.find("rank 7: no progress for ") != std::string::npos);
+    CHECK(err.find("exiting with 3") != std::string::npos);
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/train/train_state.h"
 
 namespace deltatune {
 namespace {
@@ -21,10 +20,6 @@ std::string group_of(const std::string& name) {
 }
 
 }  // namespace
-
-std::string ShardedOptimizer::shard_file(int rank, int world) {
-    return shard_file_name(rank, world);
-}
 
 ShardedOptimizer ShardedOptimizer::create(const ParamSet& params, Communicator* comm) {
     ShardedOptimizer o;
@@ -136,12 +131,12 @@ absl::Status ShardedOptimizer::save_shard(const std::string& path) const {
                               {"world_size", std::to_string(comm_->world_size())}});
 }
 
-absl::Status ShardedOptimizer::load(const std::string& dir, int world, ParamSet& params) {
-    if (world < 1) return absl::InvalidArgumentError(absl::StrCat(dir, ": world size ", world));
+absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files, ParamSet& params) {
+    const int world = static_cast<int>(rank_files.size());
+    if (world < 1) return absl::InvalidArgumentError("load: no shard files");
     std::vector<SafetensorsFile> files;
-    for (int r = 0; r < world; ++r) {
-        DT_ASSIGN_OR_RETURN(SafetensorsFile f,
-                            SafetensorsFile::open(dir + "/" + shard_file(r, world)));
+    for (const std::string& path : rank_files) {
+        DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
         files.push_back(std::move(f));
     }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -159,8 +154,8 @@ absl::Status ShardedOptimizer::load(const std::string& dir, int world, ParamSet&
                 DT_ASSIGN_OR_RETURN(Tensor t, files[static_cast<size_t>(r)].get(name));
                 if (t.dtype() != DType::kF32 || t.numel() != saved_shard) {
                     return absl::InvalidArgumentError(absl::StrCat(
-                        dir, "/", shard_file(r, world), ": '", name, "' is ", t.shape_string(), " ",
-                        dtype_name(t.dtype()), ", this model needs F32 [", saved_shard, "]"));
+                        rank_files[static_cast<size_t>(r)], ": '", name, "' is ", t.shape_string(),
+                        " ", dtype_name(t.dtype()), ", this model needs F32 [", saved_shard, "]"));
                 }
                 const float* src = static_cast<const float*>(t.raw_data());
                 // Saved rank r holds flat elements [r * saved_shard, (r + 1) * saved_shard).

@@ -41,10 +41,9 @@ class ShardedOptimizer {
     std::vector<int64_t> group_sizes() const;
     // This rank's shard (master, m, v of every group) as one safetensors file.
     absl::Status save_shard(const std::string& path) const;
-    // Loads from the `world` shard files "shard-R-of-W.safetensors" in `dir` (any world size),
-    // then all-gathers into `params`. InvalidArgument when the layout differs from this model's.
-    absl::Status load(const std::string& dir, int world, ParamSet& params);
-    static std::string shard_file(int rank, int world);
+    // Loads from the shard files saved by ranks 0..W-1 (any world size W), then all-gathers
+    // into `params`. InvalidArgument when the layout differs from this model's.
+    absl::Status load(const std::vector<std::string>& rank_files, ParamSet& params);
 
   private:
     struct Member {

@@ -44,8 +44,7 @@ class CpuTrainEngine final : public TrainEngine {
         io.adam_step = optimizer_.adam_step();
         io.save_shard = [this](const std::string& path) { return optimizer_.save_shard(path); };
         io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
-            const std::string dir = files[0].substr(0, files[0].find_last_of('/'));
-            DT_RETURN_IF_ERROR(optimizer_.load(dir, static_cast<int>(files.size()), params_));
+            DT_RETURN_IF_ERROR(optimizer_.load(files, params_));
             optimizer_.set_adam_step(adam_step);
             return absl::OkStatus();
         };

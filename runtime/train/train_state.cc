@@ -53,29 +53,6 @@ absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const T
     return info;
 }
 
-absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
-                                                const ShardedOptimizer& optimizer,
-                                                Communicator& comm) {
-    ShardedStateIo io;
-    io.group_sizes = optimizer.group_sizes();
-    io.adam_step = optimizer.adam_step();
-    io.save_shard = [&](const std::string& path) { return optimizer.save_shard(path); };
-    return save_train_state(root, state, io, comm);
-}
-
-absl::StatusOr<TrainState> load_train_state(const std::string& dir, ParamSet& params,
-                                            ShardedOptimizer& optimizer) {
-    ShardedStateIo io;
-    io.group_sizes = optimizer.group_sizes();
-    io.load = [&](const std::vector<std::string>& files, int64_t adam_step) {
-        DT_RETURN_IF_ERROR(optimizer.load(std::filesystem::path(files[0]).parent_path().string(),
-                                          static_cast<int>(files.size()), params));
-        optimizer.set_adam_step(adam_step);
-        return absl::OkStatus();
-    };
-    return load_train_state(dir, io);
-}
-
 absl::StatusOr<TrainState> load_train_state(const std::string& dir, const ShardedStateIo& io) {
     DT_RETURN_IF_ERROR(verify_checkpoint(dir));
     DT_ASSIGN_OR_RETURN(std::string text, read_file(dir + "/state.json"));

@@ -1,8 +1,9 @@
 // What a training checkpoint holds: every rank's shard of the fp32 master weights and AdamW
-// moments (one safetensors file per rank, see ShardedOptimizer), and state.json with the step,
-// tokens consumed, the data cursor, the world size and the parameter group layout. Written by all
-// ranks into one temporary folder and committed by rank 0 through CheckpointWriter (atomic,
-// checksummed); loading verifies the checksums first and reshards to the loader's world size.
+// moments (one safetensors file per rank: ShardedOptimizer's on CPU ranks, FsdpGpuParams' on GPU
+// ranks, both through ShardedStateIo), and state.json with the step, tokens consumed, the data
+// cursor, the world size and the parameter group layout. Written by all ranks into one temporary
+// folder and committed by rank 0 through CheckpointWriter (atomic, checksummed); loading verifies
+// the checksums first and reshards to the loader's world size.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,6 @@
 #include "runtime/dist/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/train/checkpoint_store.h"
-#include "runtime/train/sharded_optimizer.h"
 
 namespace deltatune {
 
@@ -43,16 +43,10 @@ std::string shard_file_name(int rank, int world);
 // checkpoint on all of them.
 absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
                                                 const ShardedStateIo& io, Communicator& comm);
-absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const TrainState& state,
-                                                const ShardedOptimizer& optimizer,
-                                                Communicator& comm);
 // Collective: verifies `checkpoint_dir` (written at any world size) and loads it through `io`.
 // DataLoss when a file fails its checksum; InvalidArgument when the checkpoint's parameter
 // layout is not this model's.
 absl::StatusOr<TrainState> load_train_state(const std::string& checkpoint_dir,
                                             const ShardedStateIo& io);
-// The same into the optimizer's shard and the full `params`.
-absl::StatusOr<TrainState> load_train_state(const std::string& checkpoint_dir, ParamSet& params,
-                                            ShardedOptimizer& optimizer);
 
 }  // namespace deltatune

@@ -211,20 +211,10 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         if (watchdog) watchdog->beat();
     };
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
-    // "auto": the daemon's policy (memory_plan.h choose_recompute) for this device's memory.
-    std::string policy = o.recompute;
-    if (policy == "auto") {
-        size_t free_now = 0, device_total = 0;
-        DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
-        MemoryPlanInput pi;
-        pi.world_size = static_cast<int>(o.world);
-        pi.tokens_per_batch = o.tokens;
-        policy =
-            choose_recompute(c, pi, static_cast<int64_t>(device_total)) == RecomputePolicy::kNone
-                ? "none"
-                : "layer";
-    }
-    DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(policy));
+    MemoryPlanInput plan_in;
+    plan_in.world_size = static_cast<int>(o.world);
+    plan_in.tokens_per_batch = o.tokens;
+    DT_ASSIGN_OR_RETURN(const Recompute recompute, resolve_recompute(o.recompute, c, plan_in));
     const auto t_init = std::chrono::steady_clock::now();
     DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));
     const double init_s =
@@ -311,9 +301,6 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             tokens_total +=
                 static_cast<double>(batches[static_cast<size_t>(i * o.micro + k)].tokens());
     }
-    MemoryPlanInput plan_in;
-    plan_in.world_size = static_cast<int>(o.world);
-    plan_in.tokens_per_batch = o.tokens;
     plan_in.recompute =
         recompute == Recompute::kLayer ? RecomputePolicy::kLayer : RecomputePolicy::kNone;
     const MemoryPlan plan = plan_memory(c, plan_in);

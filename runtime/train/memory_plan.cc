@@ -4,6 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/model/qwen35_gpu_model.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/device/cuda_status.h"
+#endif
 
 namespace deltatune {
 namespace {
@@ -142,6 +150,21 @@ absl::Status check_fits(const Qwen35Config& c, const MemoryPlanInput& in, int64_
         absl::StrCat("MEMORY_PLAN: does not fit: ", plan.describe(), "; the device has ",
                      gib(device_bytes), " (", gib(usable), " usable) at world size ", in.world_size,
                      ", ", in.tokens_per_batch, " tokens per batch; ", hint));
+}
+
+absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& c,
+                                            const MemoryPlanInput& in) {
+    if (name != "auto") return parse_recompute(name);
+#if DELTATUNE_HAVE_CUDA
+    size_t free_now = 0, device_total = 0;
+    DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
+    return choose_recompute(c, in, static_cast<int64_t>(device_total)) == RecomputePolicy::kNone
+               ? Recompute::kNone
+               : Recompute::kLayer;
+#else
+    (void)c, (void)in;
+    return absl::FailedPreconditionError("recompute auto: built without CUDA");
+#endif
 }
 
 RecomputePolicy choose_recompute(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,

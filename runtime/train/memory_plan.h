@@ -57,4 +57,11 @@ absl::Status check_fits(const Qwen35Config& config, const MemoryPlanInput& input
 RecomputePolicy choose_recompute(const Qwen35Config& config, MemoryPlanInput input,
                                  int64_t device_bytes, double headroom = 0.05);
 
+// The GPU model's policy for the name a job or `deltatune bench` gives: "layer", "none", or
+// "auto" (choose_recompute for the memory of the current CUDA device, at input's world size and
+// tokens per batch). InvalidArgument for another name; FailedPrecondition for "auto" without CUDA.
+enum class Recompute : uint8_t;  // runtime/model/qwen35_gpu_model.h
+absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& config,
+                                            const MemoryPlanInput& input);
+
 }  // namespace deltatune

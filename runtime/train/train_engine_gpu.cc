@@ -3,11 +3,8 @@
 #include "runtime/train/train_engine.h"
 
 #if DELTATUNE_HAVE_CUDA
-#include <cuda_runtime.h>
-
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/device/cuda_status.h"
 #include "runtime/device/device_context.h"
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/dist/nccl_host_communicator.h"
@@ -40,19 +37,11 @@ class GpuTrainEngine final : public TrainEngine {
                 2 * o.timeout, exit_on_expiry(absl::StrCat("GPU rank ", o.rank), 1));
         }
         DT_ASSIGN_OR_RETURN(e->ctx_, DeviceContext::create(Device::cuda(o.device)));
-        std::string policy = o.recompute;
-        if (policy == "auto") {
-            size_t free_now = 0, device_total = 0;
-            DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
-            MemoryPlanInput in;
-            in.world_size = o.world_size;
-            in.tokens_per_batch = o.tokens_per_batch;
-            policy = choose_recompute(model.config, in, static_cast<int64_t>(device_total)) ==
-                             RecomputePolicy::kNone
-                         ? "none"
-                         : "layer";
-        }
-        DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(policy));
+        MemoryPlanInput plan_in;
+        plan_in.world_size = o.world_size;
+        plan_in.tokens_per_batch = o.tokens_per_batch;
+        DT_ASSIGN_OR_RETURN(const Recompute recompute,
+                            resolve_recompute(o.recompute, model.config, plan_in));
         e->recompute_ = recompute_name(recompute);
         NcclOptions n;
         n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;

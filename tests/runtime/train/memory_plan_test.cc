@@ -3,6 +3,7 @@
 // hold its fp32 optimizer state, 4 can (benchmark.md's memory target).
 #include <catch2/catch.hpp>
 
+#include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 
 namespace deltatune {
@@ -83,6 +84,14 @@ TEST_CASE("the automatic policy skips recomputation where it fits", "[memory_pla
     WARN("27B-slice, no recompute: "
          << plan_memory(qwen_27b(8), MemoryPlanInput{1, 8192, RecomputePolicy::kNone, 1024})
                 .describe());
+}
+
+TEST_CASE("recompute names resolve to the GPU model's policy", "[memory_plan]") {
+    const MemoryPlanInput in;
+    CHECK(*resolve_recompute("layer", qwen_27b(8), in) == Recompute::kLayer);
+    CHECK(*resolve_recompute("none", qwen_27b(8), in) == Recompute::kNone);
+    CHECK(resolve_recompute("sometimes", qwen_27b(8), in).status().code() ==
+          absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -170,38 +170,53 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
     return refresh_half_from_masters();
 }
 
+std::vector<size_t> FsdpGpuParams::sample_order() const {
+    std::vector<size_t> order;
+    for (size_t unit = 0; unit < units_.size(); ++unit) {
+        for (size_t i = 0; i < layout_.slots.size(); ++i) {
+            const GpuParamSlot& slot = layout_.slots[i];
+            if (!slot.replicated && slot.unit == static_cast<int>(unit)) order.push_back(i);
+        }
+    }
+    for (size_t i = 0; i < layout_.slots.size(); ++i) {
+        if (layout_.slots[i].replicated) order.push_back(i);
+    }
+    return order;
+}
+
 absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride) {
     if (stride < 1) return absl::InvalidArgumentError("download_sample: stride must be >= 1");
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
     std::vector<float> out;
-    for (size_t unit = 0; unit < units_.size(); ++unit) {
-        const Unit& u = units_[unit];
-        if (u.padded == 0) continue;
-        DT_ASSIGN_OR_RETURN(DeviceMemory full, dev_.allocate(sizeof(float) * u.padded));
-        DT_RETURN_IF_ERROR(comm_.all_gather_f32(master_.as<float>() + u.shard_begin,
-                                                full.as<float>(), u.shard, s));
-        DT_RETURN_IF_ERROR(comm_.wait(s));
-        for (size_t i = 0; i < layout_.slots.size(); ++i) {
-            const GpuParamSlot& slot = layout_.slots[i];
-            if (slot.replicated || slot.unit != static_cast<int>(unit)) continue;
-            const int64_t count = (slot.numel + stride - 1) / stride;
-            const size_t at = out.size();
-            out.resize(at + static_cast<size_t>(count));
-            DT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpy2D(out.data() + at, sizeof(float), full.as<float>() + slot.offset,
-                             sizeof(float) * stride, sizeof(float), count, cudaMemcpyDeviceToHost));
-        }
-    }
-    for (size_t i = 0; i < layout_.slots.size(); ++i) {
-        const GpuParamSlot& slot = layout_.slots[i];
-        if (!slot.replicated) continue;
-        const int64_t count = (slot.numel + stride - 1) / stride;
+    // Every stride-th of `numel` device floats from `src`, appended to `out`.
+    auto append = [&](const float* src, int64_t numel) -> absl::Status {
+        const int64_t count = (numel + stride - 1) / stride;
         const size_t at = out.size();
         out.resize(at + static_cast<size_t>(count));
-        DT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy2D(out.data() + at, sizeof(float), rep_master_.as<float>() + slot.offset,
-                         sizeof(float) * stride, sizeof(float), count, cudaMemcpyDeviceToHost));
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(out.data() + at, sizeof(float), src,
+                                             sizeof(float) * stride, sizeof(float), count,
+                                             cudaMemcpyDeviceToHost));
+        return absl::OkStatus();
+    };
+    DeviceMemory full;  // the unit of the sharded tensors being read, gathered
+    int gathered = -1;
+    for (size_t i : sample_order()) {
+        const GpuParamSlot& slot = layout_.slots[i];
+        if (slot.replicated) {
+            DT_RETURN_IF_ERROR(append(rep_master_.as<float>() + slot.offset, slot.numel));
+            continue;
+        }
+        if (slot.unit != gathered) {  // collective: every rank walks the same order
+            const Unit& u = units_[static_cast<size_t>(slot.unit)];
+            full.reset();
+            DT_ASSIGN_OR_RETURN(full, dev_.allocate(sizeof(float) * u.padded));
+            DT_RETURN_IF_ERROR(comm_.all_gather_f32(master_.as<float>() + u.shard_begin,
+                                                    full.as<float>(), u.shard, s));
+            DT_RETURN_IF_ERROR(comm_.wait(s));
+            gathered = slot.unit;
+        }
+        DT_RETURN_IF_ERROR(append(full.as<float>() + slot.offset, slot.numel));
     }
     return out;
 }
@@ -210,23 +225,13 @@ absl::Status FsdpGpuParams::download(ParamSet& params) {
     if (params.all().size() != layout_.slots.size()) {
         return absl::InvalidArgumentError("download: parameter set does not match the model");
     }
-    // stride 1 gives every element: units in order, then the replicated tensors.
-    DT_ASSIGN_OR_RETURN(std::vector<float> all, download_sample(1));
+    DT_ASSIGN_OR_RETURN(std::vector<float> all, download_sample(1));  // stride 1: every element
     size_t at = 0;
-    auto take = [&](size_t i) {
+    for (size_t i : sample_order()) {
         Tensor& t = params.all()[i].value;
         std::copy(all.begin() + static_cast<int64_t>(at),
                   all.begin() + static_cast<int64_t>(at) + t.numel(), t.data<float>());
         at += static_cast<size_t>(t.numel());
-    };
-    for (size_t unit = 0; unit < units_.size(); ++unit) {
-        for (size_t i = 0; i < layout_.slots.size(); ++i) {
-            const GpuParamSlot& slot = layout_.slots[i];
-            if (!slot.replicated && slot.unit == static_cast<int>(unit)) take(i);
-        }
-    }
-    for (size_t i = 0; i < layout_.slots.size(); ++i) {
-        if (layout_.slots[i].replicated) take(i);
     }
     return absl::OkStatus();
 }

@@ -46,8 +46,11 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status load(const ParamSet& params);
     // Collective: all fp32 masters into `params` (same names and shapes) on every rank.
     absl::Status download(ParamSet& params);
-    // Collective: every `stride`-th element of every parameter's fp32 master, in ParamSet order.
+    // Collective: every `stride`-th element of every parameter's fp32 master, parameters in
+    // sample_order().
     absl::StatusOr<std::vector<float>> download_sample(int64_t stride);
+    // ParamSet indices unit by unit (each unit's sharded tensors), then the replicated tensors.
+    std::vector<size_t> sample_order() const;
 
     // Sharded checkpoints (fsdp_gpu_checkpoint.cc). save_shard writes this rank's fp32 masters and
     // AdamW moments, per unit "master|m|v.unit.U" (the rank's slice of the unit's padded flat

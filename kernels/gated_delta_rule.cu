@@ -61,12 +61,8 @@ cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const __nv_bfloat16* q,
         return cudaErrorInvalidValue;
     }
     const Ws w = carve(workspace, tokens, v_heads, false, nullptr);
-    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, tokens,
-                                    k_heads, v_heads, scale, stream);
-        e != cudaSuccess) {
-        return e;
-    }
-    return launch_recurrence(out, w, tokens, v_heads, false, stream);
+    return launch_forward(out, /*save_states=*/false, w, q, k, v, a, b, A_log, dt_bias, cu_seqlens,
+                          num_docs, tokens, k_heads, v_heads, scale, stream);
 }
 
 }  // namespace deltatune

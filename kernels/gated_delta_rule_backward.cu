@@ -435,13 +435,10 @@ cudaError_t backward_from(const Ws& w, bool replay, __nv_bfloat16* dq, __nv_bflo
     const auto t32 = static_cast<int32_t>(tokens);
     const auto kh = static_cast<int>(k_heads), vh = static_cast<int>(v_heads);
     const auto chunks = static_cast<unsigned>(num_chunks(tokens));
-    if (replay) {  // the chunk intermediates and the states, as the forward made them
-        if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs,
-                                        tokens, k_heads, v_heads, scale, stream);
-            e != cudaSuccess) {
-            return e;
-        }
-        if (cudaError_t e = launch_recurrence(nullptr, w, tokens, v_heads, true, stream);
+    if (replay) {  // the chunk intermediates and the states, as a saving forward makes them
+        if (cudaError_t e =
+                launch_forward(nullptr, /*save_states=*/true, w, q, k, v, a, b, A_log, dt_bias,
+                               cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
             e != cudaSuccess) {
             return e;
         }
@@ -497,12 +494,8 @@ cudaError_t gated_delta_rule_forward_saving(
     if (tokens == 0) return cudaSuccess;
     if (saved_bytes < gated_delta_rule_saved_bytes(tokens, v_heads)) return cudaErrorInvalidValue;
     const Ws w = carve_parts(saved, nullptr, tokens, v_heads, 1, nullptr);
-    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, tokens,
-                                    k_heads, v_heads, scale, stream);
-        e != cudaSuccess) {
-        return e;
-    }
-    return launch_recurrence(out, w, tokens, v_heads, /*save_states=*/true, stream);
+    return launch_forward(out, /*save_states=*/true, w, q, k, v, a, b, A_log, dt_bias, cu_seqlens,
+                          num_docs, tokens, k_heads, v_heads, scale, stream);
 }
 
 cudaError_t gated_delta_rule_backward_from_saved(

@@ -621,5 +621,21 @@ cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, i
                : launch_recurrence_bv<32>(out, w, tokens, v_heads, save_states, stream);
 }
 
+// The forward's two launches: chunk_prep into `w`, then the recurrence writing `out` (when set)
+// and, with save_states, each chunk's entering state and Vn for the backward.
+cudaError_t launch_forward(__nv_bfloat16* out, bool save_states, const Ws& w,
+                           const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log,
+                           const float* dt_bias, const int32_t* cu, int64_t num_docs,
+                           int64_t tokens, int64_t k_heads, int64_t v_heads, float scale,
+                           cudaStream_t stream) {
+    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
+                                    v_heads, scale, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    return launch_recurrence(out, w, tokens, v_heads, save_states, stream);
+}
+
 }  // namespace
 }  // namespace deltatune

@@ -3,75 +3,63 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 
 namespace deltatune {
 
 template <typename Op>
-absl::Status NcclHostCommunicator::staged(const void* in, size_t in_bytes, void* out,
-                                          size_t out_bytes, Op op) {
+absl::Status NcclHostCommunicator::staged(size_t bytes, const void* in, size_t in_bytes,
+                                          size_t in_at, void* out, size_t out_bytes, size_t out_at,
+                                          Op op) {
     const cudaStream_t s = dev_.compute_stream();
-    DT_ASSIGN_OR_RETURN(DeviceMemory d, dev_.allocate(std::max<size_t>(in_bytes, out_bytes) + 16));
-    if (in_bytes > 0) {
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.get(), in, in_bytes, cudaMemcpyHostToDevice, s));
-    }
-    DT_RETURN_IF_ERROR(op(d.get(), s));
+    DT_ASSIGN_OR_RETURN(DeviceMemory d, dev_.allocate(bytes + 16));
+    char* buf = d.as<char>();
+    DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf + in_at, in, in_bytes, cudaMemcpyHostToDevice, s));
+    DT_RETURN_IF_ERROR(op(buf, s));
     // Poll first: a blocking copy behind a collective whose peer died would never return.
     DT_RETURN_IF_ERROR(nccl_.wait(s));
-    if (out_bytes > 0) {
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(out, d.get(), out_bytes, cudaMemcpyDeviceToHost));
-    }
+    DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(out, buf + out_at, out_bytes, cudaMemcpyDeviceToHost));
     return absl::OkStatus();
 }
 
 absl::Status NcclHostCommunicator::all_reduce_sum(float* data, size_t n) {
     if (n == 0) return absl::OkStatus();
-    return staged(data, n * sizeof(float), data, n * sizeof(float), [&](void* d, cudaStream_t s) {
-        return nccl_.all_reduce_sum_f32(static_cast<float*>(d), n, s);
+    const size_t bytes = n * sizeof(float);
+    return staged(bytes, data, bytes, 0, data, bytes, 0, [&](char* d, cudaStream_t s) {
+        return nccl_.all_reduce_sum_f32(reinterpret_cast<float*>(d), n, s);
     });
 }
 
 absl::Status NcclHostCommunicator::all_reduce_sum(double* data, size_t n) {
     if (n == 0) return absl::OkStatus();
-    return staged(data, n * sizeof(double), data, n * sizeof(double), [&](void* d, cudaStream_t s) {
-        return nccl_.all_reduce_sum_f64(static_cast<double*>(d), n, s);
+    const size_t bytes = n * sizeof(double);
+    return staged(bytes, data, bytes, 0, data, bytes, 0, [&](char* d, cudaStream_t s) {
+        return nccl_.all_reduce_sum_f64(reinterpret_cast<double*>(d), n, s);
     });
 }
 
-// The buffer holds the full array; this rank's shard goes to its slot first (NCCL's in-place
-// all-gather layout).
+// NCCL's in-place layouts: the buffer holds the full array, this rank's shard at its own slot
+// (the all-gather's input, the reduce-scatter's output).
 absl::Status NcclHostCommunicator::all_gather(const float* shard, size_t shard_n, float* full) {
-    const size_t w = static_cast<size_t>(world_size());
-    const size_t offset = static_cast<size_t>(rank()) * shard_n;
-    return staged(nullptr, 0, full, w * shard_n * sizeof(float), [&](void* d, cudaStream_t s) {
-        float* buf = static_cast<float*>(d);
-        if (const cudaError_t e = cudaMemcpyAsync(buf + offset, shard, shard_n * sizeof(float),
-                                                  cudaMemcpyHostToDevice, s);
-            e != cudaSuccess) {
-            return cuda_status(e, "cudaMemcpyAsync", __FILE__, __LINE__);
-        }
-        return nccl_.all_gather_f32(buf + offset, buf, shard_n, s);
+    const size_t shard_bytes = shard_n * sizeof(float);
+    const size_t at = static_cast<size_t>(rank()) * shard_bytes;
+    const size_t bytes = static_cast<size_t>(world_size()) * shard_bytes;
+    return staged(bytes, shard, shard_bytes, at, full, bytes, 0, [&](char* d, cudaStream_t s) {
+        return nccl_.all_gather_f32(reinterpret_cast<float*>(d + at), reinterpret_cast<float*>(d),
+                                    shard_n, s);
     });
 }
 
-// NCCL's in-place reduce-scatter writes this rank's result at its own offset of the buffer.
 absl::Status NcclHostCommunicator::reduce_scatter_sum(const float* full, size_t shard_n,
                                                       float* shard) {
-    const size_t w = static_cast<size_t>(world_size());
-    const size_t offset = static_cast<size_t>(rank()) * shard_n;
-    const cudaStream_t s = dev_.compute_stream();
-    DT_ASSIGN_OR_RETURN(DeviceMemory d, dev_.allocate(w * shard_n * sizeof(float) + 16));
-    float* buf = d.as<float>();
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(buf, full, w * shard_n * sizeof(float), cudaMemcpyHostToDevice, s));
-    DT_RETURN_IF_ERROR(nccl_.reduce_scatter_sum_f32(buf, buf + offset, shard_n, s));
-    DT_RETURN_IF_ERROR(nccl_.wait(s));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(shard, buf + offset, shard_n * sizeof(float), cudaMemcpyDeviceToHost));
-    return absl::OkStatus();
+    const size_t shard_bytes = shard_n * sizeof(float);
+    const size_t at = static_cast<size_t>(rank()) * shard_bytes;
+    const size_t bytes = static_cast<size_t>(world_size()) * shard_bytes;
+    return staged(bytes, full, bytes, 0, shard, shard_bytes, at, [&](char* d, cudaStream_t s) {
+        return nccl_.reduce_scatter_sum_f32(reinterpret_cast<const float*>(d),
+                                            reinterpret_cast<float*>(d + at), shard_n, s);
+    });
 }
 
 absl::Status NcclHostCommunicator::barrier() {

@@ -25,10 +25,11 @@ class NcclHostCommunicator final : public Communicator {
     absl::Status barrier() override;
 
   private:
-    // Copies `in_bytes` from `in` to the device, runs `op` on (device buffer, stream), waits and
-    // copies `out_bytes` back to `out`; the buffer holds max(in, out) bytes.
+    // Copies host `in` (in_bytes) to byte `in_at` of a device buffer of `bytes`, runs `op` on
+    // (buffer, stream), waits polling NCCL, and copies `out_bytes` from byte `out_at` to `out`.
     template <typename Op>
-    absl::Status staged(const void* in, size_t in_bytes, void* out, size_t out_bytes, Op op);
+    absl::Status staged(size_t bytes, const void* in, size_t in_bytes, size_t in_at, void* out,
+                        size_t out_bytes, size_t out_at, Op op);
 
     DeviceContext& dev_;
     NcclCommunicator& nccl_;

@@ -36,6 +36,7 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using testing::have_gpu;
+using testing::param_rel_diff;
 using testing::random_batch;
 
 std::string config_json(bool tied) {
@@ -51,20 +52,6 @@ std::string config_json(bool tied) {
   "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
                       "partial_rotary_factor": 0.25},
   "max_position_embeddings": 4096, "dtype": "bfloat16"})";
-}
-
-// ||a - b|| / ||b|| over every parameter.
-double rel_diff(const ParamSet& a, const ParamSet& b) {
-    double d = 0, n = 0;
-    for (size_t i = 0; i < a.all().size(); ++i) {
-        const float* x = a.all()[i].value.data<float>();
-        const float* y = b.all()[i].value.data<float>();
-        for (int64_t j = 0; j < a.all()[i].value.numel(); ++j) {
-            d += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
-            n += static_cast<double>(y[j]) * y[j];
-        }
-    }
-    return std::sqrt(d / n);
 }
 
 constexpr int kSteps = 3;
@@ -172,13 +159,13 @@ TEST_CASE("FSDP at world size 1 over NCCL equals the single-device GPU model", "
             CHECK(got->losses[static_cast<size_t>(s)] ==
                   Approx(ref.losses[static_cast<size_t>(s)]).epsilon(1e-6));
         }
-        const double d = rel_diff(got->params, ref.params);
+        const double d = param_rel_diff(got->params, ref.params);
         std::printf("  tied=%d parameters after %d steps: rel diff %.3e\n", tied, kSteps, d);
         CHECK(d < 1e-6);
         // Gradient accumulation without communication: same parameters.
         auto acc = run_fsdp(*c, init, 0, 1, tmp.file(tied ? "rdv_ta" : "rdv_a"), 2, true);
         REQUIRE(acc.ok());
-        const double da = rel_diff(acc->params, ref.params);
+        const double da = param_rel_diff(acc->params, ref.params);
         std::printf("  tied=%d unsynced accumulation: rel diff %.3e\n", tied, da);
         CHECK(da < 1e-5);
     }
@@ -244,7 +231,7 @@ TEST_CASE("FSDP GPU checkpoint shards reload exactly, also from another world si
         REQUIRE((*fresh)->load_shards(files).ok());
         ParamSet loaded = init.zeros_like();
         REQUIRE((*fresh)->download(loaded).ok());
-        CHECK(rel_diff(loaded, trained->params) == 0.0);
+        CHECK(param_rel_diff(loaded, trained->params) == 0.0);
         // Masters and both moments: saving again gives the trained run's file, tensor for tensor.
         const std::string again = tmp.file("again" + std::to_string(world));
         REQUIRE((*fresh)->save_shard(again).ok());
@@ -300,11 +287,11 @@ TEST_CASE("FSDP at world size 2 equals one device taking the whole global batch"
             CHECK(runs[r]->losses[static_cast<size_t>(s)] ==
                   Approx(ref.losses[static_cast<size_t>(s)]).epsilon(1e-5));
         }
-        const double d = rel_diff(runs[r]->params, ref.params);
+        const double d = param_rel_diff(runs[r]->params, ref.params);
         std::printf("  rank %d parameters after %d steps: rel diff %.3e\n", r, kSteps, d);
         CHECK(d < 1e-4);
     }
-    CHECK(rel_diff(runs[0]->params, runs[1]->params) == 0.0);  // ranks agree exactly
+    CHECK(param_rel_diff(runs[0]->params, runs[1]->params) == 0.0);  // ranks agree exactly
 }
 #endif
 

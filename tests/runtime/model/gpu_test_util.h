@@ -1,6 +1,7 @@
 // Helpers shared by the GPU model tests (gpu_parity_test.cc, gpu_gdn_fused_test.cc,
-// dist/fsdp_gpu_test.cc): the skip with a printed reason, gradient files read back by HF name,
-// per-tensor cosine similarity, and random packed documents.
+// dist/fsdp_gpu_test.cc, train/trainer_gpu_test.cc): the skip with a printed reason, gradient
+// files read back by HF name, per-tensor cosine similarity, random packed documents, and the
+// relative difference of two parameter sets.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -74,6 +75,20 @@ inline PackedBatch random_batch(const std::vector<int32_t>& lengths, int64_t voc
     auto b = pack_documents(random_docs(lengths, vocab, seed), vocab);
     REQUIRE(b.ok());
     return *b;
+}
+
+// ||a - ref|| / ||ref|| over every parameter (same names and shapes).
+inline double param_rel_diff(const ParamSet& a, const ParamSet& ref) {
+    double d = 0, n = 0;
+    for (size_t i = 0; i < a.all().size(); ++i) {
+        const float* x = a.all()[i].value.data<float>();
+        const float* y = ref.all()[i].value.data<float>();
+        for (int64_t j = 0; j < a.all()[i].value.numel(); ++j) {
+            d += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
+            n += static_cast<double>(y[j]) * y[j];
+        }
+    }
+    return std::sqrt(d / n);
 }
 
 }  // namespace deltatune::testing

@@ -46,22 +46,13 @@ Run run(const TrainConfig& c, TrainerHooks hooks = {}) {
     return r;
 }
 
-// Relative L2 difference of two exported models' parameters.
-double param_rel_diff(const std::string& a_dir, const std::string& b_dir) {
-    auto a = load_hf_model(a_dir);
-    auto b = load_hf_model(b_dir);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < a->params.all().size(); ++i) {
-        const float* pa = a->params.all()[i].value.data<float>();
-        const float* pb = b->params.all()[i].value.data<float>();
-        for (int64_t j = 0; j < a->params.all()[i].value.numel(); ++j) {
-            diff += (double(pa[j]) - pb[j]) * (double(pa[j]) - pb[j]);
-            norm += double(pa[j]) * pa[j];
-        }
-    }
-    return std::sqrt(diff / norm);
+// Relative L2 difference of the parameters exported to `dir` from those of `ref_dir`.
+double export_rel_diff(const std::string& ref_dir, const std::string& dir) {
+    auto ref = load_hf_model(ref_dir);
+    auto got = load_hf_model(dir);
+    REQUIRE(ref.ok());
+    REQUIRE(got.ok());
+    return testing::param_rel_diff(got->params, ref->params);
 }
 
 TEST_CASE("GPU training matches the CPU reference path", "[cuda][train]") {
@@ -81,7 +72,7 @@ TEST_CASE("GPU training matches the CPU reference path", "[cuda][train]") {
     for (size_t i = 0; i < ref.losses.size(); ++i) {
         worst = std::max(worst, std::abs(got.losses[i] - ref.losses[i]) / ref.losses[i]);
     }
-    const double params = param_rel_diff(cpu.output_dir + "/export", gc.output_dir + "/export");
+    const double params = export_rel_diff(cpu.output_dir + "/export", gc.output_dir + "/export");
     WARN("GPU vs CPU over " << ref.losses.size() << " steps: max loss rel err " << worst
                             << ", exported parameters rel L2 diff " << params << ", eval loss "
                             << got.result->last_eval_loss << " vs " << ref.result->last_eval_loss);
@@ -178,7 +169,7 @@ TEST_CASE("GPU stop and resume through the sharded checkpoint equals the straigh
         worst = std::max(worst, std::abs(b - a.losses[i]) / a.losses[i]);
     }
     const double params =
-        param_rel_diff(straight.output_dir + "/export", interrupted.output_dir + "/export");
+        export_rel_diff(straight.output_dir + "/export", interrupted.output_dir + "/export");
     WARN("GPU resume at step 3 vs straight: max loss rel err "
          << worst << ", parameters rel L2 diff " << params);
     CHECK(worst < 1e-5);

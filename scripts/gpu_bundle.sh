@@ -16,6 +16,7 @@ for t in "$BUILD_DIR"/tests/*_tests; do
   strip --strip-all -o "$OUT/bin/$name" "$t"
 done
 for exe in deltatune deltatuned; do  # the CLI and the daemon (GPU jobs end to end)
+  [[ ${BUNDLE_DAEMON:-1} == 0 ]] && continue  # tests only: leaves out gRPC and its libraries
   if [[ -f "$BUILD_DIR/daemon/$exe" ]]; then
     strip --strip-all -o "$OUT/daemon/$exe" "$BUILD_DIR/daemon/$exe"
   fi

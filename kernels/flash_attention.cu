@@ -6,13 +6,15 @@
 // document list or max length is needed.
 //   forward:  block = 4 warps = 64 query rows of one head; key tiles of 64; online softmax in
 //             registers (FA2 layout: the score accumulators are reused as the A operand of P V).
-//   backward: a pre-pass forms d_o = dy * sigmoid(gate), dgate and delta = rowsum(d_o * o);
+//   backward: a pre-pass (attention_gate_backward) forms d_o = dy * sigmoid(gate), dgate and
+//             delta = rowsum(d_o * o);
 //             dk/dv: block = 32 keys of one kv head, looping over the group's query heads and the
 //             query tiles that can see them (warps split keys x head_dim halves);
 //             dq: block = 64 query rows, looping over key tiles. No atomics: deterministic.
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/attention_gate.h"
 #include "kernels/common/cuda_utils.cuh"
 
 namespace deltatune {
@@ -366,38 +368,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// One warp per (token, head): d_o = dy * sig(gate), dgate = dy * o * sig * (1 - sig),
-// delta = sum(d_o * o) with the rounded d_o.
-__global__ void attention_backward_prepare_kernel(bf16* d_o, float* delta, bf16* dgate,
-                                                  const bf16* dy, const bf16* o, const bf16* gate,
-                                                  Geom geo) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-    if (r >= geo.tokens * geo.q_heads) return;
-    const int lane = threadIdx.x & 31;
-    const int64_t t = r / geo.q_heads;
-    const int64_t h = r % geo.q_heads;
-    const int64_t off = r * kD + lane * 8;
-    const int64_t goff = t * geo.gate_token_stride + h * geo.gate_head_stride + lane * 8;
-    float dyv[8], ov[8], gv[8], dov[8], dgv[8];
-    cuda::load8(dy + off, dyv);
-    cuda::load8(o + off, ov);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) gv[i] = __bfloat162float(gate[goff + i]);
-    float dot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float sig = 1.0f / (1.0f + expf(-gv[i]));
-        dov[i] = __bfloat162float(__float2bfloat16_rn(dyv[i] * sig));
-        dgv[i] = dyv[i] * ov[i] * sig * (1.0f - sig);
-        dot += dov[i] * ov[i];
-    }
-    cuda::store8(d_o + off, dov);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dgate[goff + i] = __float2bfloat16_rn(dgv[i]);
-    dot = cuda::warp_sum(dot);
-    if (lane == 0) delta[r] = dot;
-}
-
 // dk, dv for 32 keys of one kv head. Warp w: keys 16 * (w % 2) .. + 16, head_dim half w / 2.
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dkdv_kernel(bf16* dk, bf16* dv, const bf16* q, const bf16* k, const bf16* v,
@@ -686,11 +656,12 @@ cudaError_t gated_attention_backward(bf16* dq, bf16* dk, bf16* dv, bf16* dgate, 
     auto* d_o = static_cast<bf16*>(workspace);
     auto* delta = reinterpret_cast<float*>(static_cast<char*>(workspace) +
                                            align256(sizeof(bf16) * rows * kD));
-    constexpr int kPrepWarps = 8;
-    attention_backward_prepare_kernel<<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
-                                        kPrepWarps * 32, 0, stream>>>(d_o, delta, dgate, dy, o,
-                                                                      a.gate, geo);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = attention_gate_backward(d_o, delta, dgate, dy, o,
+                                                {a.gate, a.gate_token_stride, a.gate_head_stride},
+                                                a.tokens, a.q_heads, stream);
+        e != cudaSuccess) {
+        return e;
+    }
     if (cudaError_t e = set_smem(attention_backward_dkdv_kernel, kDkdvSmem); e != cudaSuccess) {
         return e;
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "runtime/device/cuda_allocator.h"
@@ -17,6 +18,14 @@ using cudaStream_t = CUstream_st*;
 struct cublasContext;
 
 namespace deltatune {
+
+class CudnnAttention;  // kernels/cudnn_attention.h
+
+// The attention core that serves head_dim 256 on sm_90 in this build and environment: "flash"
+// (kernels/flash_attention.cu, handwritten and bitwise deterministic), or "cudnn" (cuDNN's fused
+// flash attention, kernels/cudnn_attention.h; 3x faster on Qwen3.5's shapes but not yet correct
+// for GQA and packed documents) when the build has it and DELTATUNE_ATTENTION=cudnn.
+std::string attention_core_choice();
 
 // Number of CUDA devices this process can use: 0 in a CPU-only build or without a driver/GPU.
 // `why_not` (optional) receives a one-line reason when the answer is 0.
@@ -42,11 +51,15 @@ class DeviceContext {
     // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
     absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
 
+    // cuDNN's attention when attention_core_choice() is "cudnn" (its handle is created on the
+    // first call), null when the handwritten kernel serves.
+    absl::StatusOr<CudnnAttention*> cudnn_attention() const;
+
     // Waits for all work on both streams (host sync: for tests and step boundaries only).
     absl::Status synchronize() const;
 
   private:
-    explicit DeviceContext(Device d) : device_(d) {}
+    explicit DeviceContext(Device d);  // out of line: CudnnAttention is incomplete here
     Device device_;
     cudaStream_t compute_ = nullptr;
     cudaStream_t comm_ = nullptr;
@@ -57,6 +70,7 @@ class DeviceContext {
     DeviceMemory gemm_workspace_;
     std::unique_ptr<Gemm> gemm_;
     cublasContext* blas_ = nullptr;
+    mutable std::unique_ptr<CudnnAttention> cudnn_attention_;
 };
 
 }  // namespace deltatune

@@ -1,12 +1,16 @@
 // Gated full-attention block on the GPU: q/k/v GEMMs (q_proj's output holds per head
 // [query | gate] and is read in place), fused q/k RMSNorm + partial RoPE, varlen causal GQA
-// attention with the sigmoid gate fused (flash kernel for head_dim 256, the generic kernel
-// otherwise), o_proj. Backward mirrors forward.
+// attention with the sigmoid gate (for head_dim 256 cuDNN's fused attention or the handwritten
+// flash kernel, see attention_core_choice(); the generic kernel otherwise), o_proj. Backward
+// mirrors forward.
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
 #include "kernels/attention.h"
 #include "kernels/attention_generic.h"
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+#include "kernels/cudnn_attention.h"
+#endif
 #include "kernels/qk_norm_rope.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -32,6 +36,7 @@ GatedAttentionArgs attention_args(const GpuCtx& x, const GpuAttentionActs& acts)
     a.kv_heads = x.c.num_key_value_heads;
     a.head_dim = D;
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.max_doc_tokens = x.b.max_doc_tokens;
     return a;
 }
 
@@ -73,7 +78,15 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         acts.k.as<bf16>(), acts.k_rstd.as<float>(), acts.k_raw.as<bf16>(), Hkv * D, D, w.k_norm.w,
         x.b.position_ids, T, Hkv, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
     const GatedAttentionArgs args = attention_args(x, acts);
-    if (use_fused(x, args)) {
+    DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
+    if (use_fused(x, args) && cudnn) {
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+        DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->forward_workspace_bytes(args));
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_RETURN_IF_ERROR(cudnn->forward(acts.y.as<bf16>(), acts.o.as<bf16>(),
+                                          acts.lse.as<float>(), args, work.get(), ws, s));
+#endif
+    } else if (use_fused(x, args)) {
         DT_CUDA_RETURN_IF_ERROR(gated_attention_forward(acts.y.as<bf16>(), acts.o.as<bf16>(),
                                                         acts.lse.as<float>(), args, s));
     } else {
@@ -101,7 +114,16 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     DT_ASSIGN_OR_RETURN(DeviceMemory dv, x.dev.allocate(b2 * T * Hkv * D));
     const GatedAttentionArgs args = attention_args(x, acts);
     bf16* dgate = dqg.as<bf16>() + D;
-    if (use_fused(x, args)) {
+    DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
+    if (use_fused(x, args) && cudnn) {
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+        DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->backward_workspace_bytes(args));
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_RETURN_IF_ERROR(cudnn->backward(dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate,
+                                           dy.as<bf16>(), acts.o.as<bf16>(), acts.lse.as<float>(),
+                                           args, work.get(), ws, s));
+#endif
+    } else if (use_fused(x, args)) {
         const size_t ws = gated_attention_backward_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_backward(

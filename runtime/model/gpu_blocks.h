@@ -43,6 +43,7 @@ struct GpuBatch {
     int64_t tokens = 0, num_docs = 0;
     const int32_t* cu_seqlens = nullptr;    // (num_docs + 1)
     const int32_t* position_ids = nullptr;  // (T)
+    int64_t max_doc_tokens = 0;             // the longest document (0: not known)
 };
 
 struct GpuCtx {

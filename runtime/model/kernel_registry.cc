@@ -98,6 +98,16 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
                                           ": the flash kernel serves head_dim 256 only")});
             continue;
         }
+        if (op == "gated_attention" && attention_core_choice() == "cudnn") {
+            r.ops.push_back(
+                {op, KernelKind::kLibrary,
+                 "cuDNN fused flash attention (kernels/cudnn_attention.cc) + "
+                 "kernels/attention_gate.cu (sm_90a)",
+                 "DELTATUNE_ATTENTION=cudnn (experimental: 3x faster than "
+                 "kernels/flash_attention.cu on Qwen3.5 shapes, not yet correct for GQA and "
+                 "packed documents)"});
+            continue;
+        }
         r.ops.push_back(
             {op, KernelKind::kFused, absl::StrCat(file, " (sm_90a)"), "fused kernel for this GPU"});
     }

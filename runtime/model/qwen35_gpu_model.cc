@@ -324,6 +324,10 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     const int32_t* base = m.batch_ints.as<int32_t>();
     m.ids = base;
     m.batch = GpuBatch{T, D, base + 3 * T, base + 2 * T};
+    for (int64_t d = 0; d < D; ++d) {
+        m.batch.max_doc_tokens =
+            std::max<int64_t>(m.batch.max_doc_tokens, pb.cu_seqlens[d + 1] - pb.cu_seqlens[d]);
+    }
     const size_t th = sizeof(bf16) * static_cast<size_t>(T * H);
     const int head_unit = m.layout.head_unit();
 

@@ -14,6 +14,9 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+#include "kernels/cudnn_attention.h"
+#endif
 #include "kernels/embedding.h"
 #include "kernels/fused_linear_cross_entropy.h"
 #include "kernels/grad_norm.h"
@@ -276,9 +279,13 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
                 10),
             4.0 * total, 0, ceil);
     }
-    {                      // Gated attention.
+    // Gated attention: the handwritten kernel and cuDNN's, on the packed batch and on one
+    // 8192-token document (benchmark.md's two SDPA rows).
+    for (const bool packed : {true, false}) {
+        const std::vector<int32_t> docs = packed ? lengths : std::vector<int32_t>{kTokens};
+        DeviceBuffer<int32_t> cu(awkward_cu_seqlens(docs));
         double pairs = 0;  // causal (query, key) pairs
-        for (int32_t l : lengths) pairs += 0.5 * l * (l + 1.0);
+        for (int32_t l : docs) pairs += 0.5 * l * (l + 1.0);
         const double fwd_flops = 4.0 * kHeadDim * kQHeads * pairs;
         const size_t qn = static_cast<size_t>(kTokens * kQHeads * kHeadDim);
         const size_t kvn = static_cast<size_t>(kTokens * kKvHeads * kHeadDim);
@@ -295,23 +302,25 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
         a.gate = bf16_ptr(qg) + kHeadDim;
         a.gate_token_stride = kQHeads * 2 * kHeadDim;
         a.gate_head_stride = 2 * kHeadDim;
-        a.cu_seqlens = d_cu.get();
-        a.num_docs = static_cast<int64_t>(lengths.size());
+        a.cu_seqlens = cu.get();
+        a.num_docs = static_cast<int64_t>(docs.size());
         a.tokens = kTokens;
         a.q_heads = kQHeads;
         a.kv_heads = kKvHeads;
         a.head_dim = kHeadDim;
         a.scale = 1.0f / 16;
+        a.max_doc_tokens = *std::max_element(docs.begin(), docs.end());
+        const std::string shape = packed ? " (packed)" : " (1 x 8192)";
         const size_t wsb = gated_attention_backward_workspace_bytes(a);
         DeviceBuffer<char> ws(wsb);
-        row("gated attention forward",
+        row(("flash attention forward" + shape).c_str(),
             median_ms(
                 [&] {
                     return gated_attention_forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, nullptr);
                 },
                 10),
             0, fwd_flops, ceil);
-        row("gated attention backward",
+        row(("flash attention backward" + shape).c_str(),
             median_ms(
                 [&] {
                     return gated_attention_backward(
@@ -320,6 +329,39 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
                 },
                 10),
             0, 2.5 * fwd_flops, ceil);
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+        auto made = CudnnAttention::create();
+        REQUIRE(made.ok());
+        CudnnAttention& cudnn = **made;
+        auto fwd_bytes = cudnn.forward_workspace_bytes(a);
+        auto bwd_bytes = cudnn.backward_workspace_bytes(a);
+        INFO(fwd_bytes.status().ToString() << " / " << bwd_bytes.status().ToString());
+        REQUIRE((fwd_bytes.ok() && bwd_bytes.ok()));
+        DeviceBuffer<char> cws(std::max(*fwd_bytes, *bwd_bytes));
+        std::printf("cuDNN plans: %d built in %.1f s\n", cudnn.plans_built(),
+                    cudnn.build_seconds());
+        auto as_cuda = [](const absl::Status& st) {
+            if (!st.ok()) std::printf("%s\n", st.ToString().c_str());
+            return st.ok() ? cudaSuccess : cudaErrorUnknown;
+        };
+        row(("cudnn attention forward" + shape).c_str(),
+            median_ms(
+                [&] {
+                    return as_cuda(cudnn.forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, cws.get(),
+                                                 cws.size(), nullptr));
+                },
+                10),
+            0, fwd_flops, ceil);
+        row(("cudnn attention backward" + shape).c_str(),
+            median_ms(
+                [&] {
+                    return as_cuda(cudnn.backward(
+                        bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
+                        bf16_ptr(dy), bf16_ptr(o), lse.get(), a, cws.get(), cws.size(), nullptr));
+                },
+                10),
+            0, 2.5 * fwd_flops, ceil);
+#endif
     }
     {  // Fused linear cross-entropy vs its three GEMMs alone.
         DeviceBuffer<uint16_t> x(Bf16Fill{static_cast<size_t>(th), 1.0f}),

@@ -1,6 +1,10 @@
 // The kernel registry and strict-mode validation, on synthetic machines (no GPU needed).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+
+#include "runtime/device/device_context.h"
 #include "runtime/model/kernel_registry.h"
 
 namespace deltatune {
@@ -33,7 +37,9 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     Qwen35Config c;
     c.head_dim = 256;
     KernelRegistry r = kernel_registry_for(m, &c);
-    CHECK(op(r, "gated_attention").kind == KernelKind::kFused);
+    // The handwritten kernel unless DELTATUNE_ATTENTION=cudnn picks cuDNN's (a library call).
+    CHECK(op(r, "gated_attention").kind ==
+          (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
     CHECK(op(r, "linear").kind == KernelKind::kLibrary);
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
     CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
@@ -50,6 +56,30 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     CHECK_FALSE(check_strict(r, gdn_core_ops()).ok());
     CHECK(format_registry(r).find("head_dim 32") != std::string::npos);
     CHECK(format_registry(r).find("linear head dims 0/0") != std::string::npos);
+}
+
+TEST_CASE("registry: the handwritten attention kernel unless DELTATUNE_ATTENTION=cudnn",
+          "[registry]") {
+    MachineInfo m;
+    m.sm_version = 90;
+    m.gpu_name = "NVIDIA H200";
+    Qwen35Config c;
+    c.head_dim = 256;
+    const char* old = std::getenv("DELTATUNE_ATTENTION");
+    const std::string saved = old ? old : "";
+    unsetenv("DELTATUNE_ATTENTION");
+    const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
+    CHECK(k.kind == KernelKind::kFused);
+    CHECK(k.implementation == "kernels/flash_attention.cu (sm_90a)");
+    setenv("DELTATUNE_ATTENTION", "cudnn", 1);
+    const KernelChoice opt_in = op(kernel_registry_for(m, &c), "gated_attention");
+    CHECK(opt_in.kind ==
+          (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
+    if (old) {
+        setenv("DELTATUNE_ATTENTION", saved.c_str(), 1);
+    } else {
+        unsetenv("DELTATUNE_ATTENTION");
+    }
 }
 
 TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {

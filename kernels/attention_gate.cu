@@ -1,0 +1,122 @@
+// Sigmoid output gate passes and cuDNN ragged offsets (attention_gate.h). One warp per
+// (token, head) row of 256 values, 8 per lane, 16-byte loads.
+#include "kernels/attention_gate.h"
+
+#include "kernels/common/cuda_utils.cuh"
+
+namespace deltatune {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kD = 256;
+constexpr int kWarps = 8;  // rows per block
+
+__device__ __forceinline__ void load_gate8(const bf16* p, float (&f)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(p[i]);
+}
+
+__global__ void gate_forward_kernel(bf16* y, const bf16* o, AttentionGateLayout g, int64_t rows,
+                                    int64_t q_heads) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t off = r * kD + lane * 8;
+    const int64_t goff = (r / q_heads) * g.token_stride + (r % q_heads) * g.head_stride + lane * 8;
+    float ov[8], gv[8], yv[8];
+    cuda::load8(o + off, ov);
+    load_gate8(g.gate + goff, gv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) yv[i] = ov[i] / (1.0f + expf(-gv[i]));
+    cuda::store8(y + off, yv);
+}
+
+__global__ void gate_backward_kernel(bf16* d_o, float* delta, bf16* dgate, const bf16* dy,
+                                     const bf16* o, AttentionGateLayout g, int64_t rows,
+                                     int64_t q_heads) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t off = r * kD + lane * 8;
+    const int64_t goff = (r / q_heads) * g.token_stride + (r % q_heads) * g.head_stride + lane * 8;
+    float dyv[8], ov[8], gv[8], dov[8], dgv[8];
+    cuda::load8(dy + off, dyv);
+    cuda::load8(o + off, ov);
+    load_gate8(g.gate + goff, gv);
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float sig = 1.0f / (1.0f + expf(-gv[i]));
+        dov[i] = __bfloat162float(__float2bfloat16_rn(dyv[i] * sig));
+        dgv[i] = dyv[i] * ov[i] * sig * (1.0f - sig);
+        dot += dov[i] * ov[i];
+    }
+    cuda::store8(d_o + off, dov);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dgate[goff + i] = __float2bfloat16_rn(dgv[i]);
+    if (delta == nullptr) return;
+    dot = cuda::warp_sum(dot);
+    if (lane == 0) delta[r] = dot;
+}
+
+__global__ void ragged_offsets_kernel(int32_t* seq_len, int32_t* q_off, int32_t* kv_off,
+                                      int32_t* stats_off, const int32_t* cu, int64_t num_docs,
+                                      int64_t slots, int64_t q_heads, int64_t kv_heads,
+                                      int64_t head_dim) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i > slots) return;
+    const int64_t start = cu[i < num_docs ? i : num_docs];
+    if (i < slots) seq_len[i] = i < num_docs ? cu[i + 1] - cu[i] : 0;
+    q_off[i] = static_cast<int32_t>(start * q_heads * head_dim);
+    kv_off[i] = static_cast<int32_t>(start * kv_heads * head_dim);
+    stats_off[i] = static_cast<int32_t>(start * q_heads);
+}
+
+unsigned row_blocks(int64_t rows) {
+    return static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+}
+
+bool layout_ok(const AttentionGateLayout& g) {
+    return g.gate && cuda::aligned16(g.gate) && g.token_stride % 8 == 0 && g.head_stride % 8 == 0;
+}
+
+}  // namespace
+
+cudaError_t attention_gate_forward(bf16* y, const bf16* o, AttentionGateLayout g, int64_t tokens,
+                                   int64_t q_heads, cudaStream_t stream) {
+    if (!layout_ok(g) || !cuda::aligned16(y) || !cuda::aligned16(o) || q_heads <= 0) {
+        return cudaErrorInvalidValue;
+    }
+    const int64_t rows = tokens * q_heads;
+    if (rows == 0) return cudaSuccess;
+    gate_forward_kernel<<<row_blocks(rows), kWarps * 32, 0, stream>>>(y, o, g, rows, q_heads);
+    return cudaGetLastError();
+}
+
+cudaError_t attention_gate_backward(bf16* d_o, float* delta, bf16* dgate, const bf16* dy,
+                                    const bf16* o, AttentionGateLayout g, int64_t tokens,
+                                    int64_t q_heads, cudaStream_t stream) {
+    if (!layout_ok(g) || !cuda::aligned16(d_o) || !cuda::aligned16(dy) || !cuda::aligned16(o) ||
+        q_heads <= 0) {
+        return cudaErrorInvalidValue;
+    }
+    const int64_t rows = tokens * q_heads;
+    if (rows == 0) return cudaSuccess;
+    gate_backward_kernel<<<row_blocks(rows), kWarps * 32, 0, stream>>>(d_o, delta, dgate, dy, o, g,
+                                                                       rows, q_heads);
+    return cudaGetLastError();
+}
+
+cudaError_t attention_ragged_offsets(int32_t* seq_len, int32_t* q_off, int32_t* kv_off,
+                                     int32_t* stats_off, const int32_t* cu_seqlens,
+                                     int64_t num_docs, int64_t slots, int64_t q_heads,
+                                     int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+    if (num_docs <= 0 || slots < num_docs) return cudaErrorInvalidValue;
+    ragged_offsets_kernel<<<static_cast<unsigned>((slots + 1 + 255) / 256), 256, 0, stream>>>(
+        seq_len, q_off, kv_off, stats_off, cu_seqlens, num_docs, slots, q_heads, kv_heads,
+        head_dim);
+    return cudaGetLastError();
+}
+
+}  // namespace deltatune

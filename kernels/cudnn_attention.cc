@@ -1,0 +1,452 @@
+// cuDNN fused flash attention for the gated attention op (cudnn_attention.h).
+#include "kernels/cudnn_attention.h"
+
+#include <cudnn.h>
+
+#include <chrono>
+#include <climits>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "cudnn_frontend.h"
+#include "kernels/attention_gate.h"
+
+namespace deltatune {
+
+namespace fe = cudnn_frontend;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr int64_t kD = 256;
+
+// Tensor uids of the variant packs (forward and backward share the input names).
+enum Uid : int64_t {
+    kQ = 1,
+    kK,
+    kV,
+    kO,
+    kStats,
+    kScale,
+    kSeqQ,
+    kSeqKv,
+    kQOff,
+    kKOff,
+    kVOff,
+    kOOff,
+    kStatsOff,
+    kDo,
+    kDoOff,
+    kDq,
+    kDqOff,
+    kDk,
+    kDkOff,
+    kDv,
+    kDvOff,
+};
+
+int64_t pow2_at_least(int64_t n, int64_t floor) {
+    int64_t p = floor;
+    while (p < n) p *= 2;
+    return p;
+}
+
+// The buckets a plan serves: batch slots, longest document, total tokens.
+struct Shape {
+    int64_t slots, max_len, max_tokens, q_heads, kv_heads;
+    auto tie() const { return std::tie(slots, max_len, max_tokens, q_heads, kv_heads); }
+    bool operator<(const Shape& o) const { return tie() < o.tie(); }
+};
+
+Shape shape_of(const GatedAttentionArgs& a) {
+    const int64_t longest = a.max_doc_tokens > 0 ? a.max_doc_tokens : a.tokens;
+    return {pow2_at_least(a.num_docs, 1), pow2_at_least(longest, 64), pow2_at_least(a.tokens, 1024),
+            a.q_heads, a.kv_heads};
+}
+
+absl::Status fe_status(fe::error_t e, const char* what) {
+    if (e.is_good()) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrCat("cuDNN attention ", what, ": ", e.get_message()));
+}
+
+absl::Status cudnn_status(cudnnStatus_t s, const char* what) {
+    if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(what, ": ", cudnnGetErrorString(s)));
+}
+
+absl::Status cuda_status(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Returns the frontend call's failure as a Status (the cuDNN reason included).
+#define DT_FE(expr, what)                                                      \
+    do {                                                                       \
+        if (absl::Status st_ = fe_status((expr), what); !st_.ok()) return st_; \
+    } while (0)
+
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// Ragged (tokens, heads, head_dim) tensor seen as (slots, heads, max_len, dim). Every slot starts
+// at its ragged offset, so the batch stride is never used: the dense one stands in for it (cuDNN
+// checks its alignment).
+void set_ragged(const TensorPtr& t, const Shape& s, int64_t heads, int64_t dim,
+                const TensorPtr& offsets) {
+    t->set_dim({s.slots, heads, s.max_len, dim})
+        .set_stride({s.max_len * heads * dim, dim, heads * dim, 1})
+        .set_ragged_offset(offsets);
+}
+
+struct Graphs {
+    std::shared_ptr<fe::graph::Graph> graph;
+    int64_t workspace = 0;  // cuDNN's own
+};
+
+struct Builder {
+    std::shared_ptr<fe::graph::Graph> g = std::make_shared<fe::graph::Graph>();
+    const Shape& s;
+    // With a kernel cache the graph is built for dynamic shapes: plans for other buckets reuse
+    // the kernels compiled for the first (cuDNN compiles its attention kernels at plan time, which
+    // takes seconds per plan otherwise).
+    Builder(const Shape& shape, std::shared_ptr<fe::KernelCache> cache) : s(shape) {
+        g->set_io_data_type(fe::DataType_t::BFLOAT16)
+            .set_intermediate_data_type(fe::DataType_t::FLOAT)
+            .set_compute_data_type(fe::DataType_t::FLOAT);
+        if (cache) g->set_dynamic_shape_enabled(true).set_kernel_cache(std::move(cache));
+    }
+    TensorPtr ints(Uid uid, int64_t n, const char* name) {
+        return g->tensor(fe::graph::Tensor_attributes()
+                             .set_uid(uid)
+                             .set_name(name)
+                             .set_dim({n, 1, 1, 1})
+                             .set_stride({1, 1, 1, 1})
+                             .set_data_type(fe::DataType_t::INT32));
+    }
+    TensorPtr offsets(Uid uid, const char* name) { return ints(uid, s.slots + 1, name); }
+    TensorPtr input(Uid uid, Uid off, int64_t heads, const char* name) {
+        auto t = g->tensor(fe::graph::Tensor_attributes().set_uid(uid).set_name(name));
+        set_ragged(t, s, heads, kD, offsets(off, name));
+        return t;
+    }
+    TensorPtr scale() {
+        return g->tensor(fe::graph::Tensor_attributes()
+                             .set_uid(kScale)
+                             .set_name("scale")
+                             .set_dim({1, 1, 1, 1})
+                             .set_stride({1, 1, 1, 1})
+                             .set_is_pass_by_value(true)
+                             .set_data_type(fe::DataType_t::FLOAT));
+    }
+    TensorPtr stats(TensorPtr t) {
+        t->set_uid(kStats)
+            .set_data_type(fe::DataType_t::FLOAT)
+            .set_dim({s.slots, s.q_heads, s.max_len, 1})
+            .set_stride({s.max_len * s.q_heads, 1, s.q_heads, 1})
+            .set_ragged_offset(offsets(kStatsOff, "stats_off"));
+        return t;
+    }
+    absl::StatusOr<Graphs> finish(cudnnHandle_t h) {
+        DT_FE(g->validate(), "validate");
+        DT_FE(g->build_operation_graph(h), "build_operation_graph");
+        DT_FE(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+        DT_FE(g->check_support(h), "check_support");
+        DT_FE(g->build_plans(h, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans");
+        Graphs out{g, 0};
+        DT_FE(g->get_workspace_size(out.workspace), "get_workspace_size");
+        return out;
+    }
+};
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+    cudnnHandle_t handle = nullptr;
+    std::map<Shape, Graphs> forward, backward;
+    // Shared by the dynamic-shape plans; null once cuDNN refused dynamic shapes (then every
+    // bucket compiles its own).
+    std::shared_ptr<fe::KernelCache> forward_cache = std::make_shared<fe::KernelCache>();
+    std::shared_ptr<fe::KernelCache> backward_cache = std::make_shared<fe::KernelCache>();
+    double build_seconds = 0;
+
+    absl::StatusOr<const Graphs*> forward_graph(const Shape& s);
+    absl::StatusOr<const Graphs*> backward_graph(const Shape& s);
+    absl::StatusOr<Graphs> build_forward(const Shape& s, std::shared_ptr<fe::KernelCache> cache);
+    absl::StatusOr<Graphs> build_backward(const Shape& s, std::shared_ptr<fe::KernelCache> cache);
+};
+
+namespace {
+
+// Builds with the shared kernel cache, or, if cuDNN refuses dynamic shapes, without it from then
+// on; accounts the time spent.
+template <typename Build>
+absl::StatusOr<Graphs> build_timed(std::shared_ptr<fe::KernelCache>& cache, double& seconds,
+                                   Build build) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<Graphs> g = build(cache);
+    if (!g.ok() && cache) {
+        cache.reset();
+        g = build(cache);
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return g;
+}
+
+}  // namespace
+
+absl::StatusOr<const Graphs*> CudnnAttention::Impl::forward_graph(const Shape& s) {
+    if (auto it = forward.find(s); it != forward.end()) return &it->second;
+    absl::StatusOr<Graphs> built = build_timed(forward_cache, build_seconds,
+                                               [&](auto cache) { return build_forward(s, cache); });
+    if (!built.ok()) return built.status();
+    return &forward.emplace(s, *std::move(built)).first->second;
+}
+
+absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s,
+                                                           std::shared_ptr<fe::KernelCache> cache) {
+    Builder b(s, std::move(cache));
+    auto q = b.input(kQ, kQOff, s.q_heads, "q");
+    auto k = b.input(kK, kKOff, s.kv_heads, "k");
+    auto v = b.input(kV, kVOff, s.kv_heads, "v");
+    auto opts = fe::graph::SDPA_attributes()
+                    .set_name("gated_attention_forward")
+                    .set_generate_stats(true)
+                    .set_causal_mask(true)
+                    .set_attn_scale(b.scale())
+                    .set_padding_mask(true)
+                    .set_seq_len_q(b.ints(kSeqQ, s.slots, "seq_q"))
+                    .set_seq_len_kv(b.ints(kSeqKv, s.slots, "seq_kv"));
+    auto [o, stats] = b.g->sdpa(q, k, v, opts);
+    o->set_output(true).set_uid(kO);
+    set_ragged(o, s, s.q_heads, kD, b.offsets(kOOff, "o_off"));
+    b.stats(stats)->set_output(true);
+    return b.finish(handle);
+}
+
+absl::StatusOr<const Graphs*> CudnnAttention::Impl::backward_graph(const Shape& s) {
+    if (auto it = backward.find(s); it != backward.end()) return &it->second;
+    absl::StatusOr<Graphs> built = build_timed(
+        backward_cache, build_seconds, [&](auto cache) { return build_backward(s, cache); });
+    if (!built.ok()) return built.status();
+    return &backward.emplace(s, *std::move(built)).first->second;
+}
+
+absl::StatusOr<Graphs> CudnnAttention::Impl::build_backward(
+    const Shape& s, std::shared_ptr<fe::KernelCache> cache) {
+    Builder b(s, std::move(cache));
+    auto q = b.input(kQ, kQOff, s.q_heads, "q");
+    auto k = b.input(kK, kKOff, s.kv_heads, "k");
+    auto v = b.input(kV, kVOff, s.kv_heads, "v");
+    auto o = b.input(kO, kOOff, s.q_heads, "o");
+    auto d_o = b.input(kDo, kDoOff, s.q_heads, "d_o");
+    auto stats = b.stats(b.g->tensor(fe::graph::Tensor_attributes().set_name("stats")));
+    // The workspace (fp32 dq accumulation) is sized by the tokens present, not slots x max_len.
+    auto opts = fe::graph::SDPA_backward_attributes()
+                    .set_name("gated_attention_backward")
+                    .set_causal_mask(true)
+                    .set_attn_scale(b.scale())
+                    .set_padding_mask(true)
+                    .set_seq_len_q(b.ints(kSeqQ, s.slots, "seq_q"))
+                    .set_seq_len_kv(b.ints(kSeqKv, s.slots, "seq_kv"))
+                    .set_max_total_seq_len_q(s.max_tokens)
+                    .set_max_total_seq_len_kv(s.max_tokens);
+    auto [dq, dk, dv] = b.g->sdpa_backward(q, k, v, o, d_o, stats, opts);
+    dq->set_output(true).set_uid(kDq);
+    dk->set_output(true).set_uid(kDk);
+    dv->set_output(true).set_uid(kDv);
+    set_ragged(dq, s, s.q_heads, kD, b.offsets(kDqOff, "dq_off"));
+    set_ragged(dk, s, s.kv_heads, kD, b.offsets(kDkOff, "dk_off"));
+    set_ragged(dv, s, s.kv_heads, kD, b.offsets(kDvOff, "dv_off"));
+    return b.finish(handle);
+}
+
+namespace {
+
+size_t align256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
+// The device-side ragged description of a batch at the front of the workspace: four int32
+// arrays, each 256-byte aligned (cuDNN reads them as 16-byte aligned tensors).
+struct Ragged {
+    int32_t *seq_len, *q_off, *kv_off, *stats_off;
+    static size_t ints_per_array(const Shape& s) {
+        return align256(sizeof(int32_t) * static_cast<size_t>(s.slots + 1)) / sizeof(int32_t);
+    }
+    static size_t bytes(const Shape& s) { return 4 * sizeof(int32_t) * ints_per_array(s); }
+    static Ragged at(void* w, const Shape& s) {
+        auto* p = static_cast<int32_t*>(w);
+        const size_t n = ints_per_array(s);
+        return {p, p + n, p + 2 * n, p + 3 * n};
+    }
+};
+
+absl::Status check_args(const GatedAttentionArgs& a) {
+    if (!gated_attention_supported(a)) {
+        return absl::InvalidArgumentError("cuDNN attention: unsupported gated attention arguments");
+    }
+    // Ragged offsets are int32 element offsets.
+    if (a.tokens * a.q_heads * kD > INT_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat("cuDNN attention: ", a.tokens, " tokens x ",
+                                                       a.q_heads,
+                                                       " heads overflow its 32-bit offsets"));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status fill_ragged(const Ragged& r, const GatedAttentionArgs& a, const Shape& s,
+                         cudaStream_t stream) {
+    return cuda_status(
+        attention_ragged_offsets(r.seq_len, r.q_off, r.kv_off, r.stats_off, a.cu_seqlens,
+                                 a.num_docs, s.slots, a.q_heads, a.kv_heads, kD, stream),
+        "attention_ragged_offsets");
+}
+
+absl::Status check_workspace(const absl::StatusOr<size_t>& need, size_t have, const char* what) {
+    if (!need.ok()) return need.status();
+    if (have >= *need) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuDNN attention ", what, ": workspace of ", have, " bytes, needs ", *need));
+}
+
+absl::Status execute(cudnnHandle_t handle, const Graphs& g,
+                     std::unordered_map<int64_t, void*>& pack, void* workspace,
+                     cudaStream_t stream) {
+    if (absl::Status st = cudnn_status(cudnnSetStream(handle, stream), "cudnnSetStream");
+        !st.ok()) {
+        return st;
+    }
+    DT_FE(g.graph->execute(handle, pack, workspace), "execute");
+    return absl::OkStatus();
+}
+
+}  // namespace
+
+CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudnnAttention::~CudnnAttention() {
+    if (impl_ && impl_->handle) cudnnDestroy(impl_->handle);
+}
+
+absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::create() {
+    auto impl = std::make_unique<Impl>();
+    if (absl::Status st = cudnn_status(cudnnCreate(&impl->handle), "cudnnCreate"); !st.ok()) {
+        return st;
+    }
+    return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
+}
+
+int CudnnAttention::plans_built() const {
+    return static_cast<int>(impl_->forward.size() + impl_->backward.size());
+}
+
+double CudnnAttention::build_seconds() const {
+    return impl_->build_seconds;
+}
+
+bool CudnnAttention::dynamic_shapes() const {
+    return impl_->forward_cache && impl_->backward_cache;
+}
+
+absl::StatusOr<size_t> CudnnAttention::forward_workspace_bytes(const GatedAttentionArgs& a) {
+    if (absl::Status st = check_args(a); !st.ok()) return st;
+    const Shape s = shape_of(a);
+    absl::StatusOr<const Graphs*> g = impl_->forward_graph(s);
+    if (!g.ok()) return g.status();
+    return Ragged::bytes(s) + align256(static_cast<size_t>((*g)->workspace));
+}
+
+absl::StatusOr<size_t> CudnnAttention::backward_workspace_bytes(const GatedAttentionArgs& a) {
+    if (absl::Status st = check_args(a); !st.ok()) return st;
+    const Shape s = shape_of(a);
+    absl::StatusOr<const Graphs*> g = impl_->backward_graph(s);
+    if (!g.ok()) return g.status();
+    const size_t d_o = align256(sizeof(bf16) * static_cast<size_t>(a.tokens * a.q_heads * kD));
+    return Ragged::bytes(s) + d_o + align256(static_cast<size_t>((*g)->workspace));
+}
+
+absl::Status CudnnAttention::forward(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    if (absl::Status st = check_workspace(forward_workspace_bytes(a), workspace_bytes, "forward");
+        !st.ok() || a.tokens == 0) {
+        return st;
+    }
+    const Shape s = shape_of(a);
+    const Graphs& g = impl_->forward.at(s);
+    const Ragged r = Ragged::at(workspace, s);
+    if (absl::Status st = fill_ragged(r, a, s, stream); !st.ok()) return st;
+    float scale = a.scale;
+    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<bf16*>(a.q)},
+                                               {kK, const_cast<bf16*>(a.k)},
+                                               {kV, const_cast<bf16*>(a.v)},
+                                               {kO, o},
+                                               {kStats, lse},
+                                               {kScale, &scale},
+                                               {kSeqQ, r.seq_len},
+                                               {kSeqKv, r.seq_len},
+                                               {kQOff, r.q_off},
+                                               {kKOff, r.kv_off},
+                                               {kVOff, r.kv_off},
+                                               {kOOff, r.q_off},
+                                               {kStatsOff, r.stats_off}};
+    if (absl::Status st = execute(impl_->handle, g, pack,
+                                  static_cast<char*>(workspace) + Ragged::bytes(s), stream);
+        !st.ok()) {
+        return st;
+    }
+    return cuda_status(
+        attention_gate_forward(y, o, {a.gate, a.gate_token_stride, a.gate_head_stride}, a.tokens,
+                               a.q_heads, stream),
+        "attention_gate_forward");
+}
+
+absl::Status CudnnAttention::backward(bf16* dq, bf16* dk, bf16* dv, bf16* dgate, const bf16* dy,
+                                      const bf16* o, const float* lse, const GatedAttentionArgs& a,
+                                      void* workspace, size_t workspace_bytes,
+                                      cudaStream_t stream) {
+    if (absl::Status st = check_workspace(backward_workspace_bytes(a), workspace_bytes, "backward");
+        !st.ok() || a.tokens == 0) {
+        return st;
+    }
+    const Shape s = shape_of(a);
+    const Graphs& g = impl_->backward.at(s);
+    const Ragged r = Ragged::at(workspace, s);
+    auto* d_o = reinterpret_cast<bf16*>(static_cast<char*>(workspace) + Ragged::bytes(s));
+    char* cudnn_ws = reinterpret_cast<char*>(d_o) +
+                     align256(sizeof(bf16) * static_cast<size_t>(a.tokens * a.q_heads * kD));
+    if (absl::Status st = fill_ragged(r, a, s, stream); !st.ok()) return st;
+    if (absl::Status st =
+            cuda_status(attention_gate_backward(d_o, nullptr, dgate, dy, o,
+                                                {a.gate, a.gate_token_stride, a.gate_head_stride},
+                                                a.tokens, a.q_heads, stream),
+                        "attention_gate_backward");
+        !st.ok()) {
+        return st;
+    }
+    float scale = a.scale;
+    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<bf16*>(a.q)},
+                                               {kK, const_cast<bf16*>(a.k)},
+                                               {kV, const_cast<bf16*>(a.v)},
+                                               {kO, const_cast<bf16*>(o)},
+                                               {kDo, d_o},
+                                               {kStats, const_cast<float*>(lse)},
+                                               {kScale, &scale},
+                                               {kSeqQ, r.seq_len},
+                                               {kSeqKv, r.seq_len},
+                                               {kQOff, r.q_off},
+                                               {kKOff, r.kv_off},
+                                               {kVOff, r.kv_off},
+                                               {kOOff, r.q_off},
+                                               {kDoOff, r.q_off},
+                                               {kStatsOff, r.stats_off},
+                                               {kDq, dq},
+                                               {kDqOff, r.q_off},
+                                               {kDk, dk},
+                                               {kDkOff, r.kv_off},
+                                               {kDv, dv},
+                                               {kDvOff, r.kv_off}};
+    return execute(impl_->handle, g, pack, cudnn_ws, stream);
+}
+
+}  // namespace deltatune

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fetches NVIDIA's cudnn-frontend headers (header-only C++ over the cuDNN library; MIT licence)
+# into $BUILD_DIR/_deps/cudnn_frontend/include: the graph API that builds cuDNN's fused flash
+# attention (kernels/cudnn_attention.cc). The headers ship in the PyPI wheel
+# nvidia-cudnn-frontend, pinned here by version and sha256. Idempotent; needs the Python
+# environment of scripts/python-env.sh (its pip reaches PyPI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+VERSION=1.32.0
+WHEEL=nvidia_cudnn_frontend-$VERSION-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+SHA256=8b354a8e550c083eb247f1eb39a7d69a4a269075f5a01e4fcbd2531680b17239
+DEST=$BUILD_DIR/_deps/cudnn_frontend
+if [[ -f $DEST/.version && $(cat "$DEST/.version") == "$VERSION" ]]; then exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$BUILD_DIR/pyenv/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$VERSION"
+echo "$SHA256  $tmp/$WHEEL" | sha256sum -c --quiet
+rm -rf "$DEST" && mkdir -p "$DEST"
+python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('include/')])" "$tmp/$WHEEL" "$DEST"
+echo "$VERSION" > "$DEST/.version"
+echo "fetch-cudnn-frontend: $DEST/include (cudnn-frontend $VERSION)"

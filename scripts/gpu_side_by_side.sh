@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# benchmark.md's headline comparison in one device run: the peer (shared/bench/bench_peer.py,
+# transformers + flash-linear-attention 0.5.2, 1D packed, activation checkpointing per layer)
+# next to `deltatune bench` (per-layer recompute, and the automatic policy) on the 27B-slice.
+# Needs, carried: the bundle (gpu_bundle.sh), .peer/bench_peer.py (a copy of the shared script)
+# and .carry/ (the fla package, unzipped from the flash-linear-attention and fla-core wheels).
+#   BUNDLE_DIR=.device-build bash scripts/gpu_side_by_side.sh
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+O=${OUT:-/tmp}; CFG=configs/models/qwen3.8-27b-slice.json
+field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1].removeprefix('RESULT ')); print(d.get(sys.argv[2]))" "$@"; }
+# FLA 0.5.2 refuses its gated chunk_bwd_dqkwg on Hopper with Triton 3.4-3.7.0 (its issue #640:
+# wrong results; the image has Triton 3.6). The peer is timed with that guard lifted, so its
+# backward's numbers are suspect but its speed is what it would be.
+P=/tmp/peer; rm -rf $P; mkdir -p $P/bench; cp -r .carry $P/.carry; cp .peer/bench_peer.py $P/bench/
+sed -i 's/if g is not None and IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:/if False:/' \
+  $P/.carry/fla/ops/common/chunk_o.py
+peer() {  # NAME [flags...]
+  local name=$1; shift
+  timeout ${PEER_TIMEOUT:-200} python3 $P/bench/bench_peer.py --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
+  grep '^RESULT' "$O/$name.log" | tail -1 > "$O/$name.json" || tail -5 "$O/$name.log"
+}
+peer peer_fla --profile --tag fla-packed-ckpt  # the peer's optimised row (documents leak)
+[[ ${PEER_CU:-1} == 1 ]] && peer peer_fla_cu --cu --tag fla-packed-cu  # documents kept apart
+"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
+"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
+printf '%-16s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
+for f in peer_fla peer_fla_cu; do
+  printf '%-16s %-10s %-8s %-9s %s\n' $f "$(field $O/$f.json real_tok_s)" - "$(field $O/$f.json peak_gib)" "$(field $O/$f.json gpu_kernels)"
+done
+for f in dt_layer dt_auto; do
+  printf '%-16s %-10.0f %-8.3f %-9.2f %s\n' $f "$(field $O/$f.json tokens_per_s)" "$(field $O/$f.json mfu)" \
+    "$(field $O/$f.json device_used_gib_cudaMemGetInfo)" "$(field $O/$f.json kernel_launches_per_step) / $(field $O/$f.json kernel_launches_per_layer) per layer"
+done
+field $O/peer_fla.json impl_chunk_gated_delta_rule; field $O/peer_fla.json fla_available

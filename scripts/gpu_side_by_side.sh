@@ -5,6 +5,8 @@
 # Needs, carried: the bundle (gpu_bundle.sh), .peer/bench_peer.py (a copy of the shared script)
 # and .carry/ (the fla package, unzipped from the flash-linear-attention and fla-core wheels).
 #   BUNDLE_DIR=.device-build bash scripts/gpu_side_by_side.sh
+# PEER_PROFILE=1 adds the peer's profiled step (kernel counts; the torch profiler takes minutes),
+# PEER_CU=0 skips its document-isolated variant, PEER_TIMEOUT (s) bounds each peer run.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -23,7 +25,7 @@ peer() {  # NAME [flags...]
   timeout ${PEER_TIMEOUT:-200} python3 $P/bench/bench_peer.py --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
   grep '^RESULT' "$O/$name.log" | tail -1 > "$O/$name.json" || tail -5 "$O/$name.log"
 }
-peer peer_fla --profile --tag fla-packed-ckpt  # the peer's optimised row (documents leak)
+peer peer_fla ${PEER_PROFILE:+--profile} --tag fla-packed-ckpt  # the peer's optimised row (documents leak)
 [[ ${PEER_CU:-1} == 1 ]] && peer peer_fla_cu --cu --tag fla-packed-cu  # documents kept apart
 "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
 "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"

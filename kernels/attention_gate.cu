@@ -17,13 +17,23 @@ __device__ __forceinline__ void load_gate8(const bf16* p, float (&f)[8]) {
     for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(p[i]);
 }
 
+// Row r = (token, head) of the 256-wide rows: this lane's offsets in o-like tensors and in the
+// gate.
+struct RowAt {
+    int64_t off, goff;
+};
+__device__ __forceinline__ RowAt row_at(const AttentionGateLayout& g, int64_t r, int64_t q_heads,
+                                        int lane) {
+    return {r * kD + lane * 8,
+            (r / q_heads) * g.token_stride + (r % q_heads) * g.head_stride + lane * 8};
+}
+
 __global__ void gate_forward_kernel(bf16* y, const bf16* o, AttentionGateLayout g, int64_t rows,
                                     int64_t q_heads) {
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int lane = threadIdx.x & 31;
-    const int64_t off = r * kD + lane * 8;
-    const int64_t goff = (r / q_heads) * g.token_stride + (r % q_heads) * g.head_stride + lane * 8;
+    const auto [off, goff] = row_at(g, r, q_heads, lane);
     float ov[8], gv[8], yv[8];
     cuda::load8(o + off, ov);
     load_gate8(g.gate + goff, gv);
@@ -38,8 +48,7 @@ __global__ void gate_backward_kernel(bf16* d_o, float* delta, bf16* dgate, const
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int lane = threadIdx.x & 31;
-    const int64_t off = r * kD + lane * 8;
-    const int64_t goff = (r / q_heads) * g.token_stride + (r % q_heads) * g.head_stride + lane * 8;
+    const auto [off, goff] = row_at(g, r, q_heads, lane);
     float dyv[8], ov[8], gv[8], dov[8], dgv[8];
     cuda::load8(dy + off, dyv);
     cuda::load8(o + off, ov);

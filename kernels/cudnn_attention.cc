@@ -282,6 +282,30 @@ struct Ragged {
     }
 };
 
+// The backward's gated d_o in the workspace, after the ragged arrays.
+size_t d_o_bytes(const GatedAttentionArgs& a) {
+    return align256(sizeof(bf16) * static_cast<size_t>(a.tokens * a.q_heads * kD));
+}
+
+// The variant-pack entries forward and backward share: q, k, v, o, the lse, the scale, the
+// document lengths and the ragged offsets of those tensors.
+std::unordered_map<int64_t, void*> shared_pack(const GatedAttentionArgs& a, const Ragged& r,
+                                               const bf16* o, const float* lse, float* scale) {
+    return {{kQ, const_cast<bf16*>(a.q)},
+            {kK, const_cast<bf16*>(a.k)},
+            {kV, const_cast<bf16*>(a.v)},
+            {kO, const_cast<bf16*>(o)},
+            {kStats, const_cast<float*>(lse)},
+            {kScale, scale},
+            {kSeqQ, r.seq_len},
+            {kSeqKv, r.seq_len},
+            {kQOff, r.q_off},
+            {kKOff, r.kv_off},
+            {kVOff, r.kv_off},
+            {kOOff, r.q_off},
+            {kStatsOff, r.stats_off}};
+}
+
 absl::Status check_args(const GatedAttentionArgs& a) {
     if (!gated_attention_supported(a)) {
         return absl::InvalidArgumentError("cuDNN attention: unsupported gated attention arguments");
@@ -362,8 +386,7 @@ absl::StatusOr<size_t> CudnnAttention::backward_workspace_bytes(const GatedAtten
     const Shape s = shape_of(a);
     absl::StatusOr<const Graphs*> g = impl_->backward_graph(s);
     if (!g.ok()) return g.status();
-    const size_t d_o = align256(sizeof(bf16) * static_cast<size_t>(a.tokens * a.q_heads * kD));
-    return Ragged::bytes(s) + d_o + align256(static_cast<size_t>((*g)->workspace));
+    return Ragged::bytes(s) + d_o_bytes(a) + align256(static_cast<size_t>((*g)->workspace));
 }
 
 absl::Status CudnnAttention::forward(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,
@@ -377,19 +400,7 @@ absl::Status CudnnAttention::forward(bf16* y, bf16* o, float* lse, const GatedAt
     const Ragged r = Ragged::at(workspace, s);
     if (absl::Status st = fill_ragged(r, a, s, stream); !st.ok()) return st;
     float scale = a.scale;
-    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<bf16*>(a.q)},
-                                               {kK, const_cast<bf16*>(a.k)},
-                                               {kV, const_cast<bf16*>(a.v)},
-                                               {kO, o},
-                                               {kStats, lse},
-                                               {kScale, &scale},
-                                               {kSeqQ, r.seq_len},
-                                               {kSeqKv, r.seq_len},
-                                               {kQOff, r.q_off},
-                                               {kKOff, r.kv_off},
-                                               {kVOff, r.kv_off},
-                                               {kOOff, r.q_off},
-                                               {kStatsOff, r.stats_off}};
+    std::unordered_map<int64_t, void*> pack = shared_pack(a, r, o, lse, &scale);
     if (absl::Status st = execute(impl_->handle, g, pack,
                                   static_cast<char*>(workspace) + Ragged::bytes(s), stream);
         !st.ok()) {
@@ -413,8 +424,7 @@ absl::Status CudnnAttention::backward(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
     const Graphs& g = impl_->backward.at(s);
     const Ragged r = Ragged::at(workspace, s);
     auto* d_o = reinterpret_cast<bf16*>(static_cast<char*>(workspace) + Ragged::bytes(s));
-    char* cudnn_ws = reinterpret_cast<char*>(d_o) +
-                     align256(sizeof(bf16) * static_cast<size_t>(a.tokens * a.q_heads * kD));
+    char* cudnn_ws = reinterpret_cast<char*>(d_o) + d_o_bytes(a);
     if (absl::Status st = fill_ragged(r, a, s, stream); !st.ok()) return st;
     if (absl::Status st =
             cuda_status(attention_gate_backward(d_o, nullptr, dgate, dy, o,
@@ -425,27 +435,15 @@ absl::Status CudnnAttention::backward(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
         return st;
     }
     float scale = a.scale;
-    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<bf16*>(a.q)},
-                                               {kK, const_cast<bf16*>(a.k)},
-                                               {kV, const_cast<bf16*>(a.v)},
-                                               {kO, const_cast<bf16*>(o)},
-                                               {kDo, d_o},
-                                               {kStats, const_cast<float*>(lse)},
-                                               {kScale, &scale},
-                                               {kSeqQ, r.seq_len},
-                                               {kSeqKv, r.seq_len},
-                                               {kQOff, r.q_off},
-                                               {kKOff, r.kv_off},
-                                               {kVOff, r.kv_off},
-                                               {kOOff, r.q_off},
-                                               {kDoOff, r.q_off},
-                                               {kStatsOff, r.stats_off},
-                                               {kDq, dq},
-                                               {kDqOff, r.q_off},
-                                               {kDk, dk},
-                                               {kDkOff, r.kv_off},
-                                               {kDv, dv},
-                                               {kDvOff, r.kv_off}};
+    std::unordered_map<int64_t, void*> pack = shared_pack(a, r, o, lse, &scale);
+    pack.insert({{kDo, d_o},
+                 {kDoOff, r.q_off},
+                 {kDq, dq},
+                 {kDqOff, r.q_off},
+                 {kDk, dk},
+                 {kDkOff, r.kv_off},
+                 {kDv, dv},
+                 {kDvOff, r.kv_off}});
     return execute(impl_->handle, g, pack, cudnn_ws, stream);
 }
 

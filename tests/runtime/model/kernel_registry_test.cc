@@ -10,6 +10,13 @@
 namespace deltatune {
 namespace {
 
+MachineInfo h200() {
+    MachineInfo m;
+    m.sm_version = 90;
+    m.gpu_name = "NVIDIA H200";
+    return m;
+}
+
 const KernelChoice& op(const KernelRegistry& r, const std::string& name) {
     for (const auto& k : r.ops)
         if (k.op == name) return k;
@@ -31,9 +38,7 @@ TEST_CASE("registry on a machine without a GPU: CPU references, strict mode fail
 
 TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head dims",
           "[registry]") {
-    MachineInfo m;
-    m.sm_version = 90;
-    m.gpu_name = "NVIDIA H200";
+    const MachineInfo m = h200();
     Qwen35Config c;
     c.head_dim = 256;
     KernelRegistry r = kernel_registry_for(m, &c);
@@ -60,9 +65,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
 
 TEST_CASE("registry: the handwritten attention kernel unless DELTATUNE_ATTENTION=cudnn",
           "[registry]") {
-    MachineInfo m;
-    m.sm_version = 90;
-    m.gpu_name = "NVIDIA H200";
+    const MachineInfo m = h200();
     Qwen35Config c;
     c.head_dim = 256;
     const char* old = std::getenv("DELTATUNE_ATTENTION");
@@ -83,9 +86,7 @@ TEST_CASE("registry: the handwritten attention kernel unless DELTATUNE_ATTENTION
 }
 
 TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {
-    MachineInfo m;
-    m.sm_version = 90;
-    m.gpu_name = "NVIDIA H200";
+    const MachineInfo m = h200();
     Qwen35Config c;
     c.head_dim = 256;
     c.linear_num_key_heads = 16;

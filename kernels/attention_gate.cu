@@ -69,17 +69,17 @@ __global__ void gate_backward_kernel(bf16* d_o, float* delta, bf16* dgate, const
     if (lane == 0) delta[r] = dot;
 }
 
-__global__ void ragged_offsets_kernel(int32_t* seq_len, int32_t* q_off, int32_t* kv_off,
-                                      int32_t* stats_off, const int32_t* cu, int64_t num_docs,
+__global__ void ragged_offsets_kernel(int32_t* seq_len, int64_t* q_off, int64_t* kv_off,
+                                      int64_t* stats_off, const int32_t* cu, int64_t num_docs,
                                       int64_t slots, int64_t q_heads, int64_t kv_heads,
                                       int64_t head_dim) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i > slots) return;
     const int64_t start = cu[i < num_docs ? i : num_docs];
     if (i < slots) seq_len[i] = i < num_docs ? cu[i + 1] - cu[i] : 0;
-    q_off[i] = static_cast<int32_t>(start * q_heads * head_dim);
-    kv_off[i] = static_cast<int32_t>(start * kv_heads * head_dim);
-    stats_off[i] = static_cast<int32_t>(start * q_heads);
+    q_off[i] = start * q_heads * head_dim;
+    kv_off[i] = start * kv_heads * head_dim;
+    stats_off[i] = start * q_heads;
 }
 
 unsigned row_blocks(int64_t rows) {
@@ -117,8 +117,8 @@ cudaError_t attention_gate_backward(bf16* d_o, float* delta, bf16* dgate, const 
     return cudaGetLastError();
 }
 
-cudaError_t attention_ragged_offsets(int32_t* seq_len, int32_t* q_off, int32_t* kv_off,
-                                     int32_t* stats_off, const int32_t* cu_seqlens,
+cudaError_t attention_ragged_offsets(int32_t* seq_len, int64_t* q_off, int64_t* kv_off,
+                                     int64_t* stats_off, const int32_t* cu_seqlens,
                                      int64_t num_docs, int64_t slots, int64_t q_heads,
                                      int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
     if (num_docs <= 0 || slots < num_docs) return cudaErrorInvalidValue;

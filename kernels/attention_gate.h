@@ -35,9 +35,10 @@ cudaError_t attention_gate_backward(__nv_bfloat16* d_o, float* delta, __nv_bfloa
 // From cu_seqlens (num_docs + 1, device): for batch slot i < slots, seq_len[i] = the length of
 // document i (0 for the slots past num_docs), and, for i <= slots, element offsets of its first
 // token in (tokens, heads, head_dim) tensors: q_off = start * q_heads * head_dim, kv_off = start *
-// kv_heads * head_dim, stats_off = start * q_heads (slots past num_docs start at `tokens`).
-cudaError_t attention_ragged_offsets(int32_t* seq_len, int32_t* q_off, int32_t* kv_off,
-                                     int32_t* stats_off, const int32_t* cu_seqlens,
+// kv_heads * head_dim, stats_off = start * q_heads (slots past num_docs start at `tokens`). The
+// offsets are int64: cuDNN 9.6 and later read ragged offsets as 64-bit integers.
+cudaError_t attention_ragged_offsets(int32_t* seq_len, int64_t* q_off, int64_t* kv_off,
+                                     int64_t* stats_off, const int32_t* cu_seqlens,
                                      int64_t num_docs, int64_t slots, int64_t q_heads,
                                      int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
 

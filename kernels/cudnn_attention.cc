@@ -4,7 +4,6 @@
 #include <cudnn.h>
 
 #include <chrono>
-#include <climits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -107,24 +106,27 @@ struct Graphs {
 struct Builder {
     std::shared_ptr<fe::graph::Graph> g = std::make_shared<fe::graph::Graph>();
     const Shape& s;
-    // With a kernel cache the graph is built for dynamic shapes: plans for other buckets reuse
-    // the kernels compiled for the first (cuDNN compiles its attention kernels at plan time, which
-    // takes seconds per plan otherwise).
-    Builder(const Shape& shape, std::shared_ptr<fe::KernelCache> cache) : s(shape) {
+    // Every bucket compiles its own plan (about 0.1 s each). Not dynamic shapes with a shared
+    // kernel cache: cuDNN 9.19 accepted that for the forward and then ran the kernel compiled for
+    // the first bucket on every other one (wrong o for other head counts and document layouts).
+    explicit Builder(const Shape& shape) : s(shape) {
         g->set_io_data_type(fe::DataType_t::BFLOAT16)
             .set_intermediate_data_type(fe::DataType_t::FLOAT)
             .set_compute_data_type(fe::DataType_t::FLOAT);
-        if (cache) g->set_dynamic_shape_enabled(true).set_kernel_cache(std::move(cache));
     }
-    TensorPtr ints(Uid uid, int64_t n, const char* name) {
+    TensorPtr ints(Uid uid, int64_t n, const char* name,
+                   fe::DataType_t type = fe::DataType_t::INT32) {
         return g->tensor(fe::graph::Tensor_attributes()
                              .set_uid(uid)
                              .set_name(name)
                              .set_dim({n, 1, 1, 1})
                              .set_stride({1, 1, 1, 1})
-                             .set_data_type(fe::DataType_t::INT32));
+                             .set_data_type(type));
     }
-    TensorPtr offsets(Uid uid, const char* name) { return ints(uid, s.slots + 1, name); }
+    // int64, as cuDNN's own tests use from 9.6 on: no 2^31-element limit on the packed batch.
+    TensorPtr offsets(Uid uid, const char* name) {
+        return ints(uid, s.slots + 1, name, fe::DataType_t::INT64);
+    }
     TensorPtr input(Uid uid, Uid off, int64_t heads, const char* name) {
         auto t = g->tensor(fe::graph::Tensor_attributes().set_uid(uid).set_name(name));
         set_ragged(t, s, heads, kD, offsets(off, name));
@@ -164,31 +166,21 @@ struct Builder {
 struct CudnnAttention::Impl {
     cudnnHandle_t handle = nullptr;
     std::map<Shape, Graphs> forward, backward;
-    // Shared by the dynamic-shape plans; null once cuDNN refused dynamic shapes (then every
-    // bucket compiles its own).
-    std::shared_ptr<fe::KernelCache> forward_cache = std::make_shared<fe::KernelCache>();
-    std::shared_ptr<fe::KernelCache> backward_cache = std::make_shared<fe::KernelCache>();
     double build_seconds = 0;
 
     absl::StatusOr<const Graphs*> forward_graph(const Shape& s);
     absl::StatusOr<const Graphs*> backward_graph(const Shape& s);
-    absl::StatusOr<Graphs> build_forward(const Shape& s, std::shared_ptr<fe::KernelCache> cache);
-    absl::StatusOr<Graphs> build_backward(const Shape& s, std::shared_ptr<fe::KernelCache> cache);
+    absl::StatusOr<Graphs> build_forward(const Shape& s);
+    absl::StatusOr<Graphs> build_backward(const Shape& s);
 };
 
 namespace {
 
-// Builds with the shared kernel cache, or, if cuDNN refuses dynamic shapes, without it from then
-// on; accounts the time spent.
+// Builds a plan, accounting the time spent.
 template <typename Build>
-absl::StatusOr<Graphs> build_timed(std::shared_ptr<fe::KernelCache>& cache, double& seconds,
-                                   Build build) {
+absl::StatusOr<Graphs> build_timed(double& seconds, Build build) {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<Graphs> g = build(cache);
-    if (!g.ok() && cache) {
-        cache.reset();
-        g = build(cache);
-    }
+    absl::StatusOr<Graphs> g = build();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return g;
 }
@@ -197,20 +189,22 @@ absl::StatusOr<Graphs> build_timed(std::shared_ptr<fe::KernelCache>& cache, doub
 
 absl::StatusOr<const Graphs*> CudnnAttention::Impl::forward_graph(const Shape& s) {
     if (auto it = forward.find(s); it != forward.end()) return &it->second;
-    absl::StatusOr<Graphs> built = build_timed(forward_cache, build_seconds,
-                                               [&](auto cache) { return build_forward(s, cache); });
+    absl::StatusOr<Graphs> built = build_timed(build_seconds, [&] { return build_forward(s); });
     if (!built.ok()) return built.status();
     return &forward.emplace(s, *std::move(built)).first->second;
 }
 
-absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s,
-                                                           std::shared_ptr<fe::KernelCache> cache) {
-    Builder b(s, std::move(cache));
+absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s) {
+    Builder b(s);
     auto q = b.input(kQ, kQOff, s.q_heads, "q");
     auto k = b.input(kK, kKOff, s.kv_heads, "k");
     auto v = b.input(kV, kVOff, s.kv_heads, "v");
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("gated_attention_forward")
+                    // The engine kernels_tests and scripts/cudnn_ragged_probe.py checked (the
+                    // unified one needs cuDNN 9.21 for a causal bound); not AUTO, which may pick
+                    // an unchecked engine on a newer cuDNN.
+                    .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
                     .set_generate_stats(true)
                     .set_causal_mask(true)
                     .set_attn_scale(b.scale())
@@ -226,15 +220,13 @@ absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s,
 
 absl::StatusOr<const Graphs*> CudnnAttention::Impl::backward_graph(const Shape& s) {
     if (auto it = backward.find(s); it != backward.end()) return &it->second;
-    absl::StatusOr<Graphs> built = build_timed(
-        backward_cache, build_seconds, [&](auto cache) { return build_backward(s, cache); });
+    absl::StatusOr<Graphs> built = build_timed(build_seconds, [&] { return build_backward(s); });
     if (!built.ok()) return built.status();
     return &backward.emplace(s, *std::move(built)).first->second;
 }
 
-absl::StatusOr<Graphs> CudnnAttention::Impl::build_backward(
-    const Shape& s, std::shared_ptr<fe::KernelCache> cache) {
-    Builder b(s, std::move(cache));
+absl::StatusOr<Graphs> CudnnAttention::Impl::build_backward(const Shape& s) {
+    Builder b(s);
     auto q = b.input(kQ, kQOff, s.q_heads, "q");
     auto k = b.input(kK, kKOff, s.kv_heads, "k");
     auto v = b.input(kV, kVOff, s.kv_heads, "v");
@@ -267,18 +259,21 @@ size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
-// The device-side ragged description of a batch at the front of the workspace: four int32
-// arrays, each 256-byte aligned (cuDNN reads them as 16-byte aligned tensors).
+// The device-side ragged description of a batch at the front of the workspace: the int32
+// document lengths and three int64 offset arrays, each 256-byte aligned (cuDNN reads them as
+// 16-byte aligned tensors).
 struct Ragged {
-    int32_t *seq_len, *q_off, *kv_off, *stats_off;
-    static size_t ints_per_array(const Shape& s) {
-        return align256(sizeof(int32_t) * static_cast<size_t>(s.slots + 1)) / sizeof(int32_t);
+    int32_t* seq_len;
+    int64_t *q_off, *kv_off, *stats_off;
+    static size_t array_bytes(const Shape& s) {
+        return align256(sizeof(int64_t) * static_cast<size_t>(s.slots + 1));
     }
-    static size_t bytes(const Shape& s) { return 4 * sizeof(int32_t) * ints_per_array(s); }
+    static size_t bytes(const Shape& s) { return 4 * array_bytes(s); }
     static Ragged at(void* w, const Shape& s) {
-        auto* p = static_cast<int32_t*>(w);
-        const size_t n = ints_per_array(s);
-        return {p, p + n, p + 2 * n, p + 3 * n};
+        auto* p = static_cast<char*>(w);
+        const size_t n = array_bytes(s);
+        return {reinterpret_cast<int32_t*>(p), reinterpret_cast<int64_t*>(p + n),
+                reinterpret_cast<int64_t*>(p + 2 * n), reinterpret_cast<int64_t*>(p + 3 * n)};
     }
 };
 
@@ -309,12 +304,6 @@ std::unordered_map<int64_t, void*> shared_pack(const GatedAttentionArgs& a, cons
 absl::Status check_args(const GatedAttentionArgs& a) {
     if (!gated_attention_supported(a)) {
         return absl::InvalidArgumentError("cuDNN attention: unsupported gated attention arguments");
-    }
-    // Ragged offsets are int32 element offsets.
-    if (a.tokens * a.q_heads * kD > INT_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat("cuDNN attention: ", a.tokens, " tokens x ",
-                                                       a.q_heads,
-                                                       " heads overflow its 32-bit offsets"));
     }
     return absl::OkStatus();
 }
@@ -367,10 +356,6 @@ int CudnnAttention::plans_built() const {
 
 double CudnnAttention::build_seconds() const {
     return impl_->build_seconds;
-}
-
-bool CudnnAttention::dynamic_shapes() const {
-    return impl_->forward_cache && impl_->backward_cache;
 }
 
 absl::StatusOr<size_t> CudnnAttention::forward_workspace_bytes(const GatedAttentionArgs& a) {

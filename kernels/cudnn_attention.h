@@ -50,10 +50,9 @@ class CudnnAttention {
                           size_t workspace_bytes, cudaStream_t stream);
 
     // Plans built so far (forward and backward counted separately), the seconds spent building
-    // them, and whether they share compiled kernels (dynamic shapes; else one compile per plan).
+    // them (one compile per plan).
     int plans_built() const;
     double build_seconds() const;
-    bool dynamic_shapes() const;
 
   private:
     struct Impl;

@@ -21,10 +21,10 @@ namespace deltatune {
 
 class CudnnAttention;  // kernels/cudnn_attention.h
 
-// The attention core that serves head_dim 256 on sm_90 in this build and environment: "flash"
-// (kernels/flash_attention.cu, handwritten and bitwise deterministic), or "cudnn" (cuDNN's fused
-// flash attention, kernels/cudnn_attention.h; 3x faster on Qwen3.5's shapes but not yet correct
-// for GQA and packed documents) when the build has it and DELTATUNE_ATTENTION=cudnn.
+// The attention core that serves head_dim 256 on sm_90 in this build and environment: "cudnn"
+// (cuDNN's fused flash attention, kernels/cudnn_attention.h; 2-4x faster on Qwen3.5's shapes,
+// its dq accumulated with atomics) when the build has it, unless DELTATUNE_ATTENTION=flash asks
+// for "flash" (kernels/flash_attention.cu, handwritten and bitwise deterministic).
 std::string attention_core_choice();
 
 // Number of CUDA devices this process can use: 0 in a CPU-only build or without a driver/GPU.

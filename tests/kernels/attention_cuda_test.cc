@@ -24,6 +24,30 @@ namespace {
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
 
+// Where o is wrong (unwritten or off by more than 5e-2): counts per head and per document, to
+// locate a layout fault from one device run.
+std::string where_wrong(const std::vector<float>& o, const std::vector<float>& o_ref,
+                        const std::vector<int32_t>& cu, int64_t hq, int64_t d) {
+    std::vector<int64_t> head_bad(static_cast<size_t>(hq)), doc_bad(cu.size() - 1);
+    for (int64_t t = 0; t < cu.back(); ++t) {
+        const auto doc =
+            static_cast<size_t>(std::upper_bound(cu.begin(), cu.end(), t) - cu.begin() - 1);
+        for (int64_t h = 0; h < hq; ++h) {
+            for (int64_t c = 0; c < d; ++c) {
+                const auto i = static_cast<size_t>((t * hq + h) * d + c);
+                if (std::isfinite(o[i]) && std::abs(o[i] - o_ref[i]) < 5e-2f) continue;
+                ++head_bad[static_cast<size_t>(h)];
+                ++doc_bad[doc];
+            }
+        }
+    }
+    std::string out = "o entries wrong per head [";
+    for (int64_t b : head_bad) out += " " + std::to_string(b);
+    out += " ], per document [";
+    for (int64_t b : doc_bad) out += " " + std::to_string(b);
+    return out + " ]";
+}
+
 TEST_CASE("gated flash attention CUDA forward and backward match the reference",
           "[kernels][cuda]") {
     if (!have_gpu()) return;
@@ -32,14 +56,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
     auto made = CudnnAttention::create();
     REQUIRE(made.ok());
     CudnnAttention& cudnn = **made;
-    // cuDNN's path is opt-in (attention_core_choice): checked when it is chosen. It still fails
-    // here for GQA and multi-document batches.
-    const char* choice = std::getenv("DELTATUNE_ATTENTION");
-    if (choice != nullptr && std::string(choice) == "cudnn") {
-        impls.push_back(true);
-    } else {
-        WARN("cuDNN attention not checked: opt-in, set DELTATUNE_ATTENTION=cudnn");
-    }
+    impls.push_back(true);  // the default core (attention_core_choice) where built
 #endif
     for (const bool use_cudnn : impls) {
         std::mt19937 rng(81);
@@ -134,13 +151,6 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                     auto bytes = cudnn.forward_workspace_bytes(a);
                     INFO(bytes.status().ToString());
                     REQUIRE(bytes.ok());
-                    std::printf(
-                        "cuDNN case: %lld tokens, %lld docs, heads %lld/%lld: %d plans, "
-                        "%.1f s\n",
-                        static_cast<long long>(tokens), static_cast<long long>(num_docs),
-                        static_cast<long long>(hq), static_cast<long long>(hkv),
-                        cudnn.plans_built(), cudnn.build_seconds());
-                    std::fflush(stdout);
                     DeviceBuffer<char> ws(*bytes);
                     ws.poison();
                     const absl::Status st = cudnn.forward(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(),
@@ -154,30 +164,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                                                     nullptr) == cudaSuccess);
                 }
                 const auto o = to_float(d_o.download());
-                if (use_cudnn) {
-                    // Where cuDNN's output is wrong: unwritten (NaN) or off entries of o per head
-                    // and per document (diagnoses a layout fault in one device run).
-                    std::string per_head, per_doc;
-                    std::vector<int64_t> head_bad(static_cast<size_t>(hq)), doc_bad(lengths.size());
-                    for (int64_t t = 0; t < tokens; ++t) {
-                        const auto doc = static_cast<size_t>(
-                            std::upper_bound(cu.begin(), cu.end(), t) - cu.begin() - 1);
-                        for (int64_t h = 0; h < hq; ++h) {
-                            for (int64_t c = 0; c < d; ++c) {
-                                const auto i = static_cast<size_t>((t * hq + h) * d + c);
-                                if (std::isfinite(o[i]) && std::abs(o[i] - o_ref[i]) < 5e-2f)
-                                    continue;
-                                ++head_bad[static_cast<size_t>(h)];
-                                ++doc_bad[doc];
-                            }
-                        }
-                    }
-                    for (int64_t b : head_bad) per_head += " " + std::to_string(b);
-                    for (int64_t b : doc_bad) per_doc += " " + std::to_string(b);
-                    std::printf(
-                        "cuDNN o bad entries: per head [%s ], per document [%s ] of %lld x %d\n",
-                        per_head.c_str(), per_doc.c_str(), static_cast<long long>(tokens), 256);
-                }
+                INFO(where_wrong(o, o_ref, cu, hq, d));  // shown if a check fails
                 const auto y = to_float(d_y.download());
                 CHECK(noted("attention o rel", rel_err(o, o_ref)) < 1e-2);
                 CHECK(noted("attention o max_scaled", max_scaled_err(o, o_ref, 1e-2, 2e-2)) <= 1.0);

@@ -42,7 +42,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     Qwen35Config c;
     c.head_dim = 256;
     KernelRegistry r = kernel_registry_for(m, &c);
-    // The handwritten kernel unless DELTATUNE_ATTENTION=cudnn picks cuDNN's (a library call).
+    // cuDNN's (a library call) where built, unless DELTATUNE_ATTENTION=flash.
     CHECK(op(r, "gated_attention").kind ==
           (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
     CHECK(op(r, "linear").kind == KernelKind::kLibrary);
@@ -63,7 +63,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     CHECK(format_registry(r).find("linear head dims 0/0") != std::string::npos);
 }
 
-TEST_CASE("registry: the handwritten attention kernel unless DELTATUNE_ATTENTION=cudnn",
+TEST_CASE("registry: cuDNN's attention where built, the handwritten kernel if asked",
           "[registry]") {
     const MachineInfo m = h200();
     Qwen35Config c;
@@ -72,12 +72,19 @@ TEST_CASE("registry: the handwritten attention kernel unless DELTATUNE_ATTENTION
     const std::string saved = old ? old : "";
     unsetenv("DELTATUNE_ATTENTION");
     const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+    CHECK(attention_core_choice() == "cudnn");
+    CHECK(k.kind == KernelKind::kLibrary);
+    CHECK(k.implementation.find("kernels/cudnn_attention.cc") != std::string::npos);
+#else
+    CHECK(attention_core_choice() == "flash");
     CHECK(k.kind == KernelKind::kFused);
-    CHECK(k.implementation == "kernels/flash_attention.cu (sm_90a)");
-    setenv("DELTATUNE_ATTENTION", "cudnn", 1);
-    const KernelChoice opt_in = op(kernel_registry_for(m, &c), "gated_attention");
-    CHECK(opt_in.kind ==
-          (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
+#endif
+    setenv("DELTATUNE_ATTENTION", "flash", 1);
+    const KernelChoice flash = op(kernel_registry_for(m, &c), "gated_attention");
+    CHECK(attention_core_choice() == "flash");
+    CHECK(flash.kind == KernelKind::kFused);
+    CHECK(flash.implementation == "kernels/flash_attention.cu (sm_90a)");
     if (old) {
         setenv("DELTATUNE_ATTENTION", saved.c_str(), 1);
     } else {

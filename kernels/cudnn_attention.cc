@@ -59,9 +59,18 @@ struct Shape {
     bool operator<(const Shape& o) const { return tie() < o.tie(); }
 };
 
+int64_t round_up(int64_t n, int64_t m) {
+    return (n + m - 1) / m * m;
+}
+
+// Slots: the documents rounded up to a power of two up to 4, then to a multiple of 4; longest
+// document: rounded up to a multiple of 128 (cuDNN's query tile; at least 64); tokens: a power of
+// two. Tighter than powers of two throughout: fewer empty tiles to launch (5% faster forward on
+// the packed benchmark) for a few more plans, 0.1 s each.
 Shape shape_of(const GatedAttentionArgs& a) {
     const int64_t longest = a.max_doc_tokens > 0 ? a.max_doc_tokens : a.tokens;
-    return {pow2_at_least(a.num_docs, 1), pow2_at_least(longest, 64), pow2_at_least(a.tokens, 1024),
+    const int64_t slots = a.num_docs <= 4 ? pow2_at_least(a.num_docs, 1) : round_up(a.num_docs, 4);
+    return {slots, longest <= 64 ? 64 : round_up(longest, 128), pow2_at_least(a.tokens, 1024),
             a.q_heads, a.kv_heads};
 }
 

@@ -80,23 +80,36 @@ inline bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// dw[c] += sum over p of partials[p * cols + c], p ascending: the second, deterministic pass of
-// every weight-gradient reduction (the first pass writes one row of partials per block).
+// dw[c] += sum over p of partials[p * cols + c]: the second, deterministic pass of every
+// weight-gradient reduction (the first pass writes one row of partials per block). A block
+// covers 32 columns with 32 rows of threads: thread row y sums parts y, y + 32, ... (coalesced
+// 128-byte rows), then row 0 adds the 32 sums in order, so the result depends only on `parts`.
+constexpr int kPartialsCols = 32, kPartialsRows = 32;
+
 template <int kUnused = 0>
 __global__ void column_partials_accumulate_kernel(float* dw, const float* partials, int parts,
                                                   int cols) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+    __shared__ float sums[kPartialsRows][kPartialsCols + 1];
+    const int c = blockIdx.x * kPartialsCols + threadIdx.x;
     float s = 0.0f;
-    for (int p = 0; p < parts; ++p) s += partials[static_cast<int64_t>(p) * cols + c];
-    dw[c] += s;
+    if (c < cols) {
+        for (int p = threadIdx.y; p < parts; p += kPartialsRows) {
+            s += partials[static_cast<int64_t>(p) * cols + c];
+        }
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols) return;
+    float total = 0.0f;
+    for (int y = 0; y < kPartialsRows; ++y) total += sums[y][threadIdx.x];
+    dw[c] += total;
 }
 
 inline cudaError_t column_partials_accumulate(float* dw, const float* partials, int parts, int cols,
                                               cudaStream_t stream) {
-    constexpr int kThreads = 256;
-    column_partials_accumulate_kernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-        dw, partials, parts, cols);
+    const dim3 block(kPartialsCols, kPartialsRows);
+    column_partials_accumulate_kernel<<<(cols + kPartialsCols - 1) / kPartialsCols, block, 0,
+                                        stream>>>(dw, partials, parts, cols);
     return cudaGetLastError();
 }
 

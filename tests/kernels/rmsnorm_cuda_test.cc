@@ -15,8 +15,10 @@ TEST_CASE("rmsnorm+residual CUDA forward and backward match the reference", "[ke
     if (!have_gpu()) return;
     std::mt19937 rng(21);
     const float eps = 1e-6f;
-    for (int64_t cols : {8, 1000, 1003, 5120}) {
-        for (int64_t rows : {1, 7, 300}) {
+    // Columns: 16-byte and scalar (1003) paths, up to twice the 27B hidden size; rows giving 1,
+    // 19 and 38 blocks of backward partials (the second pass sums parts in 32 strided lanes).
+    for (int64_t cols : {8, 1000, 1003, 5120, 10240}) {
+        for (int64_t rows : {1, 7, 300, 600}) {
             for (bool with_residual : {true, false}) {
                 INFO("rows = " << rows << ", cols = " << cols << ", residual = " << with_residual);
                 const size_t n = static_cast<size_t>(rows * cols);

@@ -1,6 +1,9 @@
-// q/k RMSNorm + partial RoPE: one warp per (token, head) row, each lane holding 8 consecutive
-// channels (head_dim <= 256). The normalised row is staged in shared memory so a lane can read
-// the channel its rotary partner sits in. Backward writes one row of dw partials per block
+// q/k RMSNorm + partial RoPE: one warp per token, looping over its heads, each lane holding 8
+// consecutive channels (head_dim <= 256). The rotation's cos/sin depend on the token only, so a
+// warp evaluates one sincos per lane per token (not per head) and keeps each lane's eight
+// cos/sin in registers; the next head's loads are issued before the current head is processed.
+// A lane reads the channel its rotary partner sits in by a shuffle (rotary_dim a multiple of 16)
+// or through the row staged in shared memory. Backward writes one row of dw partials per block
 // (per-lane register accumulators, warps combined in fixed order) for the deterministic second
 // pass.
 #include "kernels/common/cuda_utils.cuh"
@@ -13,8 +16,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxRotaryDim = 64;  // one frequency per lane
-constexpr int kBackwardRowsPerWarp = 16;
-constexpr int kBackwardRowsPerBlock = kWarps * kBackwardRowsPerWarp;
 
 struct RowGeom {
     int64_t tokens, heads, head_dim, rotary_dim;
@@ -40,139 +41,216 @@ __device__ __forceinline__ void store_row8(__nv_bfloat16* p, bool vec, const flo
     }
 }
 
-// cos and sin of frequency `lane` (lanes >= rotary_dim / 2 get a dummy angle): each lane computes
-// one angle per row and the others read it with a shuffle, so no lane evaluates more than one
-// sincos. inv_freq follows transformers' fp32 recipe, 1 / theta^(2i / rotary_dim).
-__device__ __forceinline__ void lane_angle(int pos, const float* inv_freq, const RowGeom& g,
-                                           float& cs, float& sn) {
-    const int lane = threadIdx.x & 31;
-    const float freq = lane < g.rotary_dim / 2 ? static_cast<float>(pos) * inv_freq[lane] : 0.0f;
-    sincosf(freq, &sn, &cs);
-}
+// The cos and sin for this lane's channels c0 .. c0 + 7 at position `pos` (1 and 0 past
+// rotary_dim): lane f evaluates frequency f (transformers' fp32 recipe, inv_freq = 1 /
+// theta^(2f / rotary_dim)) and the others read it with shuffles. Every lane must call it.
+struct LaneAngles {
+    float cs[8], sn[8];
+};
 
-// Applies R (sign = +1) or R^T (sign = -1) to the row staged in `row`, for this lane's channels.
-// Every lane of the warp must call it (shuffles).
-__device__ __forceinline__ void rotate8(float (&v)[8], const float* row, int64_t c0, float cs_lane,
-                                        float sn_lane, const RowGeom& g, float sign) {
+__device__ __forceinline__ LaneAngles lane_angles(int pos, float inv_freq, int64_t c0,
+                                                  const RowGeom& g) {
+    float cs_f, sn_f;
+    sincosf(static_cast<float>(pos) * inv_freq, &sn_f, &cs_f);
     const int64_t half = g.rotary_dim / 2;
+    LaneAngles a;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const int64_t c = c0 + i;
         const int f = static_cast<int>(c < half ? c : c - half) & 31;
-        const float cs = __shfl_sync(0xffffffffu, cs_lane, f);
-        const float sn = sign * __shfl_sync(0xffffffffu, sn_lane, f);
+        a.cs[i] = __shfl_sync(0xffffffffu, cs_f, f);
+        a.sn[i] = __shfl_sync(0xffffffffu, sn_f, f);
+        if (c >= g.rotary_dim) a.cs[i] = 1.0f, a.sn[i] = 0.0f;
+    }
+    return a;
+}
+
+__device__ __forceinline__ float lane_inv_freq(const RowGeom& g) {
+    const int lane = threadIdx.x & 31;
+    if (lane >= g.rotary_dim / 2) return 0.0f;
+    return 1.0f / powf(g.theta, static_cast<float>(2 * lane) / static_cast<float>(g.rotary_dim));
+}
+
+// Applies R (sign = +1) or R^T (sign = -1) to the row staged in `row`, for this lane's channels.
+__device__ __forceinline__ void rotate8(float (&v)[8], const float* row, int64_t c0,
+                                        const LaneAngles& a, const RowGeom& g, float sign) {
+    const int64_t half = g.rotary_dim / 2;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int64_t c = c0 + i;
         if (c < g.rotary_dim) {
-            v[i] = c < half ? row[c] * cs - row[c + half] * sn : row[c] * cs + row[c - half] * sn;
+            const float partner = c < half ? -row[c + half] : row[c - half];
+            v[i] = row[c] * a.cs[i] + partner * sign * a.sn[i];
         }
     }
 }
 
-// inv_freq for the block, computed once by the first warp.
-__device__ __forceinline__ void fill_inv_freq(float* inv_freq, const RowGeom& g) {
-    if (threadIdx.x < g.rotary_dim / 2) {
-        const float exponent =
-            static_cast<float>(2 * threadIdx.x) / static_cast<float>(g.rotary_dim);
-        inv_freq[threadIdx.x] = 1.0f / powf(g.theta, exponent);
+// v <- R v (sign = +1) or R^T v (sign = -1) for this lane's channels. When rotary_dim is a
+// multiple of 16 (Qwen3.5's 64) a channel's partner sits in the lane rotary_dim / 16 away at the
+// same slot, so one shuffle per value does; otherwise the row is staged in `row` (this warp's
+// shared-memory row). Every lane must call it.
+__device__ __forceinline__ void rotate_row(float (&v)[8], float* row, int64_t c0, bool active,
+                                           const LaneAngles& a, const RowGeom& g, float sign) {
+    if (g.rotary_dim % 16 == 0) {
+        const int lane = threadIdx.x & 31;
+        const int half_lanes = static_cast<int>(g.rotary_dim / 16);
+        const int partner = lane < half_lanes ? lane + half_lanes : lane - half_lanes;
+        float p[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p[i] = __shfl_sync(0xffffffffu, v[i], partner & 31);
+        if (lane < 2 * half_lanes) {
+            const float s = lane < half_lanes ? -sign : sign;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = v[i] * a.cs[i] + p[i] * s * a.sn[i];
+        }
+        return;
     }
-    __syncthreads();
+    __syncwarp();  // the previous row's reads of `row` are done
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) row[c0 + i] = v[i];
+    }
+    __syncwarp();
+    rotate8(v, row, c0, a, g, sign);
 }
+
+// Rows of a warp's token staged through a ring of kStages shared-memory slots by cp.async: each
+// lane copies and later reads back its own 16 bytes, so kStages - 1 heads are in flight ahead of
+// the one being processed without holding registers (the memory system needs that many bytes in
+// flight; one row per warp reached 37% of the copy ceiling). Scalar rows (unaligned strides) are
+// read directly instead.
+constexpr int kStages = 4;
+
+struct RowRing {
+    const __nv_bfloat16* src;  // this lane's channels of head 0
+    int64_t head_stride;
+    __nv_bfloat16* slots;  // this warp's ring, kStages x kMaxHeadDim
+    int64_t heads, c0;
+    bool use;  // vectorised and this lane holds channels
+
+    // Issues head h's copy (if any) and commits a group either way, so group counts stay aligned.
+    __device__ __forceinline__ void issue(int64_t h) const {
+        if (use && h < heads) {
+            cuda::cp_async16(slots + (h % kStages) * kMaxHeadDim + c0, src + h * head_stride);
+        }
+        cuda::cp_async_commit();
+    }
+    __device__ __forceinline__ void prologue() const {
+#pragma unroll
+        for (int h = 0; h < kStages - 1; ++h) issue(h);
+    }
+    // Head h's values, once its copy landed; issues head h + kStages - 1 first.
+    __device__ __forceinline__ void next(int64_t h, bool active, float (&v)[8]) const {
+        issue(h + kStages - 1);
+        cuda::cp_async_wait<kStages - 1>();
+        if (!active) return;
+        if (use) {
+            cuda::load8(slots + (h % kStages) * kMaxHeadDim + c0, v);
+        } else {
+            load_row8(src + h * head_stride, false, v);
+        }
+    }
+};
 
 // kernels
 
-__global__ void qk_norm_rope_forward_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x,
-                                            const __nv_bfloat16* w, const int32_t* positions,
-                                            RowGeom g, float eps, bool vec) {
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    qk_norm_rope_forward_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x,
+                                const __nv_bfloat16* w, const int32_t* positions, RowGeom g,
+                                float eps, bool vec) {
     __shared__ float rows[kWarps][kMaxHeadDim];
-    __shared__ float inv_freq[kMaxRotaryDim / 2];
-    fill_inv_freq(inv_freq, g);
+    __shared__ __align__(16) __nv_bfloat16 ring[kWarps][kStages * kMaxHeadDim];
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-    if (r >= g.tokens * g.heads) return;  // whole warp leaves together
-    const int64_t t = r / g.heads;
-    const int64_t h = r % g.heads;
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+    if (t >= g.tokens) return;  // whole warp leaves together
     const int64_t c0 = static_cast<int64_t>(lane) * 8;
     const bool active = c0 < g.head_dim;
-    float v[8] = {};
-    float wv[8] = {};
-    if (active) {
-        load_row8(x + t * g.token_stride + h * g.head_stride + c0, vec, v);
-        load_row8(w + c0, vec, wv);
-    }
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum_sq += v[i] * v[i];
-    sum_sq = cuda::warp_sum(sum_sq);
-    const float rs = rsqrtf(sum_sq / static_cast<float>(g.head_dim) + eps);
-    if (lane == 0) rstd[r] = rs;
-    float* row = rows[warp];
-    if (active) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            v[i] = v[i] * rs * (1.0f + wv[i]);
-            row[c0 + i] = v[i];
-        }
-    }
-    __syncwarp();
-    float cs, sn;
-    lane_angle(positions[t], inv_freq, g, cs, sn);
-    rotate8(v, row, c0, cs, sn, g, 1.0f);
-    if (active) store_row8(out + r * g.head_dim + c0, vec, v);
-}
-
-__global__ void qk_norm_rope_backward_kernel(__nv_bfloat16* dx, float* dw_partials,
-                                             const __nv_bfloat16* dout, const __nv_bfloat16* x,
-                                             const __nv_bfloat16* w, const float* rstd,
-                                             const int32_t* positions, RowGeom g, bool vec) {
-    __shared__ float rows[kWarps][kMaxHeadDim];
-    __shared__ float warp_dw[kWarps][kMaxHeadDim];
-    __shared__ float inv_freq[kMaxRotaryDim / 2];
-    fill_inv_freq(inv_freq, g);
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int64_t c0 = static_cast<int64_t>(lane) * 8;
-    const bool active = c0 < g.head_dim;
+    const RowRing xs{
+        x + t * g.token_stride + c0, g.head_stride, ring[warp], g.heads, c0, vec && active};
+    xs.prologue();
     float wv[8] = {};
     if (active) load_row8(w + c0, vec, wv);
-    float dw_acc[8] = {};
+    const LaneAngles a = lane_angles(positions[t], lane_inv_freq(g), c0, g);
     float* row = rows[warp];
-    const int64_t n_rows = g.tokens * g.heads;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRowsPerBlock +
-                          static_cast<int64_t>(warp) * kBackwardRowsPerWarp;
-    for (int64_t r = first; r < min(n_rows, first + kBackwardRowsPerWarp); ++r) {
-        const int64_t t = r / g.heads;
-        const int64_t h = r % g.heads;
-        float dy[8] = {};
-        if (active) load_row8(dout + r * g.head_dim + c0, vec, dy);
-        __syncwarp();  // the previous row's reads of `row` are done
-        if (active) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+        float v[8] = {};
+        xs.next(h, active, v);
+        float sum_sq = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) row[c0 + i] = dy[i];
-        }
-        __syncwarp();
-        float gr[8];
+        for (int i = 0; i < 8; ++i) sum_sq += v[i] * v[i];
+        sum_sq = cuda::warp_sum(sum_sq);
+        const float rs = rsqrtf(sum_sq / static_cast<float>(g.head_dim) + eps);
+        const int64_t r = t * g.heads + h;
+        if (lane == 0) rstd[r] = rs;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) gr[i] = dy[i];
-        float cs, sn;
-        lane_angle(positions[t], inv_freq, g, cs, sn);
-        rotate8(gr, row, c0, cs, sn, g, -1.0f);  // R^T dy
-        float xv[8] = {};
-        const int64_t off = t * g.token_stride + h * g.head_stride + c0;
-        if (active) load_row8(x + off, vec, xv);
-        const float rs = rstd[r];
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dot += gr[i] * (1.0f + wv[i]) * (xv[i] * rs);
-        const float mean = cuda::warp_sum(dot) / static_cast<float>(g.head_dim);
-        if (active) {
-            float d[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float xhat = xv[i] * rs;
-                d[i] = rs * (gr[i] * (1.0f + wv[i]) - xhat * mean);
-                dw_acc[i] += gr[i] * xhat;
+        for (int i = 0; i < 8; ++i) v[i] = v[i] * rs * (1.0f + wv[i]);
+        rotate_row(v, row, c0, active, a, g, 1.0f);
+        if (active) store_row8(out + r * g.head_dim + c0, vec, v);
+    }
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    qk_norm_rope_backward_kernel(__nv_bfloat16* dx, float* dw_partials, const __nv_bfloat16* dout,
+                                 const __nv_bfloat16* x, const __nv_bfloat16* w, const float* rstd,
+                                 const int32_t* positions, RowGeom g, bool vec) {
+    __shared__ float rows[kWarps][kMaxHeadDim];
+    __shared__ float warp_dw[kWarps][kMaxHeadDim];
+    // 48 KB of static shared memory in all: the rows, dw, and the dy and x rings.
+    __shared__ __align__(16) __nv_bfloat16 dy_ring[kWarps][kStages * kMaxHeadDim];
+    __shared__ __align__(16) __nv_bfloat16 x_ring[kWarps][kStages * kMaxHeadDim];
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int64_t c0 = static_cast<int64_t>(lane) * 8;
+    const bool active = c0 < g.head_dim;
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+    float dw_acc[8] = {};
+    if (t < g.tokens) {  // warp-uniform; every warp reaches the block barrier below
+        const int64_t xt = t * g.token_stride + c0;  // x and dx share the strides
+        const RowRing dys{dout + t * g.heads * g.head_dim + c0,
+                          g.head_dim,
+                          dy_ring[warp],
+                          g.heads,
+                          c0,
+                          vec && active};
+        const RowRing xs{x + xt, g.head_stride, x_ring[warp], g.heads, c0, vec && active};
+        dys.prologue();
+        xs.prologue();
+        float wv[8] = {};
+        if (active) load_row8(w + c0, vec, wv);
+        const LaneAngles a = lane_angles(positions[t], lane_inv_freq(g), c0, g);
+        float* row = rows[warp];
+        for (int64_t h = 0; h < g.heads; ++h) {
+            float dy[8] = {}, xv[8] = {};
+            // dy's group for head h is older than x's two newest, so x's wait covers both.
+            dys.issue(h + kStages - 1);
+            xs.next(h, active, xv);
+            if (active) {
+                if (dys.use) {
+                    cuda::load8(dys.slots + (h % kStages) * kMaxHeadDim + c0, dy);
+                } else {
+                    load_row8(dys.src + h * dys.head_stride, false, dy);
+                }
             }
-            store_row8(dx + off, vec, d);
+            const float rs = rstd[t * g.heads + h];
+            float gr[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) gr[i] = dy[i];
+            rotate_row(gr, row, c0, active, a, g, -1.0f);  // R^T dy
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) dot += gr[i] * (1.0f + wv[i]) * (xv[i] * rs);
+            const float mean = cuda::warp_sum(dot) / static_cast<float>(g.head_dim);
+            if (active) {
+                float d[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float xhat = xv[i] * rs;
+                    d[i] = rs * (gr[i] * (1.0f + wv[i]) - xhat * mean);
+                    dw_acc[i] += gr[i] * xhat;
+                }
+                store_row8(dx + xt + h * g.head_stride, vec, d);
+            }
         }
     }
     if (active) {
@@ -200,8 +278,9 @@ RowGeom make_geom(int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotar
     return g;
 }
 
-int backward_parts(int64_t tokens, int64_t heads) {
-    return static_cast<int>((tokens * heads + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock);
+// One block of kWarps tokens per row of dw partials.
+int backward_parts(int64_t tokens) {
+    return static_cast<int>((tokens + kWarps - 1) / kWarps);
 }
 
 bool strides_vectorizable(const void* a, const void* b, const void* c, int64_t token_stride,
@@ -230,14 +309,14 @@ cudaError_t qk_norm_rope_forward(__nv_bfloat16* out, float* rstd, const __nv_bfl
     const RowGeom g =
         make_geom(tokens, heads, head_dim, rotary_dim, x_token_stride, x_head_stride, theta);
     const bool vec = strides_vectorizable(out, x, w, x_token_stride, x_head_stride);
-    const unsigned grid = static_cast<unsigned>((n_rows + kWarps - 1) / kWarps);
+    const unsigned grid = static_cast<unsigned>(backward_parts(tokens));
     qk_norm_rope_forward_kernel<<<grid, kWarps * 32, 0, stream>>>(out, rstd, x, w, positions, g,
                                                                   eps, vec);
     return cudaGetLastError();
 }
 
 size_t qk_norm_rope_backward_workspace_bytes(int64_t tokens, int64_t heads, int64_t head_dim) {
-    return sizeof(float) * static_cast<size_t>(backward_parts(tokens, heads)) *
+    return sizeof(float) * static_cast<size_t>(backward_parts(tokens)) *
            static_cast<size_t>(head_dim);
 }
 
@@ -256,7 +335,7 @@ cudaError_t qk_norm_rope_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloa
         make_geom(tokens, heads, head_dim, rotary_dim, x_token_stride, x_head_stride, theta);
     const bool vec =
         strides_vectorizable(dx, x, w, x_token_stride, x_head_stride) && cuda::aligned16(dout);
-    const int parts = backward_parts(tokens, heads);
+    const int parts = backward_parts(tokens);
     auto* partials = static_cast<float*>(workspace);
     qk_norm_rope_backward_kernel<<<parts, kWarps * 32, 0, stream>>>(dx, partials, dout, x, w, rstd,
                                                                     positions, g, vec);

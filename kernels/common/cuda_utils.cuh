@@ -47,33 +47,56 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     return warp_max(v);
 }
 
-// Eight bf16 values moved as one 16-byte access.
+// Eight bf16 values moved as one 16-byte access: element 2i in the low half of w[i]. load8 and
+// store8 go through uint4 so that the access is one 128-bit instruction (through the struct's
+// members it compiled to four 32-bit accesses, or eight 16-bit ones, in some kernels).
 struct alignas(16) Bf16x8 {
-    __nv_bfloat162 h[4];
+    uint32_t w[4];
 };
 
 __device__ __forceinline__ void unpack8(const Bf16x8& p, float (&f)[8]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float2 t = __bfloat1622float2(p.h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
+        f[2 * i] = __uint_as_float(p.w[i] << 16);  // bf16 is the high half of an fp32
+        f[2 * i + 1] = __uint_as_float(p.w[i] & 0xffff0000u);
     }
 }
 
 __device__ __forceinline__ Bf16x8 pack8(const float (&f)[8]) {
     Bf16x8 p;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) p.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+        p.w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
     return p;
 }
 
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
-    unpack8(*reinterpret_cast<const Bf16x8*>(p), f);
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    unpack8(Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, f);
 }
 
 __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
-    *reinterpret_cast<Bf16x8*>(p) = pack8(f);
+    const Bf16x8 v = pack8(f);
+    *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+}
+
+// Asynchronous 16-byte global-to-shared copy (cp.async, L2 only): a thread's copies are grouped
+// by cp_async_commit and waited for with cp_async_wait<N> (all but the N newest groups done);
+// they occupy no registers while in flight.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 inline bool aligned16(const void* p) {

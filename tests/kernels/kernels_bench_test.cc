@@ -218,6 +218,28 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
                 },
                 20),
             3.0 * 2 * qn, 0, ceil);
+        // The same on contiguous (tokens, heads, head_dim) rows: what reading every other 512 bytes
+        // of q_proj's output costs.
+        row("q norm+rope forward (contiguous)",
+            median_ms(
+                [&] {
+                    return qk_norm_rope_forward(bf16_ptr(out), rstd.get(), bf16_ptr(dout),
+                                                kQHeads * kHeadDim, kHeadDim, bf16_ptr(w),
+                                                d_pos.get(), kTokens, kQHeads, kHeadDim, 64, 1e7,
+                                                1e-6f, nullptr);
+                },
+                20),
+            2.0 * 2 * qn, 0, ceil);
+        row("q norm+rope backward (contiguous)",
+            median_ms(
+                [&] {
+                    return qk_norm_rope_backward(
+                        bf16_ptr(dqg), dw.get(), bf16_ptr(dout), bf16_ptr(out), kQHeads * kHeadDim,
+                        kHeadDim, bf16_ptr(w), rstd.get(), d_pos.get(), kTokens, kQHeads, kHeadDim,
+                        64, 1e7, ws.get(), wsb, nullptr);
+                },
+                20),
+            3.0 * 2 * qn, 0, ceil);
     }
     {  // SwiGLU.
         const size_t n = static_cast<size_t>(kTokens * kInter);

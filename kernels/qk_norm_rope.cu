@@ -114,6 +114,21 @@ __device__ __forceinline__ void rotate_row(float (&v)[8], float* row, int64_t c0
     rotate8(v, row, c0, a, g, sign);
 }
 
+// What a lane needs for all heads of one token: its channels of the norm weight and the
+// rotation's cos/sin at the token's position.
+struct TokenConsts {
+    float wv[8];
+    LaneAngles a;
+};
+
+__device__ __forceinline__ TokenConsts token_consts(const __nv_bfloat16* w, int pos, int64_t c0,
+                                                    bool active, bool vec, const RowGeom& g) {
+    TokenConsts k{};
+    if (active) load_row8(w + c0, vec, k.wv);
+    k.a = lane_angles(pos, lane_inv_freq(g), c0, g);
+    return k;
+}
+
 // Rows of a warp's token staged through a ring of kStages shared-memory slots by cp.async: each
 // lane copies and later reads back its own 16 bytes, so kStages - 1 heads are in flight ahead of
 // the one being processed without holding registers (the memory system needs that many bytes in
@@ -169,9 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     const RowRing xs{
         x + t * g.token_stride + c0, g.head_stride, ring[warp], g.heads, c0, vec && active};
     xs.prologue();
-    float wv[8] = {};
-    if (active) load_row8(w + c0, vec, wv);
-    const LaneAngles a = lane_angles(positions[t], lane_inv_freq(g), c0, g);
+    const TokenConsts k = token_consts(w, positions[t], c0, active, vec, g);
     float* row = rows[warp];
     for (int64_t h = 0; h < g.heads; ++h) {
         float v[8] = {};
@@ -184,8 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
         const int64_t r = t * g.heads + h;
         if (lane == 0) rstd[r] = rs;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = v[i] * rs * (1.0f + wv[i]);
-        rotate_row(v, row, c0, active, a, g, 1.0f);
+        for (int i = 0; i < 8; ++i) v[i] = v[i] * rs * (1.0f + k.wv[i]);
+        rotate_row(v, row, c0, active, k.a, g, 1.0f);
         if (active) store_row8(out + r * g.head_dim + c0, vec, v);
     }
 }
@@ -216,9 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         const RowRing xs{x + xt, g.head_stride, x_ring[warp], g.heads, c0, vec && active};
         dys.prologue();
         xs.prologue();
-        float wv[8] = {};
-        if (active) load_row8(w + c0, vec, wv);
-        const LaneAngles a = lane_angles(positions[t], lane_inv_freq(g), c0, g);
+        const TokenConsts k = token_consts(w, positions[t], c0, active, vec, g);
         float* row = rows[warp];
         for (int64_t h = 0; h < g.heads; ++h) {
             float dy[8] = {}, xv[8] = {};
@@ -236,17 +247,17 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
             float gr[8];
 #pragma unroll
             for (int i = 0; i < 8; ++i) gr[i] = dy[i];
-            rotate_row(gr, row, c0, active, a, g, -1.0f);  // R^T dy
+            rotate_row(gr, row, c0, active, k.a, g, -1.0f);  // R^T dy
             float dot = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) dot += gr[i] * (1.0f + wv[i]) * (xv[i] * rs);
+            for (int i = 0; i < 8; ++i) dot += gr[i] * (1.0f + k.wv[i]) * (xv[i] * rs);
             const float mean = cuda::warp_sum(dot) / static_cast<float>(g.head_dim);
             if (active) {
                 float d[8];
 #pragma unroll
                 for (int i = 0; i < 8; ++i) {
                     const float xhat = xv[i] * rs;
-                    d[i] = rs * (gr[i] * (1.0f + wv[i]) - xhat * mean);
+                    d[i] = rs * (gr[i] * (1.0f + k.wv[i]) - xhat * mean);
                     dw_acc[i] += gr[i] * xhat;
                 }
                 store_row8(dx + xt + h * g.head_stride, vec, d);

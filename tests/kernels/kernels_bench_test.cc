@@ -198,48 +198,33 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
         REQUIRE(cudaMemset(dw.get(), 0, kHeadDim * 4) == cudaSuccess);
         const size_t wsb = qk_norm_rope_backward_workspace_bytes(kTokens, kQHeads, kHeadDim);
         DeviceBuffer<char> ws(wsb);
-        row("q norm+rope forward (24 heads)",
-            median_ms(
-                [&] {
-                    return qk_norm_rope_forward(bf16_ptr(out), rstd.get(), bf16_ptr(qg),
-                                                kQHeads * 2 * kHeadDim, 2 * kHeadDim, bf16_ptr(w),
-                                                d_pos.get(), kTokens, kQHeads, kHeadDim, 64, 1e7,
-                                                1e-6f, nullptr);
-                },
-                20),
-            2.0 * 2 * qn, 0, ceil);
-        row("q norm+rope backward (24 heads)",
-            median_ms(
-                [&] {
-                    return qk_norm_rope_backward(
-                        bf16_ptr(dqg), dw.get(), bf16_ptr(dout), bf16_ptr(qg),
-                        kQHeads * 2 * kHeadDim, 2 * kHeadDim, bf16_ptr(w), rstd.get(), d_pos.get(),
-                        kTokens, kQHeads, kHeadDim, 64, 1e7, ws.get(), wsb, nullptr);
-                },
-                20),
-            3.0 * 2 * qn, 0, ceil);
-        // The same on contiguous (tokens, heads, head_dim) rows: what reading every other 512 bytes
-        // of q_proj's output costs.
-        row("q norm+rope forward (contiguous)",
-            median_ms(
-                [&] {
-                    return qk_norm_rope_forward(bf16_ptr(out), rstd.get(), bf16_ptr(dout),
-                                                kQHeads * kHeadDim, kHeadDim, bf16_ptr(w),
-                                                d_pos.get(), kTokens, kQHeads, kHeadDim, 64, 1e7,
-                                                1e-6f, nullptr);
-                },
-                20),
-            2.0 * 2 * qn, 0, ceil);
-        row("q norm+rope backward (contiguous)",
-            median_ms(
-                [&] {
-                    return qk_norm_rope_backward(
-                        bf16_ptr(dqg), dw.get(), bf16_ptr(dout), bf16_ptr(out), kQHeads * kHeadDim,
-                        kHeadDim, bf16_ptr(w), rstd.get(), d_pos.get(), kTokens, kQHeads, kHeadDim,
-                        64, 1e7, ws.get(), wsb, nullptr);
-                },
-                20),
-            3.0 * 2 * qn, 0, ceil);
+        // Straight out of q_proj's interleaved output, and on contiguous (tokens, heads,
+        // head_dim) rows: what reading every other 512 bytes costs.
+        auto qk_rows = [&](const std::string& label, const __nv_bfloat16* x, __nv_bfloat16* dx,
+                           int64_t head_stride) {
+            const int64_t token_stride = kQHeads * head_stride;
+            row(("q norm+rope forward " + label).c_str(),
+                median_ms(
+                    [&] {
+                        return qk_norm_rope_forward(bf16_ptr(out), rstd.get(), x, token_stride,
+                                                    head_stride, bf16_ptr(w), d_pos.get(), kTokens,
+                                                    kQHeads, kHeadDim, 64, 1e7, 1e-6f, nullptr);
+                    },
+                    20),
+                2.0 * 2 * qn, 0, ceil);
+            row(("q norm+rope backward " + label).c_str(),
+                median_ms(
+                    [&] {
+                        return qk_norm_rope_backward(dx, dw.get(), bf16_ptr(dout), x, token_stride,
+                                                     head_stride, bf16_ptr(w), rstd.get(),
+                                                     d_pos.get(), kTokens, kQHeads, kHeadDim, 64,
+                                                     1e7, ws.get(), wsb, nullptr);
+                    },
+                    20),
+                3.0 * 2 * qn, 0, ceil);
+        };
+        qk_rows("(24 heads)", bf16_ptr(qg), bf16_ptr(dqg), 2 * kHeadDim);
+        qk_rows("(contiguous)", bf16_ptr(dout), bf16_ptr(dqg), kHeadDim);
     }
     {  // SwiGLU.
         const size_t n = static_cast<size_t>(kTokens * kInter);

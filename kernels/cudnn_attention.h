@@ -8,8 +8,8 @@
 // Packed documents are cuDNN "ragged" batches: document i is batch slot i, found through element
 // offsets computed on the device from cu_seqlens (attention_ragged_offsets), with a padding mask
 // from its length and a top-left causal mask, so no document sees another. Plans depend on
-// (slots, longest document, tokens) only through buckets (shape_of), built once per bucket met
-// (about 0.1 s each); slots past the documents have length 0.
+// (slots, longest document, tokens) only through power-of-two buckets (shape_of), so a training
+// run builds a handful, about 0.1 s each; slots past the documents have length 0.
 //
 // The backward accumulates dq with atomics inside cuDNN: results can differ in the last bits
 // from run to run (the handwritten kernels are bitwise deterministic).

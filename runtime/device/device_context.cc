@@ -38,6 +38,15 @@ int cuda_device_count(std::string* why_not) {
 #endif
 }
 
+absl::Status check_attention_choice() {
+    const char* env = std::getenv("DELTATUNE_ATTENTION");
+    if (env == nullptr || std::string(env) == "cudnn" || std::string(env) == "flash") {
+        return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("DELTATUNE_ATTENTION='", env, "': expected 'cudnn' or 'flash'"));
+}
+
 std::string attention_core_choice() {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
     // cuDNN's unless asked for the handwritten kernel (bitwise deterministic, 3x slower).
@@ -63,6 +72,7 @@ absl::StatusOr<CudnnAttention*> DeviceContext::cudnn_attention() const {
 absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::create(Device device) {
     std::unique_ptr<DeviceContext> ctx(new DeviceContext(device));
     if (device.is_cpu()) return ctx;
+    DT_RETURN_IF_ERROR(check_attention_choice());  // before any GPU work: a typo is not a default
     std::string why;
     const int n = cuda_device_count(&why);
     if (device.index < 0 || device.index >= n) {

@@ -26,6 +26,9 @@ class CudnnAttention;  // kernels/cudnn_attention.h
 // its dq accumulated with atomics) when the build has it, unless DELTATUNE_ATTENTION=flash asks
 // for "flash" (kernels/flash_attention.cu, handwritten and bitwise deterministic).
 std::string attention_core_choice();
+// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "cudnn" or "flash" (CUDA
+// contexts refuse to start then).
+absl::Status check_attention_choice();
 
 // Number of CUDA devices this process can use: 0 in a CPU-only build or without a driver/GPU.
 // `why_not` (optional) receives a one-line reason when the answer is 0.

@@ -2,6 +2,9 @@
 // tensor device round trips, and the CUDA error translation.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include "runtime/device/cuda_status.h"
 #include "runtime/device/device_context.h"
 
@@ -19,6 +22,40 @@ TEST_CASE("CPU contexts always work; CUDA contexts fail clearly without a device
         REQUIRE_FALSE(gpu.ok());
         CHECK(gpu.status().code() == absl::StatusCode::kFailedPrecondition);
         CHECK(std::string(gpu.status().message()).find("cannot use cuda:0: ") == 0);
+    }
+}
+
+// Sets an environment variable for a scope, restoring it (or its absence) after.
+struct ScopedEnv {
+    const char* name;
+    bool had;
+    std::string saved;
+    ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
+        if (had) saved = std::getenv(n);
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had) {
+            setenv(name, saved.c_str(), 1);
+        } else {
+            unsetenv(name);
+        }
+    }
+};
+
+TEST_CASE("a CUDA context refuses an unknown DELTATUNE_ATTENTION, naming it", "[runtime]") {
+    {
+        ScopedEnv typo("DELTATUNE_ATTENTION", "flsh");
+        auto gpu = DeviceContext::create(Device::cuda(0));
+        REQUIRE_FALSE(gpu.ok());
+        CHECK(gpu.status().code() == absl::StatusCode::kInvalidArgument);
+        CHECK(std::string(gpu.status().message()) ==
+              "DELTATUNE_ATTENTION='flsh': expected 'cudnn' or 'flash'");
+        CHECK(DeviceContext::create(Device::cpu()).ok());  // CPU runs pick no attention core
+    }
+    for (const char* good : {"cudnn", "flash"}) {
+        ScopedEnv choice("DELTATUNE_ATTENTION", good);
+        CHECK(check_attention_choice().ok());
     }
 }
 

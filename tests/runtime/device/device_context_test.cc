@@ -2,11 +2,11 @@
 // tensor device round trips, and the CUDA error translation.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
 #include <string>
 
 #include "runtime/device/cuda_status.h"
 #include "runtime/device/device_context.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
@@ -25,23 +25,7 @@ TEST_CASE("CPU contexts always work; CUDA contexts fail clearly without a device
     }
 }
 
-// Sets an environment variable for a scope, restoring it (or its absence) after.
-struct ScopedEnv {
-    const char* name;
-    bool had;
-    std::string saved;
-    ScopedEnv(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
-        if (had) saved = std::getenv(n);
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had) {
-            setenv(name, saved.c_str(), 1);
-        } else {
-            unsetenv(name);
-        }
-    }
-};
+using testing::ScopedEnv;
 
 TEST_CASE("a CUDA context refuses an unknown DELTATUNE_ATTENTION, naming it", "[runtime]") {
     {

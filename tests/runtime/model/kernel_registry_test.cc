@@ -6,6 +6,7 @@
 
 #include "runtime/device/device_context.h"
 #include "runtime/model/kernel_registry.h"
+#include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
@@ -68,28 +69,23 @@ TEST_CASE("registry: cuDNN's attention where built, the handwritten kernel if as
     const MachineInfo m = h200();
     Qwen35Config c;
     c.head_dim = 256;
-    const char* old = std::getenv("DELTATUNE_ATTENTION");
-    const std::string saved = old ? old : "";
-    unsetenv("DELTATUNE_ATTENTION");
-    const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
+    {
+        const testing::ScopedEnv unset("DELTATUNE_ATTENTION", nullptr);
+        const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-    CHECK(attention_core_choice() == "cudnn");
-    CHECK(k.kind == KernelKind::kLibrary);
-    CHECK(k.implementation.find("kernels/cudnn_attention.cc") != std::string::npos);
+        CHECK(attention_core_choice() == "cudnn");
+        CHECK(k.kind == KernelKind::kLibrary);
+        CHECK(k.implementation.find("kernels/cudnn_attention.cc") != std::string::npos);
 #else
-    CHECK(attention_core_choice() == "flash");
-    CHECK(k.kind == KernelKind::kFused);
+        CHECK(attention_core_choice() == "flash");
+        CHECK(k.kind == KernelKind::kFused);
 #endif
-    setenv("DELTATUNE_ATTENTION", "flash", 1);
+    }
+    const testing::ScopedEnv asked("DELTATUNE_ATTENTION", "flash");
     const KernelChoice flash = op(kernel_registry_for(m, &c), "gated_attention");
     CHECK(attention_core_choice() == "flash");
     CHECK(flash.kind == KernelKind::kFused);
     CHECK(flash.implementation == "kernels/flash_attention.cu (sm_90a)");
-    if (old) {
-        setenv("DELTATUNE_ATTENTION", saved.c_str(), 1);
-    } else {
-        unsetenv("DELTATUNE_ATTENTION");
-    }
 }
 
 TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {

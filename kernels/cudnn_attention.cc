@@ -136,6 +136,21 @@ struct Builder {
         set_ragged(t, s, heads, kD, offsets(off, name));
         return t;
     }
+    // q, k and v, the inputs of both directions.
+    std::tuple<TensorPtr, TensorPtr, TensorPtr> qkv() {
+        return {input(kQ, kQOff, s.q_heads, "q"), input(kK, kKOff, s.kv_heads, "k"),
+                input(kV, kVOff, s.kv_heads, "v")};
+    }
+    // Causal within each document: top-left causal mask, the padding mask from the document
+    // lengths, and the scale (SDPA_attributes or SDPA_backward_attributes).
+    template <typename Attributes>
+    Attributes& masked(Attributes& a) {
+        return a.set_causal_mask(true)
+            .set_attn_scale(scale())
+            .set_padding_mask(true)
+            .set_seq_len_q(ints(kSeqQ, s.slots, "seq_q"))
+            .set_seq_len_kv(ints(kSeqKv, s.slots, "seq_kv"));
+    }
     TensorPtr scale() {
         return g->tensor(fe::graph::Tensor_attributes()
                              .set_uid(kScale)
@@ -172,82 +187,57 @@ struct CudnnAttention::Impl {
     std::map<Shape, Graphs> forward, backward;
     double build_seconds = 0;
 
-    absl::StatusOr<const Graphs*> forward_graph(const Shape& s);
-    absl::StatusOr<const Graphs*> backward_graph(const Shape& s);
+    absl::StatusOr<const Graphs*> forward_graph(const Shape& s) {
+        return cached(forward, s, [&] { return build_forward(s); });
+    }
+    absl::StatusOr<const Graphs*> backward_graph(const Shape& s) {
+        return cached(backward, s, [&] { return build_backward(s); });
+    }
+    // The plan for `s` in `plans`, built (and its time accounted) on first use.
+    template <typename Build>
+    absl::StatusOr<const Graphs*> cached(std::map<Shape, Graphs>& plans, const Shape& s,
+                                         Build build) {
+        if (auto it = plans.find(s); it != plans.end()) return &it->second;
+        const auto t0 = std::chrono::steady_clock::now();
+        absl::StatusOr<Graphs> built = build();
+        build_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!built.ok()) return built.status();
+        return &plans.emplace(s, *std::move(built)).first->second;
+    }
     absl::StatusOr<Graphs> build_forward(const Shape& s);
     absl::StatusOr<Graphs> build_backward(const Shape& s);
 };
 
-namespace {
-
-// Builds a plan, accounting the time spent.
-template <typename Build>
-absl::StatusOr<Graphs> build_timed(double& seconds, Build build) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<Graphs> g = build();
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return g;
-}
-
-}  // namespace
-
-absl::StatusOr<const Graphs*> CudnnAttention::Impl::forward_graph(const Shape& s) {
-    if (auto it = forward.find(s); it != forward.end()) return &it->second;
-    absl::StatusOr<Graphs> built = build_timed(build_seconds, [&] { return build_forward(s); });
-    if (!built.ok()) return built.status();
-    return &forward.emplace(s, *std::move(built)).first->second;
-}
-
 absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s) {
     Builder b(s);
-    auto q = b.input(kQ, kQOff, s.q_heads, "q");
-    auto k = b.input(kK, kKOff, s.kv_heads, "k");
-    auto v = b.input(kV, kVOff, s.kv_heads, "v");
+    auto [q, k, v] = b.qkv();
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("gated_attention_forward")
                     // The engine kernels_tests and scripts/cudnn_ragged_probe.py checked (the
                     // unified one needs cuDNN 9.21 for a causal bound); not AUTO, which may pick
                     // an unchecked engine on a newer cuDNN.
                     .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
-                    .set_generate_stats(true)
-                    .set_causal_mask(true)
-                    .set_attn_scale(b.scale())
-                    .set_padding_mask(true)
-                    .set_seq_len_q(b.ints(kSeqQ, s.slots, "seq_q"))
-                    .set_seq_len_kv(b.ints(kSeqKv, s.slots, "seq_kv"));
-    auto [o, stats] = b.g->sdpa(q, k, v, opts);
+                    .set_generate_stats(true);
+    auto [o, stats] = b.g->sdpa(q, k, v, b.masked(opts));
     o->set_output(true).set_uid(kO);
     set_ragged(o, s, s.q_heads, kD, b.offsets(kOOff, "o_off"));
     b.stats(stats)->set_output(true);
     return b.finish(handle);
 }
 
-absl::StatusOr<const Graphs*> CudnnAttention::Impl::backward_graph(const Shape& s) {
-    if (auto it = backward.find(s); it != backward.end()) return &it->second;
-    absl::StatusOr<Graphs> built = build_timed(build_seconds, [&] { return build_backward(s); });
-    if (!built.ok()) return built.status();
-    return &backward.emplace(s, *std::move(built)).first->second;
-}
-
 absl::StatusOr<Graphs> CudnnAttention::Impl::build_backward(const Shape& s) {
     Builder b(s);
-    auto q = b.input(kQ, kQOff, s.q_heads, "q");
-    auto k = b.input(kK, kKOff, s.kv_heads, "k");
-    auto v = b.input(kV, kVOff, s.kv_heads, "v");
+    auto [q, k, v] = b.qkv();
     auto o = b.input(kO, kOOff, s.q_heads, "o");
     auto d_o = b.input(kDo, kDoOff, s.q_heads, "d_o");
     auto stats = b.stats(b.g->tensor(fe::graph::Tensor_attributes().set_name("stats")));
     // The workspace (fp32 dq accumulation) is sized by the tokens present, not slots x max_len.
     auto opts = fe::graph::SDPA_backward_attributes()
                     .set_name("gated_attention_backward")
-                    .set_causal_mask(true)
-                    .set_attn_scale(b.scale())
-                    .set_padding_mask(true)
-                    .set_seq_len_q(b.ints(kSeqQ, s.slots, "seq_q"))
-                    .set_seq_len_kv(b.ints(kSeqKv, s.slots, "seq_kv"))
                     .set_max_total_seq_len_q(s.max_tokens)
                     .set_max_total_seq_len_kv(s.max_tokens);
-    auto [dq, dk, dv] = b.g->sdpa_backward(q, k, v, o, d_o, stats, opts);
+    auto [dq, dk, dv] = b.g->sdpa_backward(q, k, v, o, d_o, stats, b.masked(opts));
     dq->set_output(true).set_uid(kDq);
     dk->set_output(true).set_uid(kDk);
     dv->set_output(true).set_uid(kDv);

@@ -154,16 +154,20 @@ struct RowRing {
 #pragma unroll
         for (int h = 0; h < kStages - 1; ++h) issue(h);
     }
-    // Head h's values, once its copy landed; issues head h + kStages - 1 first.
-    __device__ __forceinline__ void next(int64_t h, bool active, float (&v)[8]) const {
-        issue(h + kStages - 1);
-        cuda::cp_async_wait<kStages - 1>();
+    // Head h's values (its copy must have landed).
+    __device__ __forceinline__ void read(int64_t h, bool active, float (&v)[8]) const {
         if (!active) return;
         if (use) {
             cuda::load8(slots + (h % kStages) * kMaxHeadDim + c0, v);
         } else {
             load_row8(src + h * head_stride, false, v);
         }
+    }
+    // Head h's values, once its copy landed; issues head h + kStages - 1 first.
+    __device__ __forceinline__ void next(int64_t h, bool active, float (&v)[8]) const {
+        issue(h + kStages - 1);
+        cuda::cp_async_wait<kStages - 1>();
+        read(h, active, v);
     }
 };
 
@@ -236,13 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
             // dy's group for head h is older than x's two newest, so x's wait covers both.
             dys.issue(h + kStages - 1);
             xs.next(h, active, xv);
-            if (active) {
-                if (dys.use) {
-                    cuda::load8(dys.slots + (h % kStages) * kMaxHeadDim + c0, dy);
-                } else {
-                    load_row8(dys.src + h * dys.head_stride, false, dy);
-                }
-            }
+            dys.read(h, active, dy);
             const float rs = rstd[t * g.heads + h];
             float gr[8];
 #pragma unroll
@@ -289,8 +287,8 @@ RowGeom make_geom(int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotar
     return g;
 }
 
-// One block of kWarps tokens per row of dw partials.
-int backward_parts(int64_t tokens) {
+// Both kernels run a block per kWarps tokens; the backward writes a row of dw partials per block.
+int token_blocks(int64_t tokens) {
     return static_cast<int>((tokens + kWarps - 1) / kWarps);
 }
 
@@ -320,14 +318,14 @@ cudaError_t qk_norm_rope_forward(__nv_bfloat16* out, float* rstd, const __nv_bfl
     const RowGeom g =
         make_geom(tokens, heads, head_dim, rotary_dim, x_token_stride, x_head_stride, theta);
     const bool vec = strides_vectorizable(out, x, w, x_token_stride, x_head_stride);
-    const unsigned grid = static_cast<unsigned>(backward_parts(tokens));
+    const unsigned grid = static_cast<unsigned>(token_blocks(tokens));
     qk_norm_rope_forward_kernel<<<grid, kWarps * 32, 0, stream>>>(out, rstd, x, w, positions, g,
                                                                   eps, vec);
     return cudaGetLastError();
 }
 
 size_t qk_norm_rope_backward_workspace_bytes(int64_t tokens, int64_t heads, int64_t head_dim) {
-    return sizeof(float) * static_cast<size_t>(backward_parts(tokens)) *
+    return sizeof(float) * static_cast<size_t>(token_blocks(tokens)) *
            static_cast<size_t>(head_dim);
 }
 
@@ -346,7 +344,7 @@ cudaError_t qk_norm_rope_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloa
         make_geom(tokens, heads, head_dim, rotary_dim, x_token_stride, x_head_stride, theta);
     const bool vec =
         strides_vectorizable(dx, x, w, x_token_stride, x_head_stride) && cuda::aligned16(dout);
-    const int parts = backward_parts(tokens);
+    const int parts = token_blocks(tokens);
     auto* partials = static_cast<float*>(workspace);
     qk_norm_rope_backward_kernel<<<parts, kWarps * 32, 0, stream>>>(dx, partials, dout, x, w, rstd,
                                                                     positions, g, vec);

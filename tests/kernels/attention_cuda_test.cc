@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/attention.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
 #include "kernels/cudnn_attention.h"
@@ -102,23 +103,10 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                 d_y.poison();
                 d_o.poison();
                 d_lse.poison();
-                GatedAttentionArgs a;
-                a.q = bf16_ptr(d_q);
-                a.k = bf16_ptr(d_k);
-                a.v = bf16_ptr(d_v);
-                a.gate = bf16_ptr(d_qg) + d;
-                a.gate_token_stride = hq * 2 * d;
-                a.gate_head_stride = 2 * d;
-                a.cu_seqlens = d_cu.get();
-                a.num_docs = num_docs;
-                a.tokens = tokens;
-                a.q_heads = hq;
-                a.kv_heads = hkv;
-                a.head_dim = d;
-                a.scale = scale;
                 // Known longest document for some cases, unknown (bounded by tokens) for others.
-                a.max_doc_tokens =
-                    hq == hkv ? 0 : *std::max_element(lengths.begin(), lengths.end());
+                const GatedAttentionArgs a = gated_attention_args(
+                    d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, scale,
+                    hq == hkv ? 0 : *std::max_element(lengths.begin(), lengths.end()));
                 REQUIRE(gated_attention_supported(a));
                 // Runs the backward of the implementation under test.
                 auto backward = [&](DeviceBuffer<uint16_t>& dq, DeviceBuffer<uint16_t>& dk,

@@ -24,6 +24,7 @@
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace deltatune {
@@ -307,21 +308,9 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
             qg(Bf16Fill{static_cast<size_t>(2 * qn), 1.0f}), y(qn), o(qn),
             dy(Bf16Fill{static_cast<size_t>(qn), 1.0f}), dq(qn), dk(kvn), dv(kvn), dqg(2 * qn);
         DeviceBuffer<float> lse(static_cast<size_t>(tokens * kQHeads));
-        GatedAttentionArgs a;
-        a.q = bf16_ptr(q);
-        a.k = bf16_ptr(k);
-        a.v = bf16_ptr(v);
-        a.gate = bf16_ptr(qg) + kHeadDim;
-        a.gate_token_stride = kQHeads * 2 * kHeadDim;
-        a.gate_head_stride = 2 * kHeadDim;
-        a.cu_seqlens = cu.get();
-        a.num_docs = static_cast<int64_t>(docs.size());
-        a.tokens = tokens;
-        a.q_heads = kQHeads;
-        a.kv_heads = kKvHeads;
-        a.head_dim = kHeadDim;
-        a.scale = 1.0f / 16;
-        a.max_doc_tokens = *std::max_element(docs.begin(), docs.end());
+        const GatedAttentionArgs a = gated_attention_args(
+            q, k, v, qg, cu, static_cast<int64_t>(docs.size()), tokens, kQHeads, kKvHeads,
+            1.0f / 16, *std::max_element(docs.begin(), docs.end()));
         const size_t wsb = gated_attention_backward_workspace_bytes(a);
         DeviceBuffer<char> ws(wsb);
         row(("flash attention forward" + shape).c_str(),

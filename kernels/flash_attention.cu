@@ -151,14 +151,7 @@ __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool vali
                  : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most one committed group of this thread is still in flight.
-__device__ __forceinline__ void cp_async_wait_one() {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
+using cuda::cp_async_commit;
 
 // Copies `rows` rows of head_dim bf16 (global row r at src + r * row_stride) into a padded
 // shared tile, zero-filling rows at or past `end`, asynchronously: the caller commits, waits
@@ -259,8 +252,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t t = 0; t < n_tiles; ++t) {
         // Stage (t + 1) % 2 was last read in iteration t - 1, which ended with a barrier.
         if (t + 1 < n_tiles) prefetch(t + 1);
-        cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile t
-        cp_async_wait_one();
+        cp_async_commit();         // possibly empty: keeps "all but the newest group" = tile t
+        cuda::cp_async_wait<1>();  // at most one group in flight
         __syncthreads();
         const int64_t j0 = kv_begin + t * kFwdKeys;
         const bf16* ks = kv_stages + (t & 1) * 2 * kFwdKeys * kStride;
@@ -433,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t t = 0; t < n_tiles; ++t) {
         if (t + 1 < n_tiles) prefetch(t + 1);
         cp_async_commit();
-        cp_async_wait_one();
+        cuda::cp_async_wait<1>();  // at most one group in flight
         __syncthreads();
         const int st_idx = static_cast<int>(t & 1);
         const int64_t i0 = k0 + (t % q_tiles) * kBwdQueries;
@@ -539,7 +532,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t t = 0; t < n_tiles; ++t) {
         if (t + 1 < n_tiles) prefetch(t + 1);
         cp_async_commit();
-        cp_async_wait_one();
+        cuda::cp_async_wait<1>();  // at most one group in flight
         __syncthreads();
         const int64_t j0 = kv_begin + t * kDqKeys;
         const bf16* ks = kv_stages + (t & 1) * 2 * kDqKeys * kStride;

@@ -336,12 +336,9 @@ Ws carve(void* base, int64_t tokens, int64_t v_heads, bool backward, size_t* byt
 
 // kernels
 
-// Asynchronous 16-byte global-to-shared copies (cp.async): every load of a tile is in flight at
-// once. Readers call copies_wait() and then a barrier.
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-    const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
+// Asynchronous 16-byte global-to-shared copies (cuda::cp_async16): every load of a tile is in
+// flight at once. Readers call copies_wait() and then a barrier.
+using cuda::cp_async16;
 
 __device__ __forceinline__ void copies_wait() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");

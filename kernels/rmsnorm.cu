@@ -11,7 +11,6 @@ namespace deltatune {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kBackwardRowsPerBlock = 16;  // 8 measured slower on the H200 (more partials)
 constexpr int64_t kMaxCols = 32768;  // backward keeps a (cols) fp32 dw accumulator in shared memory
 
@@ -91,10 +90,16 @@ __global__ void rmsnorm_residual_backward_kernel(__nv_bfloat16* ds, float* dw_pa
                                                  const __nv_bfloat16* dresidual,
                                                  const __nv_bfloat16* s, const __nv_bfloat16* w,
                                                  const float* rstd, int64_t rows, int64_t cols) {
-    extern __shared__ float dw_acc[];  // (cols)
+    // dw accumulator, (V, cols / V): element i of vector v at [i * vecs + v], so that a warp's
+    // lanes (consecutive v) hit consecutive banks. Every thread touches only its own vectors'
+    // entries, so no barrier guards it.
+    extern __shared__ float dw_acc[];
     __shared__ float scratch[32];
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dw_acc[c] = 0.0f;
-    __syncthreads();  // zeroed with a different thread-to-column mapping than the one below
+    const int64_t vecs = cols / V;
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) dw_acc[i * vecs + v] = 0.0f;
+    }
     const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kBackwardRowsPerBlock;
     const int64_t row_end = min(rows, row_begin + kBackwardRowsPerBlock);
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -129,14 +134,16 @@ __global__ void rmsnorm_residual_backward_kernel(__nv_bfloat16* ds, float* dw_pa
             for (int i = 0; i < V; ++i) {
                 const float xhat = xv[i] * rs;
                 out[i] = rs * (g[i] * (1.0f + wv[i]) - xhat * mean) + dr[i];
-                dw_acc[c + i] += g[i] * xhat;
+                dw_acc[i * vecs + c / V] += g[i] * xhat;
             }
             store_vec<V>(dsr + c, out);
         }
     }
     float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * cols;
-    __syncthreads();  // the copy below reads columns other threads accumulated
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) part[c] = dw_acc[c];
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) part[v * V + i] = dw_acc[i * vecs + v];
+    }
 }
 
 bool vectorizable(int64_t cols, std::initializer_list<const void*> ptrs) {
@@ -165,11 +172,10 @@ cudaError_t rmsnorm_residual_forward(__nv_bfloat16* y, __nv_bfloat16* residual_o
                                      cudaStream_t stream) {
     if (!rmsnorm_supported(rows, cols)) return cudaErrorInvalidValue;
     if (rows == 0) return cudaSuccess;
-    auto* kernel = vectorizable(cols, {y, residual_out, x, residual, w})
-                       ? rmsnorm_residual_forward_kernel<8>
-                       : rmsnorm_residual_forward_kernel<1>;
-    kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, residual_out, rstd, x, residual,
-                                                                 w, cols, eps);
+    const bool vec = vectorizable(cols, {y, residual_out, x, residual, w});
+    auto* kernel = vec ? rmsnorm_residual_forward_kernel<8> : rmsnorm_residual_forward_kernel<1>;
+    kernel<<<static_cast<unsigned>(rows), cuda::row_threads(vec ? cols / 8 : cols), 0, stream>>>(
+        y, residual_out, rstd, x, residual, w, cols, eps);
     return cudaGetLastError();
 }
 
@@ -190,15 +196,15 @@ cudaError_t rmsnorm_residual_backward(__nv_bfloat16* ds, float* dw, const __nv_b
     const int parts = backward_parts(rows);
     const size_t smem = sizeof(float) * static_cast<size_t>(cols);
     auto* partials = static_cast<float*>(workspace);
-    auto* kernel = vectorizable(cols, {ds, dy, dresidual, s, w})
-                       ? rmsnorm_residual_backward_kernel<8>
-                       : rmsnorm_residual_backward_kernel<1>;
+    const bool vec = vectorizable(cols, {ds, dy, dresidual, s, w});
+    auto* kernel = vec ? rmsnorm_residual_backward_kernel<8> : rmsnorm_residual_backward_kernel<1>;
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
         e != cudaSuccess) {
         return e;
     }
-    kernel<<<parts, kThreads, smem, stream>>>(ds, partials, dy, dresidual, s, w, rstd, rows, cols);
+    kernel<<<parts, cuda::row_threads(vec ? cols / 8 : cols), smem, stream>>>(
+        ds, partials, dy, dresidual, s, w, rstd, rows, cols);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     return cuda::column_partials_accumulate(dw, partials, parts, static_cast<int>(cols), stream);
 }

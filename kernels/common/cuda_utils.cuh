@@ -99,6 +99,16 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Threads per block for a kernel that sweeps a row of `vecs` vectors: the fewest passes over the
+// row with at most 512 threads, then as few threads (whole warps, at least 64) as cover it in
+// that many passes, so that no thread makes one more pass than the others (27B's 5120 columns,
+// 640 vectors of 8: 320 threads x 2 passes, where 256 threads made 3 and 2).
+inline int row_threads(int64_t vecs) {
+    const int64_t passes = (vecs + 511) / 512;
+    const int64_t threads = ((vecs + passes - 1) / passes + 31) / 32 * 32;
+    return static_cast<int>(threads < 64 ? 64 : threads);
+}
+
 inline bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

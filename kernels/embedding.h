@@ -26,9 +26,11 @@ void embedding_backward_ref(T* dtable, const T* dout, const int32_t* ids, int64_
 cudaError_t embedding_forward(__nv_bfloat16* out, const __nv_bfloat16* table, const int32_t* ids,
                               int64_t tokens, int64_t hidden, cudaStream_t stream);
 // Deterministic scatter-add: dtable (vocab, hidden) fp32 += dout rows grouped by id. The tokens
-// are stably sorted by id (CUB radix sort in `workspace`), then each distinct id's rows are summed
-// in token order, so the result is bitwise reproducible and equals the reference's order.
-size_t embedding_backward_workspace_bytes(int64_t tokens);
+// are stably sorted by id (CUB radix sort), then each id's rows are summed in token order in
+// pieces of at most 32 (the sorted order cut into aligned chunks of 32 positions), and the pieces
+// are added to the table row in order: bitwise reproducible, and the reference's own order for
+// every id whose sorted positions lie in one chunk.
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t hidden);
 cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const int32_t* ids,
                                int64_t tokens, int64_t hidden, int64_t vocab, void* workspace,
                                size_t workspace_bytes, cudaStream_t stream);

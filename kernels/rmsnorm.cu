@@ -16,24 +16,8 @@ constexpr int64_t kMaxCols = 32768;  // backward keeps a (cols) fp32 dw accumula
 
 using cuda::block_sum;
 
-// V values at column c (V = 8: one 16-byte access; V = 1: scalar).
-template <int V>
-__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&f)[V]) {
-    if constexpr (V == 8) {
-        cuda::load8(p, f);
-    } else {
-        f[0] = __bfloat162float(*p);
-    }
-}
-
-template <int V>
-__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&f)[V]) {
-    if constexpr (V == 8) {
-        cuda::store8(p, f);
-    } else {
-        *p = __float2bfloat16_rn(f[0]);
-    }
-}
+using cuda::load_vec;
+using cuda::store_vec;
 
 template <int V>
 __device__ __forceinline__ void round_bf16(float (&f)[V]) {

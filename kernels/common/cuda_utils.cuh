@@ -82,6 +82,26 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
 }
 
+// V consecutive bf16 values as floats (V = 8: one 16-byte access; V = 1: scalar), for kernels
+// templated on whether a row's alignment allows 16-byte accesses.
+template <int V>
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&f)[V]) {
+    if constexpr (V == 8) {
+        load8(p, f);
+    } else {
+        f[0] = __bfloat162float(*p);
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&f)[V]) {
+    if constexpr (V == 8) {
+        store8(p, f);
+    } else {
+        *p = __float2bfloat16_rn(f[0]);
+    }
+}
+
 // Asynchronous 16-byte global-to-shared copy (cp.async, L2 only): a thread's copies are grouped
 // by cp_async_commit and waited for with cp_async_wait<N> (all but the N newest groups done);
 // they occupy no registers while in flight.

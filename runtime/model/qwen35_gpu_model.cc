@@ -438,7 +438,7 @@ absl::Status Qwen35GpuModel::backward() {
     if (!m.layout.tied) {
         DT_ASSIGN_OR_RETURN(e, m.source->acquire(0, Phase::kBackward, true));
     }
-    const size_t we = embedding_backward_workspace_bytes(T);
+    const size_t we = embedding_backward_workspace_bytes(T, H);
     DT_ASSIGN_OR_RETURN(DeviceMemory ework, m.dev.allocate(we));
     DT_CUDA_RETURN_IF_ERROR(embedding_backward(m.param(m.embed_idx, e).grad, g.as<bf16>(), m.ids, T,
                                                H, m.c.vocab_size, ework.get(), we, s));

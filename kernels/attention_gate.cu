@@ -12,11 +12,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kD = 256;
 constexpr int kWarps = 8;  // rows per block
 
-__device__ __forceinline__ void load_gate8(const bf16* p, float (&f)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(p[i]);
-}
-
 // Row r = (token, head) of the 256-wide rows: this lane's offsets in o-like tensors and in the
 // gate.
 struct RowAt {
@@ -36,7 +31,7 @@ __global__ void gate_forward_kernel(bf16* y, const bf16* o, AttentionGateLayout 
     const auto [off, goff] = row_at(g, r, q_heads, lane);
     float ov[8], gv[8], yv[8];
     cuda::load8(o + off, ov);
-    load_gate8(g.gate + goff, gv);
+    cuda::load8(g.gate + goff, gv);  // layout_ok: 16-byte aligned
 #pragma unroll
     for (int i = 0; i < 8; ++i) yv[i] = ov[i] / (1.0f + expf(-gv[i]));
     cuda::store8(y + off, yv);
@@ -52,7 +47,7 @@ __global__ void gate_backward_kernel(bf16* d_o, float* delta, bf16* dgate, const
     float dyv[8], ov[8], gv[8], dov[8], dgv[8];
     cuda::load8(dy + off, dyv);
     cuda::load8(o + off, ov);
-    load_gate8(g.gate + goff, gv);
+    cuda::load8(g.gate + goff, gv);  // layout_ok: 16-byte aligned
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -62,8 +57,7 @@ __global__ void gate_backward_kernel(bf16* d_o, float* delta, bf16* dgate, const
         dot += dov[i] * ov[i];
     }
     cuda::store8(d_o + off, dov);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dgate[goff + i] = __float2bfloat16_rn(dgv[i]);
+    cuda::store8(dgate + goff, dgv);
     if (delta == nullptr) return;
     dot = cuda::warp_sum(dot);
     if (lane == 0) delta[r] = dot;
@@ -107,7 +101,7 @@ cudaError_t attention_gate_backward(bf16* d_o, float* delta, bf16* dgate, const 
                                     const bf16* o, AttentionGateLayout g, int64_t tokens,
                                     int64_t q_heads, cudaStream_t stream) {
     if (!layout_ok(g) || !cuda::aligned16(d_o) || !cuda::aligned16(dy) || !cuda::aligned16(o) ||
-        q_heads <= 0) {
+        !cuda::aligned16(dgate) || q_heads <= 0) {
         return cudaErrorInvalidValue;
     }
     const int64_t rows = tokens * q_heads;

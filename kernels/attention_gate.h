@@ -25,8 +25,8 @@ cudaError_t attention_gate_forward(__nv_bfloat16* y, const __nv_bfloat16* o, Att
                                    int64_t tokens, int64_t q_heads, cudaStream_t stream);
 
 // d_o = round_bf16(dy * sigmoid(gate)), dgate = dy * o * sigmoid * (1 - sigmoid) (written at the
-// gate's strides), and, when `delta` is not null, delta[t, h] = sum_c d_o * o: the flash
-// backward's row term, from the rounded d_o.
+// gate's strides, 16-byte aligned as the gate is), and, when `delta` is not null, delta[t, h] =
+// sum_c d_o * o: the flash backward's row term, from the rounded d_o.
 cudaError_t attention_gate_backward(__nv_bfloat16* d_o, float* delta, __nv_bfloat16* dgate,
                                     const __nv_bfloat16* dy, const __nv_bfloat16* o,
                                     AttentionGateLayout g, int64_t tokens, int64_t q_heads,

@@ -15,6 +15,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/attention_gate.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
 #include "kernels/cudnn_attention.h"
 #endif
@@ -353,23 +354,43 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
             if (!st.ok()) std::printf("%s\n", st.ToString().c_str());
             return st.ok() ? cudaSuccess : cudaErrorUnknown;
         };
-        row(("cudnn attention forward" + shape).c_str(),
-            median_ms(
-                [&] {
-                    return as_cuda(cudnn.forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, cws.get(),
-                                                 cws.size(), nullptr));
-                },
-                10),
-            0, fwd_flops, ceil);
-        row(("cudnn attention backward" + shape).c_str(),
-            median_ms(
-                [&] {
-                    return as_cuda(cudnn.backward(
-                        bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
-                        bf16_ptr(dy), bf16_ptr(o), lse.get(), a, cws.get(), cws.size(), nullptr));
-                },
-                10),
-            0, 2.5 * fwd_flops, ceil);
+        const double cudnn_fwd_ms = median_ms(
+            [&] {
+                return as_cuda(cudnn.forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, cws.get(),
+                                             cws.size(), nullptr));
+            },
+            10);
+        const double cudnn_bwd_ms = median_ms(
+            [&] {
+                return as_cuda(cudnn.backward(bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv),
+                                              bf16_ptr(dqg) + kHeadDim, bf16_ptr(dy), bf16_ptr(o),
+                                              lse.get(), a, cws.get(), cws.size(), nullptr));
+            },
+            10);
+        row(("cudnn attention forward" + shape).c_str(), cudnn_fwd_ms, 0, fwd_flops, ceil);
+        row(("cudnn attention backward" + shape).c_str(), cudnn_bwd_ms, 0, 2.5 * fwd_flops, ceil);
+        // The sigmoid gate's passes around cuDNN's SDPA (which cannot fuse them), as bytes
+        // (forward: o, gate in, y out; backward: dy, o, gate in, d_o, dgate out), and the SDPA
+        // alone as the difference: what torch's SDPA figures in benchmark.md compare with.
+        const AttentionGateLayout gl{a.gate, a.gate_token_stride, a.gate_head_stride};
+        const double gate_fwd_ms = median_ms(
+            [&] {
+                return attention_gate_forward(bf16_ptr(y), bf16_ptr(o), gl, tokens, kQHeads,
+                                              nullptr);
+            },
+            20);
+        const double gate_bwd_ms = median_ms(
+            [&] {
+                return attention_gate_backward(bf16_ptr(y), nullptr, bf16_ptr(dqg) + kHeadDim,
+                                               bf16_ptr(dy), bf16_ptr(o), gl, tokens, kQHeads,
+                                               nullptr);
+            },
+            20);
+        row(("  its gate forward" + shape).c_str(), gate_fwd_ms, 3.0 * 2 * qn, 0, ceil);
+        row(("  its gate backward" + shape).c_str(), gate_bwd_ms, 5.0 * 2 * qn, 0, ceil);
+        row(("  its SDPA forward" + shape).c_str(), cudnn_fwd_ms - gate_fwd_ms, 0, fwd_flops, ceil);
+        row(("  its SDPA backward" + shape).c_str(), cudnn_bwd_ms - gate_bwd_ms, 0, 2.5 * fwd_flops,
+            ceil);
 #endif
     }
     {  // Fused linear cross-entropy vs its three GEMMs alone.

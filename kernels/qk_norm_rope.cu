@@ -171,19 +171,21 @@ __device__ __forceinline__ LaneAngles read_angles(const float* angles, int64_t c
 // flight; one row per warp reached 37% of the copy ceiling). Scalar rows (unaligned strides) are
 // read directly instead.
 constexpr int kStages = 4;
+static_assert((kStages & (kStages - 1)) == 0, "ring slots are picked with a mask");
 
 struct RowRing {
     const __nv_bfloat16* src;  // this lane's channels of head 0
     int64_t head_stride;
     __nv_bfloat16* slots;  // this warp's ring, kStages x kMaxHeadDim
-    int64_t heads, c0;
+    int heads, c0;
     bool use;  // vectorised and this lane holds channels
 
+    __device__ __forceinline__ __nv_bfloat16* slot(int h) const {
+        return slots + (h & (kStages - 1)) * kMaxHeadDim + c0;
+    }
     // Issues head h's copy (if any) and commits a group either way, so group counts stay aligned.
-    __device__ __forceinline__ void issue(int64_t h) const {
-        if (use && h < heads) {
-            cuda::cp_async16(slots + (h % kStages) * kMaxHeadDim + c0, src + h * head_stride);
-        }
+    __device__ __forceinline__ void issue(int h) const {
+        if (use && h < heads) cuda::cp_async16(slot(h), src + h * head_stride);
         cuda::cp_async_commit();
     }
     __device__ __forceinline__ void prologue() const {
@@ -191,16 +193,16 @@ struct RowRing {
         for (int h = 0; h < kStages - 1; ++h) issue(h);
     }
     // Head h's values (its copy must have landed).
-    __device__ __forceinline__ void read(int64_t h, bool active, float (&v)[8]) const {
+    __device__ __forceinline__ void read(int h, bool active, float (&v)[8]) const {
         if (!active) return;
         if (use) {
-            cuda::load8(slots + (h % kStages) * kMaxHeadDim + c0, v);
+            cuda::load8(slot(h), v);
         } else {
             load_row8(src + h * head_stride, false, v);
         }
     }
     // Head h's values, once its copy landed; issues head h + kStages - 1 first.
-    __device__ __forceinline__ void next(int64_t h, bool active, float (&v)[8]) const {
+    __device__ __forceinline__ void next(int h, bool active, float (&v)[8]) const {
         issue(h + kStages - 1);
         cuda::cp_async_wait<kStages - 1>();
         read(h, active, v);
@@ -221,12 +223,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     if (t >= g.tokens) return;  // whole warp leaves together
     const int64_t c0 = static_cast<int64_t>(lane) * 8;
     const bool active = c0 < g.head_dim;
-    const RowRing xs{
-        x + t * g.token_stride + c0, g.head_stride, ring[warp], g.heads, c0, vec && active};
+    const RowRing xs{x + t * g.token_stride + c0, g.head_stride,        ring[warp],
+                     static_cast<int>(g.heads),   static_cast<int>(c0), vec && active};
     xs.prologue();
     const TokenConsts k = token_consts(w, positions[t], c0, active, vec, g);
     float* row = rows[warp];
-    for (int64_t h = 0; h < g.heads; ++h) {
+    for (int h = 0; h < g.heads; ++h) {
         float v[8] = {};
         xs.next(h, active, v);
         float sum_sq = 0.0f;
@@ -260,42 +262,82 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
     float dw_acc[8] = {};
     if (t < g.tokens) {  // warp-uniform; every warp reaches the block barrier below
+        const int heads = static_cast<int>(g.heads);
         const int64_t xt = t * g.token_stride + c0;  // x and dx share the strides
         const RowRing dys{dout + t * g.heads * g.head_dim + c0,
                           g.head_dim,
                           dy_ring[warp],
-                          g.heads,
-                          c0,
+                          heads,
+                          static_cast<int>(c0),
                           vec && active};
-        const RowRing xs{x + xt, g.head_stride, x_ring[warp], g.heads, c0, vec && active};
+        const RowRing xs{x + xt, g.head_stride,        x_ring[warp],
+                         heads,  static_cast<int>(c0), vec && active};
         dys.prologue();
         xs.prologue();
-        float wv[8] = {};
-        if (active) load_row8(w + c0, vec, wv);
+        // The schedulers issue an instruction on 3 cycles of 4 here: per-row work is kept to
+        // what the math needs (1 + w once per token, R^T only on the rotary lanes, 32-bit
+        // indices).
+        float w1[8] = {};
+        if (active) {
+            load_row8(w + c0, vec, w1);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) w1[i] += 1.0f;
+        }
         fill_angles(angles[warp], positions[t], g);
+        const bool by_shuffle = g.rotary_dim % 16 == 0;
+        const int half_lanes = static_cast<int>(g.rotary_dim / 16);
+        const int partner = (lane < half_lanes ? lane + half_lanes : lane - half_lanes) & 31;
+        const bool rotary_lane = lane < 2 * half_lanes;
+        const float rsign = lane < half_lanes ? 1.0f : -1.0f;  // R^T: the partner's sign
+        const float* rstd_t = rstd + t * g.heads;
+        const float inv_dim = 1.0f / static_cast<float>(g.head_dim);
         float* row = rows[warp];
-        for (int64_t h = 0; h < g.heads; ++h) {
+        for (int h = 0; h < heads; ++h) {
             float dy[8] = {}, xv[8] = {};
             // dy's group for head h is older than x's two newest, so x's wait covers both.
             dys.issue(h + kStages - 1);
             xs.next(h, active, xv);
             dys.read(h, active, dy);
-            const float rs = rstd[t * g.heads + h];
-            float gr[8];
+            const float rs = rstd_t[h];
+            float gr[8];  // R^T dy
+            if (by_shuffle) {
+                float p[8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) gr[i] = dy[i];
-            rotate_row(gr, row, c0, active, read_angles(angles[warp], c0, g), g, -1.0f);  // R^T dy
-            float dot = 0.0f;
+                for (int i = 0; i < 8; ++i) p[i] = __shfl_sync(0xffffffffu, dy[i], partner);
+                if (rotary_lane) {  // c0 + 8 <= rotary_dim: 16-byte runs of the angles
+                    const float4* cs4 = reinterpret_cast<const float4*>(angles[warp] + c0);
+                    const float4* sn4 =
+                        reinterpret_cast<const float4*>(angles[warp] + g.rotary_dim + c0);
+                    const float4 c_lo = cs4[0], c_hi = cs4[1], s_lo = sn4[0], s_hi = sn4[1];
+                    const float cs[8] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w,
+                                         c_hi.x, c_hi.y, c_hi.z, c_hi.w};
+                    const float sn[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w,
+                                         s_hi.x, s_hi.y, s_hi.z, s_hi.w};
 #pragma unroll
-            for (int i = 0; i < 8; ++i) dot += gr[i] * (1.0f + wv[i]) * (xv[i] * rs);
-            const float mean = cuda::warp_sum(dot) / static_cast<float>(g.head_dim);
+                    for (int i = 0; i < 8; ++i) gr[i] = dy[i] * cs[i] + p[i] * (rsign * sn[i]);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) gr[i] = dy[i];
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) gr[i] = dy[i];
+                rotate_row(gr, row, c0, active, read_angles(angles[warp], c0, g), g, -1.0f);
+            }
+            float xhat[8], gw[8], dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                xhat[i] = xv[i] * rs;
+                gw[i] = gr[i] * w1[i];
+                dot += gw[i] * xhat[i];
+            }
+            const float mean = cuda::warp_sum(dot) * inv_dim;
             if (active) {
                 float d[8];
 #pragma unroll
                 for (int i = 0; i < 8; ++i) {
-                    const float xhat = xv[i] * rs;
-                    d[i] = rs * (gr[i] * (1.0f + wv[i]) - xhat * mean);
-                    dw_acc[i] += gr[i] * xhat;
+                    d[i] = rs * (gw[i] - xhat[i] * mean);
+                    dw_acc[i] += gr[i] * xhat[i];
                 }
                 store_row8(dx + xt + h * g.head_stride, vec, d);
             }

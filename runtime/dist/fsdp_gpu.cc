@@ -10,6 +10,7 @@
 #include "kernels/shard_reduce.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
+#include "runtime/dist/nccl_host_communicator.h"
 #include "runtime/model/qwen35_params.h"
 
 namespace deltatune {
@@ -364,18 +365,8 @@ absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step
 }
 
 absl::Status FsdpGpuParams::all_reduce_host(std::vector<double>& values) {
-    if (values.empty()) return absl::OkStatus();
-    const cudaStream_t s = compute();
-    std::vector<float> f(values.begin(), values.end());
-    DT_ASSIGN_OR_RETURN(DeviceMemory d, dev_.allocate(sizeof(float) * f.size()));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(d.get(), f.data(), d.bytes(), cudaMemcpyHostToDevice, s));
-    DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(d.as<float>(), f.size(), s));
-    DT_RETURN_IF_ERROR(comm_.wait(s));  // before the (host-blocking) pageable read-back
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(f.data(), d.get(), sizeof(float) * f.size(), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < f.size(); ++i) values[i] = f[i];
-    return absl::OkStatus();
+    // The daemon's GPU ranks' host collective: fp64, staged on the compute stream after the step.
+    return NcclHostCommunicator(dev_, comm_).all_reduce_sum(values.data(), values.size());
 }
 
 int64_t FsdpGpuParams::comm_bytes_per_step() const {

@@ -74,7 +74,8 @@ class FsdpGpuParams final : public GpuParamSource {
     // max_grad_norm > 0, runs AdamW (1-based `step`) on the shards and refreshes the bf16
     // shards. Returns the global gradient norm before clipping (one host wait).
     absl::StatusOr<double> step(const AdamWHyper& hyper, int64_t step, double max_grad_norm);
-    // Collective sum of host values (loss sums, label counts) over ranks, through the device.
+    // Collective sum of host values (loss sums, label counts) over ranks, through the device, in
+    // fp64 (NcclHostCommunicator).
     absl::Status all_reduce_host(std::vector<double>& values);
 
     // GpuParamSource.

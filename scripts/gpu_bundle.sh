@@ -10,9 +10,11 @@ rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/daemon"
 shopt -s nullglob  # a build dir may hold only some of the targets (e.g. just kernels_tests)
 # BUNDLE_TESTS (default: every *_tests) names the test binaries to take: the device tool carries
 # at most 64 MiB with the working tree.
-for t in "$BUILD_DIR"/tests/*_tests; do
+# kernels_bench (the per-kernel benchmarks) only when BUNDLE_TESTS names it.
+for t in "$BUILD_DIR"/tests/*_tests "$BUILD_DIR"/tests/kernels_bench; do
   name=$(basename "$t")
   [[ -n ${BUNDLE_TESTS:-} && " $BUNDLE_TESTS " != *" $name "* ]] && continue
+  [[ $name == kernels_bench && " ${BUNDLE_TESTS:-} " != *" $name "* ]] && continue
   strip --strip-all -o "$OUT/bin/$name" "$t"
 done
 for exe in deltatune deltatuned; do  # the CLI and the daemon (GPU jobs end to end)

@@ -4,7 +4,7 @@
 # kernel's launch count and median / total microseconds, in launch order. Where timing one
 # fused op with CUDA events cannot say which of its launches takes the time (a sort, a partials
 # pass), this can. Run on the GPU machine:
-#   KERNELS='embedding|Radix|iota' scripts/gpu_kernel_times.sh .device-build/bin/kernels_tests "[bench]"
+#   KERNELS='embedding|Radix|iota' scripts/gpu_kernel_times.sh .device-build/bin/kernels_bench
 set -euo pipefail
 NCU=${NCU:-/opt/nvidia/nsight-compute/2025.3.1/ncu}
 csv=$(mktemp)

@@ -1,6 +1,7 @@
 // Per-kernel microbenchmark on Qwen3.5-27B shapes (H 5120, 24 q / 4 kv heads of 256, I 17408,
-// vocab 248320) with an 8192-token packed batch of ultrachat-like documents. Hidden from the
-// default run: `kernels_tests "[bench]"`. Prints, per kernel, the median time over repeats
+// vocab 248320) with an 8192-token packed batch of ultrachat-like documents, in the kernels_bench
+// executable (not a CTest test): `kernels_bench "[bench]"` (GPU only; `kernels_bench` alone also
+// runs gdn_bench.cc). Prints, per kernel, the median time over repeats
 // (CUDA events, after warm-up), the bytes or FLOPs counted as the fewest the op must move or
 // do, and the fraction of the ceilings measured in the same run (a device-to-device copy; a
 // cuBLAS 8192^3 bf16 GEMM), plus the datasheet-derived leads 4.3 TB/s and 790 TFLOP/s.
@@ -25,6 +26,7 @@
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
+#include "tests/bench/bench_util.h"
 #include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 
@@ -33,33 +35,12 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
+using bench::median_ms;
 using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
 using F32Fill = DeviceBuffer<float>::RandomFill;
 
 constexpr int64_t kTokens = 8192, kHidden = 5120, kQHeads = 24, kKvHeads = 4, kHeadDim = 256,
                   kInter = 17408, kVocab = 248320;
-
-double median_ms(const std::function<cudaError_t()>& f, int reps) {
-    for (int i = 0; i < 2; ++i) REQUIRE(f() == cudaSuccess);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    std::vector<double> ms;
-    cudaEvent_t a, b;
-    REQUIRE(cudaEventCreate(&a) == cudaSuccess);
-    REQUIRE(cudaEventCreate(&b) == cudaSuccess);
-    for (int i = 0; i < reps; ++i) {
-        REQUIRE(cudaEventRecord(a) == cudaSuccess);
-        REQUIRE(f() == cudaSuccess);
-        REQUIRE(cudaEventRecord(b) == cudaSuccess);
-        REQUIRE(cudaEventSynchronize(b) == cudaSuccess);
-        float t = 0;
-        REQUIRE(cudaEventElapsedTime(&t, a, b) == cudaSuccess);
-        ms.push_back(t);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
 
 struct Ceilings {
     double copy_gbs = 4300, gemm_tflops = 790;
@@ -91,7 +72,7 @@ std::vector<int32_t> ultrachat_like_lengths(std::mt19937& rng) {
     return lengths;
 }
 
-TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[.][bench]") {
+TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
     if (!have_gpu()) return;
     std::mt19937 rng(7);
     Ceilings ceil;

@@ -1,7 +1,7 @@
 // Gated DeltaNet kernel timings at the Qwen3.5-9B (16 key / 32 value heads) and 27B (16 / 48)
 // head shapes, dim 128, one 8192-token sequence, printed next to the published H200 figures for
 // one 9B layer (flash-linear-attention 0.472 ms forward / 1.444 ms backward; FlashQLA 0.280 /
-// 0.789). Hidden from the default run: `kernels_tests "[gdn_bench]"`. Median of CUDA-event
+// 0.789). In the kernels_bench executable: `kernels_bench "[gdn_bench]"`. Median of CUDA-event
 // timings after warm-up, on random data.
 #include <catch2/catch.hpp>
 
@@ -12,6 +12,7 @@
 #include "kernels/causal_conv1d.h"
 #include "kernels/gated_delta_rule.h"
 #include "kernels/gated_rmsnorm.h"
+#include "tests/bench/bench_util.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace deltatune {
@@ -19,31 +20,10 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
+using bench::median_ms;
 using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
 
-double median_event_ms(const std::function<cudaError_t()>& f, int reps) {
-    for (int i = 0; i < 3; ++i) REQUIRE(f() == cudaSuccess);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    cudaEvent_t start, stop;
-    REQUIRE(cudaEventCreate(&start) == cudaSuccess);
-    REQUIRE(cudaEventCreate(&stop) == cudaSuccess);
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-        REQUIRE(cudaEventRecord(start) == cudaSuccess);
-        REQUIRE(f() == cudaSuccess);
-        REQUIRE(cudaEventRecord(stop) == cudaSuccess);
-        REQUIRE(cudaEventSynchronize(stop) == cudaSuccess);
-        float t = 0;
-        REQUIRE(cudaEventElapsedTime(&t, start, stop) == cudaSuccess);
-        ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
-TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench][gdn_bench]") {
+TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][gdn_bench]") {
     if (!have_gpu()) return;
     constexpr int64_t kTokens = 8192, kDim = 128, kKHeads = 16;
     const std::vector<int32_t> cu = {0, static_cast<int32_t>(kTokens)};
@@ -66,7 +46,7 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
         const size_t wsb = gated_delta_rule_backward_workspace_bytes(kTokens, v_heads);
         DeviceBuffer<char> ws(wsb);
         const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
-        const double fwd = median_event_ms(
+        const double fwd = median_ms(
             [&] {
                 return gated_delta_rule_forward(bf16_ptr(out), bf16_ptr(q), bf16_ptr(k),
                                                 bf16_ptr(v), bf16_ptr(a), bf16_ptr(b), d_A.get(),
@@ -74,7 +54,7 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
                                                 v_heads, scale, ws.get(), wsb, nullptr);
             },
             20);
-        const double bwd = median_event_ms(
+        const double bwd = median_ms(
             [&] {
                 return gated_delta_rule_backward(
                     bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(da), bf16_ptr(db), dA.get(),
@@ -90,7 +70,7 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
             std::vector<int32_t> cu8;
             for (int d = 0; d <= 8; ++d) cu8.push_back(d * 1024);
             DeviceBuffer<int32_t> d_cu8(cu8);
-            const double fwd8 = median_event_ms(
+            const double fwd8 = median_ms(
                 [&] {
                     return gated_delta_rule_forward(
                         bf16_ptr(out), bf16_ptr(q), bf16_ptr(k), bf16_ptr(v), bf16_ptr(a),
@@ -98,7 +78,7 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
                         v_heads, scale, ws.get(), wsb, nullptr);
                 },
                 20);
-            const double bwd8 = median_event_ms(
+            const double bwd8 = median_ms(
                 [&] {
                     return gated_delta_rule_backward(
                         bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(da), bf16_ptr(db),
@@ -119,13 +99,13 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
         DeviceBuffer<float> dw(static_cast<size_t>(channels * 4));
         const size_t cwb = causal_conv1d_backward_workspace_bytes(kTokens, channels, 4);
         DeviceBuffer<char> cws(cwb);
-        const double cf = median_event_ms(
+        const double cf = median_ms(
             [&] {
                 return causal_conv1d_forward(bf16_ptr(y), bf16_ptr(x), bf16_ptr(w), d_cu.get(), 1,
                                              kTokens, channels, 4, nullptr);
             },
             20);
-        const double cb = median_event_ms(
+        const double cb = median_ms(
             [&] {
                 return causal_conv1d_backward(bf16_ptr(dx), dw.get(), bf16_ptr(dy), bf16_ptr(x),
                                               bf16_ptr(w), d_cu.get(), 1, kTokens, channels, 4,
@@ -141,13 +121,13 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[.][bench
         DeviceBuffer<float> rstd(static_cast<size_t>(rows)), dnw(kDim);
         const size_t nwb = gated_rmsnorm_backward_workspace_bytes(rows, kDim);
         DeviceBuffer<char> nws(nwb);
-        const double nf = median_event_ms(
+        const double nf = median_ms(
             [&] {
                 return gated_rmsnorm_forward(bf16_ptr(out), rstd.get(), bf16_ptr(v), bf16_ptr(z),
                                              bf16_ptr(nw), rows, kDim, 1e-6f, nullptr);
             },
             20);
-        const double nb = median_event_ms(
+        const double nb = median_ms(
             [&] {
                 return gated_rmsnorm_backward(bf16_ptr(dv), bf16_ptr(dz), dnw.get(), bf16_ptr(dout),
                                               bf16_ptr(v), bf16_ptr(z), bf16_ptr(nw), rstd.get(),

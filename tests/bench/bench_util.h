@@ -1,0 +1,39 @@
+// Timing helper of the kernel benchmarks (kernels_bench): the median of CUDA-event timings.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+namespace deltatune::bench {
+
+// Median milliseconds of `reps` timed calls of f() on the default stream, after `warmup`
+// untimed ones (first-call costs: plan builds, lazy module loading).
+inline double median_ms(const std::function<cudaError_t()>& f, int reps, int warmup = 2) {
+    for (int i = 0; i < warmup; ++i) REQUIRE(f() == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<double> ms;
+    cudaEvent_t a, b;
+    REQUIRE(cudaEventCreate(&a) == cudaSuccess);
+    REQUIRE(cudaEventCreate(&b) == cudaSuccess);
+    for (int i = 0; i < reps; ++i) {
+        REQUIRE(cudaEventRecord(a) == cudaSuccess);
+        REQUIRE(f() == cudaSuccess);
+        REQUIRE(cudaEventRecord(b) == cudaSuccess);
+        REQUIRE(cudaEventSynchronize(b) == cudaSuccess);
+        float t = 0;
+        REQUIRE(cudaEventElapsedTime(&t, a, b) == cudaSuccess);
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+}  // namespace deltatune::bench
+#endif  // DELTATUNE_HAVE_CUDA

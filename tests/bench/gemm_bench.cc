@@ -1,0 +1,150 @@
+// Is cuBLASLt's first heuristic choice (the algorithm runtime/device/gemm.cc runs for a shape)
+// its fastest? For each linear layer of Qwen3.5-27B at 8192 tokens, in the three forms the
+// runtime uses (y = x W^T, dx = dy W, dW += dy^T x in fp32), every algorithm the heuristic
+// offers (up to kCandidates) is timed; the row prints the first one's TFLOP/s, the best one's and
+// its rank. `kernels_bench "[gemm_bench]"` on the GPU machine.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/bench/bench_util.h"
+#include "tests/kernels/cuda_test_util.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <cublasLt.h>
+#endif
+
+namespace deltatune {
+namespace {
+
+#if DELTATUNE_HAVE_CUDA
+using namespace cudatest;
+using bench::median_ms;
+using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
+
+constexpr int kCandidates = 16;
+constexpr size_t kWorkspace = size_t{32}
+                              << 20;  // as the runtime gives cuBLASLt (device_context.cc)
+
+#define BENCH_LT(expr) REQUIRE((expr) == CUBLAS_STATUS_SUCCESS)
+
+// One column-major cuBLASLt problem D (m x n) = op(A) op(B) (+ D), as gemm.cc maps a row-major
+// one: transposes, stored shapes and leading dimensions given.
+struct Problem {
+    cublasOperation_t ta, tb;
+    uint64_t a_rows, a_cols, b_rows, b_cols, m, n;
+    int64_t lda, ldb, ldc;
+    cudaDataType_t out;
+    float beta;
+};
+
+struct Row {
+    double first_ms = 0, best_ms = 0;
+    int best_rank = 0, offered = 0;
+};
+
+Row time_candidates(cublasLtHandle_t h, const Problem& p, const void* a, const void* b, void* c,
+                    void* ws) {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    BENCH_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    BENCH_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.ta, sizeof(p.ta)));
+    BENCH_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.tb, sizeof(p.tb)));
+    BENCH_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.a_rows, p.a_cols, p.lda));
+    BENCH_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.b_rows, p.b_cols, p.ldb));
+    BENCH_LT(cublasLtMatrixLayoutCreate(&lc, p.out, p.m, p.n, p.ldc));
+    BENCH_LT(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws_bytes = kWorkspace;
+    BENCH_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws_bytes, sizeof(ws_bytes)));
+    cublasLtMatmulHeuristicResult_t found[kCandidates] = {};
+    int count = 0;
+    BENCH_LT(
+        cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, kCandidates, found, &count));
+    REQUIRE(count > 0);
+    Row row;
+    row.offered = count;
+    const float alpha = 1.0f;
+    for (int i = 0; i < count; ++i) {
+        const double ms = median_ms(
+            [&] {
+                const cublasStatus_t s =
+                    cublasLtMatmul(h, op, &alpha, a, la, b, lb, &p.beta, c, lc, c, lc,
+                                   &found[i].algo, ws, kWorkspace, nullptr);
+                return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+            },
+            10);
+        if (i == 0) row.first_ms = row.best_ms = ms;
+        if (ms < row.best_ms) row.best_ms = ms, row.best_rank = i;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+    return row;
+}
+
+TEST_CASE("cuBLASLt's first heuristic choice against its fastest, per linear layer",
+          "[bench][gemm_bench]") {
+    if (!have_gpu()) return;
+    constexpr int64_t kTokens = 8192;
+    struct Linear {
+        const char* name;
+        int64_t in, out;
+    };
+    // Qwen3.5-27B: q_proj (q and gate), k/v_proj, o_proj, the MLP, the Gated DeltaNet's input
+    // projections (q, k, v; z; a, b are 48 wide and left out) and output.
+    const Linear layers[] = {{"q_proj", 5120, 12288},       {"k_proj", 5120, 1024},
+                             {"o_proj", 6144, 5120},        {"mlp gate/up", 5120, 17408},
+                             {"mlp down", 17408, 5120},     {"gdn in_proj_qkv", 5120, 10240},
+                             {"gdn in_proj_z", 5120, 6144}, {"gdn out_proj", 6144, 5120}};
+    cublasLtHandle_t h = nullptr;
+    BENCH_LT(cublasLtCreate(&h));
+    DeviceBuffer<char> ws(kWorkspace);
+    std::printf("%-18s %-5s %10s %10s %6s %8s\n", "linear (8192 tok)", "form", "first TF/s",
+                "best TF/s", "rank", "offered");
+    for (const Linear& l : layers) {
+        const size_t xn = static_cast<size_t>(kTokens * l.in),
+                     yn = static_cast<size_t>(kTokens * l.out);
+        const size_t wn = static_cast<size_t>(l.in * l.out);
+        DeviceBuffer<uint16_t> x(Bf16Fill{xn, 1.0f}), w(Bf16Fill{wn, 0.02f}), y(yn),
+            dy(Bf16Fill{yn, 1.0f}), dx(xn);
+        DeviceBuffer<float> dw(wn);
+        const uint64_t T = kTokens, K = static_cast<uint64_t>(l.in),
+                       N = static_cast<uint64_t>(l.out);
+        // Column-major views of the row-major tensors (gemm.cc: C' = op(B') op(A')).
+        const Problem fwd{CUBLAS_OP_T, CUBLAS_OP_N, K,    N,     K,           T,   N,
+                          T,           l.in,        l.in, l.out, CUDA_R_16BF, 0.0f};  // y^T = W x^T
+        const Problem dgrad{
+            CUBLAS_OP_N, CUBLAS_OP_N, K,     N,    N,           T,   K,
+            T,           l.in,        l.out, l.in, CUDA_R_16BF, 0.0f};  // dx^T = W^T dy^T
+        const Problem wgrad{
+            CUBLAS_OP_N, CUBLAS_OP_T, K,     T,    N,          T,   K,
+            N,           l.in,        l.out, l.in, CUDA_R_32F, 1.0f};  // dW^T += x^T dy
+        const double flops = 2.0 * static_cast<double>(T * K * N);
+        const struct {
+            const char* form;
+            const Problem& p;
+            const void *a, *b;
+            void* c;
+        } runs[] = {{"fwd", fwd, w.get(), x.get(), y.get()},
+                    {"dx", dgrad, w.get(), dy.get(), dx.get()},
+                    {"dW", wgrad, x.get(), dy.get(), dw.get()}};
+        for (const auto& r : runs) {
+            const Row row = time_candidates(h, r.p, r.a, r.b, r.c, ws.get());
+            std::printf("%-18s %-5s %10.1f %10.1f %6d %8d\n", l.name, r.form,
+                        flops / row.first_ms / 1e9, flops / row.best_ms / 1e9, row.best_rank,
+                        row.offered);
+            std::fflush(stdout);
+        }
+    }
+    cublasLtDestroy(h);
+}
+#endif
+
+}  // namespace
+}  // namespace deltatune

@@ -6,6 +6,7 @@
 # under bf16 rounding of the weights alone; runtime_tests' GPU parity case measures that floor and
 # holds the GPU to it (see tests/runtime/model/gpu_parity_test.cc).
 #   BUNDLE_DIR=.device-build bash scripts/gpu_all.sh
+# and, when the bundle holds it (BUNDLE_TESTS="... kernels_bench"), every kernel benchmark.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -25,3 +26,8 @@ for f in tiny-a tiny-b tiny-c; do
     echo -n "[$rc] "; SHOW_WORST=${SHOW_WORST:-0} python3 scripts/compare_step_cosine.py "$d" "$tmp/$f.json" "$tmp/$f.safetensors"
   done
 done
+# The per-kernel benchmarks, when bundled (BUNDLE_TESTS=... kernels_bench; tests/bench).
+if [[ -x "$B/bin/kernels_bench" ]]; then
+  echo "== kernels_bench (copy / GEMM ceilings measured in the run)"
+  "$B/bin/kernels_bench" | grep -E "ms|GB/s|TFLOP|TF/s|passed|failed"
+fi

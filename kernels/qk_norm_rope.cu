@@ -1,7 +1,8 @@
 // q/k RMSNorm + partial RoPE: one warp per token, looping over its heads, each lane holding 8
 // consecutive channels (head_dim <= 256). The rotation's cos/sin depend on the token only, so a
-// warp evaluates one sincos per lane per token (not per head) and keeps each lane's eight
-// cos/sin in registers; the next head's loads are issued before the current head is processed.
+// warp evaluates one sincos per lane per token (not per head) and keeps them for all its heads
+// (the forward: each lane's eight cos/sin in registers; the backward: the token's in shared
+// memory); the next heads' loads are issued before the current head is processed.
 // A lane reads the channel its rotary partner sits in by a shuffle (rotary_dim a multiple of 16)
 // or through the row staged in shared memory. Backward writes one row of dw partials per block
 // (per-lane register accumulators, warps combined in fixed order) for the deterministic second

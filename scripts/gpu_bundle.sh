@@ -15,6 +15,7 @@ for t in "$BUILD_DIR"/tests/*_tests "$BUILD_DIR"/tests/kernels_bench; do
   name=$(basename "$t")
   [[ -n ${BUNDLE_TESTS:-} && " $BUNDLE_TESTS " != *" $name "* ]] && continue
   [[ $name == kernels_bench && " ${BUNDLE_TESTS:-} " != *" $name "* ]] && continue
+  [[ -f $t ]] || continue  # kernels_bench exists only in CUDA builds
   strip --strip-all -o "$OUT/bin/$name" "$t"
 done
 for exe in deltatune deltatuned; do  # the CLI and the daemon (GPU jobs end to end)

@@ -2,7 +2,10 @@
 // its fastest? For each linear layer of Qwen3.5-27B at 8192 tokens, in the three forms the
 // runtime uses (y = x W^T, dx = dy W, dW += dy^T x in fp32), every algorithm the heuristic
 // offers (up to kCandidates) is timed; the row prints the first one's TFLOP/s, the best one's and
-// its rank. `kernels_bench "[gemm_bench]"` on the GPU machine.
+// its rank. `kernels_bench "[gemm_bench]"` on the GPU machine. The buffers are cudaMalloc'd
+// (256-byte aligned), as cuBLASLt's alignment preferences assume by default, so the heuristic sees
+// what gemm.cc's 256-byte-aligned calls show it; dx is timed with beta 0 (the runtime also
+// accumulates dx with beta 1 where two branches meet) and dW with beta 1.
 #include <catch2/catch.hpp>
 
 #include <cstdio>

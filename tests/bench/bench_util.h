@@ -1,4 +1,5 @@
-// Timing helper of the kernel benchmarks (kernels_bench): the median of CUDA-event timings.
+// What the kernel benchmarks (kernels_bench) share: random-filled device buffers and the median
+// of CUDA-event timings.
 #pragma once
 
 #if DELTATUNE_HAVE_CUDA
@@ -9,7 +10,12 @@
 #include <functional>
 #include <vector>
 
+#include "tests/kernels/cuda_test_util.h"
+
 namespace deltatune::bench {
+
+using Bf16Fill = cudatest::DeviceBuffer<uint16_t>::RandomFill;
+using F32Fill = cudatest::DeviceBuffer<float>::RandomFill;
 
 // Median milliseconds of `reps` timed calls of f() on the default stream, after `warmup`
 // untimed ones (first-call costs: plan builds, lazy module loading).

@@ -20,8 +20,7 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
-using bench::median_ms;
-using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
+using namespace bench;
 
 TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][gdn_bench]") {
     if (!have_gpu()) return;

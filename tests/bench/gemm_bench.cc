@@ -24,8 +24,7 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
-using bench::median_ms;
-using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
+using namespace bench;
 
 constexpr int kCandidates = 16;
 constexpr size_t kWorkspace = size_t{32}

@@ -35,9 +35,7 @@ namespace {
 
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
-using bench::median_ms;
-using Bf16Fill = DeviceBuffer<uint16_t>::RandomFill;
-using F32Fill = DeviceBuffer<float>::RandomFill;
+using namespace bench;
 
 constexpr int64_t kTokens = 8192, kHidden = 5120, kQHeads = 24, kKvHeads = 4, kHeadDim = 256,
                   kInter = 17408, kVocab = 248320;

@@ -30,6 +30,13 @@ std::string attention_core_choice();
 // contexts refuse to start then).
 absl::Status check_attention_choice();
 
+// Whether GEMM algorithms are the heuristic's first per shape (the default: the same algorithm,
+// and so the same rounding, in every process) or timed per shape among cuBLASLt's top candidates
+// (DELTATUNE_GEMM=timed: up to 10% faster on some weight-gradient shapes alone, no faster over a
+// whole 27B training step). check_gemm_choice: InvalidArgument for other values.
+bool gemm_times_candidates();
+absl::Status check_gemm_choice();
+
 // Number of CUDA devices this process can use: 0 in a CPU-only build or without a driver/GPU.
 // `why_not` (optional) receives a one-line reason when the answer is 0.
 int cuda_device_count(std::string* why_not = nullptr);

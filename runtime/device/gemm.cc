@@ -1,8 +1,13 @@
 // cuBLASLt GEMM wrapper: row-major problems mapped onto column-major cuBLASLt calls
-// (C^T = op(B)^T op(A)^T), heuristic algorithm per problem key, cached.
+// (C^T = op(B)^T op(A)^T), one algorithm per problem key, cached. With time_candidates a size
+// bucket's first call times the heuristic's top candidates on the real operands (into a scratch
+// copy of C, so accumulating calls are unharmed): the heuristic's first choice trails the
+// fastest by up to 10% on some of Qwen3.5's weight-gradient GEMMs alone
+// (tests/bench/gemm_bench.cc).
 #include "runtime/device/gemm.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -37,14 +42,83 @@ struct Descs {
     }
 };
 
+// Sizes up to 64 as they are; larger ones rounded up to a multiple of an eighth of their
+// power-of-two floor (7561 tokens -> 7680, 8192 -> 8192): buckets at most 12.5% wide.
+int64_t size_bucket(int64_t d) {
+    if (d <= 64) return d;
+    int64_t floor2 = 64;
+    while (floor2 * 2 <= d) floor2 *= 2;
+    const int64_t step = floor2 / 8;
+    return (d + step - 1) / step * step;
+}
+
+constexpr int kCandidates = 8;       // cuBLASLt offers 8 for each of Qwen3.5's linear layers
+constexpr int kTimedRuns = 3;        // per candidate, after one warm-up run
+constexpr double kKeepFirst = 0.97;  // another candidate must be 3% faster (timing noise ~1-2%)
+
+// Index of the fastest of `found` candidates for x, timed on a scratch copy of C (synchronises the
+// stream).
+absl::StatusOr<int> fastest(cublasLtHandle_t handle, const GemmArgs& x, const Descs& d,
+                            const cublasLtMatmulHeuristicResult_t* results, int found,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    // Timing serialises the stream with the host, so it happens on a shape's first call only
+    // and never inside a graph capture (the first candidate serves there).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return 0;
+    struct Scratch {  // C's stand-in and the two events, released on every path
+        cudaStream_t stream;
+        void* c = nullptr;
+        cudaEvent_t start = nullptr, stop = nullptr;
+        ~Scratch() {
+            if (stop) cudaEventDestroy(stop);
+            if (start) cudaEventDestroy(start);
+            if (c) cudaFreeAsync(c, stream);
+        }
+    } t{stream};
+    const size_t elem = x.c_type == GemmOut::kBF16 ? 2 : 4;
+    const size_t c_bytes = static_cast<size_t>((x.m - 1) * x.ldc + x.n) * elem;
+    if (cudaMallocAsync(&t.c, c_bytes, stream) != cudaSuccess) {
+        (void)cudaGetLastError();  // no room to time: the heuristic's first choice serves
+        t.c = nullptr;
+        return 0;
+    }
+    // C's real contents: the bits a GEMM multiplies change its power draw and so its clocks.
+    DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.c, x.c, c_bytes, cudaMemcpyDeviceToDevice, stream));
+    DT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t.start));
+    DT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t.stop));
+    int best = -1;
+    float best_ms = 0, first_ms = -1;
+    for (int i = 0; i < found; ++i) {
+        auto matmul = [&] {
+            return cublasLtMatmul(handle, d.op, &x.alpha, x.b, d.a, x.a, d.b, &x.beta, t.c, d.c,
+                                  t.c, d.c, &results[i].algo, workspace, workspace_bytes, stream);
+        };
+        if (matmul() != CUBLAS_STATUS_SUCCESS) continue;  // this candidate cannot run the shape
+        DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start, stream));
+        for (int r = 0; r < kTimedRuns; ++r) DT_CUBLAS_RETURN_IF_ERROR(matmul());
+        DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop, stream));
+        DT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(t.stop));
+        float ms = 0;
+        DT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, t.start, t.stop));
+        if (i == 0) first_ms = ms;
+        if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+    }
+    // The first candidate stays unless another is clearly faster: choices stable across runs.
+    if (best < 0 || (first_ms >= 0 && best_ms > kKeepFirst * first_ms)) return 0;
+    return best;
+}
+
 }  // namespace
 
 struct Gemm::Algo {
     cublasLtMatmulAlgo_t algo;
 };
 
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::create(void* workspace, size_t workspace_bytes) {
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::create(void* workspace, size_t workspace_bytes,
+                                                   bool time_candidates) {
     std::unique_ptr<Gemm> g(new Gemm());
+    g->time_candidates_ = time_candidates;
     cublasLtHandle_t h = nullptr;
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&h));
     g->handle_ = h;
@@ -93,6 +167,22 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
                   x.beta != 0.0f,
                   al_a * 1000000 + al_b * 1000 + al_c};
     auto it = cache_.find(key);
+    // A timed choice serves every shape of its bucket: the token count changes from batch to
+    // batch, and timing each new count would cost more than the choice saves.
+    Key bucket = key;
+    std::get<0>(bucket) = size_bucket(x.m);
+    std::get<1>(bucket) = size_bucket(x.n);
+    std::get<2>(bucket) = size_bucket(x.k);
+    if (it == cache_.end() && time_candidates_) {
+        if (auto t = timed_.find(bucket); t != timed_.end()) {
+            cublasLtMatmulHeuristicResult_t check = {};
+            if (cublasLtMatmulAlgoCheck(handle_, d.op, d.a, d.b, d.c, d.c, &t->second->algo,
+                                        &check) == CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= workspace_bytes_) {
+                it = cache_.emplace(key, t->second).first;
+            }
+        }
+    }
     if (it == cache_.end()) {
         DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
         const uint64_t ws = workspace_bytes_;
@@ -107,16 +197,28 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
             d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
         DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
             d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
-        cublasLtMatmulHeuristicResult_t result = {};
+        cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
         int found = 0;
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c,
-                                                                 d.pref, 1, &result, &found));
+        DT_CUBLAS_RETURN_IF_ERROR(
+            cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
+                                           time_candidates_ ? kCandidates : 1, results, &found));
         if (found == 0) {
             return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for a (", x.m,
                                                            " x ", x.k, ") x (", x.k, " x ", x.n,
                                                            ") GEMM with these layouts"));
         }
-        it = cache_.emplace(key, std::make_shared<Algo>(Algo{result.algo})).first;
+        int chosen = 0;
+        if (found > 1) {
+            DT_ASSIGN_OR_RETURN(chosen, fastest(handle_, x, d, results, found, workspace_,
+                                                workspace_bytes_, stream));
+        }
+        auto algo = std::make_shared<Algo>(Algo{results[chosen].algo});
+        if (time_candidates_) {
+            ++timed_buckets_;
+            if (chosen != 0) ++retuned_;
+            timed_[bucket] = algo;
+        }
+        it = cache_.emplace(key, std::move(algo)).first;
     }
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &x.alpha, x.b, d.a, x.a, d.b, &x.beta,
                                              x.c, d.c, x.c, d.c, &it->second->algo, workspace_,
@@ -127,7 +229,7 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
 #else
 
 struct Gemm::Algo {};
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::create(void*, size_t) {
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::create(void*, size_t, bool) {
     return absl::FailedPreconditionError("built without CUDA");
 }
 Gemm::~Gemm() = default;

@@ -1,5 +1,6 @@
 // cuBLASLt GEMMs for the GPU model: bf16 operands, fp32 accumulation, bf16 or fp32 output, the
-// algorithm chosen by cuBLASLt's heuristic once per (shape, layout, alignment) and cached.
+// algorithm chosen once per (shape, layout, alignment) and cached: cuBLASLt's first heuristic
+// choice, or the fastest of its top candidates timed on a size bucket's first call.
 // Row-major convention throughout (the PyTorch layout of activations and weights):
 //   C (m, n) = alpha * op(A) op(B) + beta * C,  op(A): (m, k), op(B): (k, n),
 // where A is stored (m, k) or, with trans_a, (k, m); lda/ldb/ldc are row strides in elements.
@@ -38,7 +39,10 @@ struct GemmArgs {
 class Gemm {
   public:
     // workspace: device scratch cuBLASLt may use (owned by the caller, outlives the Gemm).
-    static absl::StatusOr<std::unique_ptr<Gemm>> create(void* workspace, size_t workspace_bytes);
+    // time_candidates false: the heuristic's first choice, the same algorithm in every process
+    // (timing may pick differently from run to run, and so round differently).
+    static absl::StatusOr<std::unique_ptr<Gemm>> create(void* workspace, size_t workspace_bytes,
+                                                        bool time_candidates = true);
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -47,6 +51,11 @@ class Gemm {
     // supports the shape. Empty problems (m, n or k = 0 with beta = 1) are no-ops.
     absl::Status run(const GemmArgs& args, cudaStream_t stream);
     size_t cached_algorithms() const { return cache_.size(); }
+    // Size buckets whose candidates were timed (a timed choice serves every shape of its bucket:
+    // sizes within 12.5%, as token counts vary between batches), and how many of those choices
+    // are not the heuristic's first.
+    size_t timed_buckets() const { return timed_buckets_; }
+    size_t retuned_algorithms() const { return retuned_; }
 
   private:
     struct Algo;
@@ -54,9 +63,13 @@ class Gemm {
                            bool, int>;
     Gemm() = default;
     cublasLtContext* handle_ = nullptr;
+    bool time_candidates_ = true;
+    size_t timed_buckets_ = 0;
+    size_t retuned_ = 0;
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;
-    std::map<Key, std::shared_ptr<Algo>> cache_;
+    std::map<Key, std::shared_ptr<Algo>> cache_;  // exact shape -> algorithm
+    std::map<Key, std::shared_ptr<Algo>> timed_;  // size bucket -> timed choice
 };
 
 // The three GEMMs of a bias-free linear layer y = x W^T (W: (out, in), PyTorch layout):

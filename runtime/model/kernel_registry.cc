@@ -85,7 +85,11 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
     r.device = absl::StrCat("cuda:0 (", machine.gpu_name, ", ", sm, ")");
     const bool hopper = machine.sm_version == 90;
     r.ops.push_back({"linear", KernelKind::kLibrary, "cuBLASLt (runtime/device/gemm.cc)",
-                     "bf16 in/out, fp32 accumulation, heuristic algorithm cached per shape"});
+                     gemm_times_candidates()
+                         ? "bf16 in/out, fp32 accumulation, the fastest of cuBLASLt's top 8 "
+                           "algorithms timed once per shape (DELTATUNE_GEMM=timed)"
+                         : "bf16 in/out, fp32 accumulation, cuBLASLt's first heuristic algorithm "
+                           "cached per shape (DELTATUNE_GEMM=timed times its top 8)"});
     for (const auto& [op, file] : fused) {
         if (!hopper) {
             r.ops.push_back({op, KernelKind::kSimple, "none",

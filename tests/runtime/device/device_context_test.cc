@@ -43,6 +43,29 @@ TEST_CASE("a CUDA context refuses an unknown DELTATUNE_ATTENTION, naming it", "[
     }
 }
 
+TEST_CASE("a CUDA context refuses an unknown DELTATUNE_GEMM, naming it", "[runtime]") {
+    {
+        ScopedEnv typo("DELTATUNE_GEMM", "fastest");
+        auto gpu = DeviceContext::create(Device::cuda(0));
+        REQUIRE_FALSE(gpu.ok());
+        CHECK(gpu.status().code() == absl::StatusCode::kInvalidArgument);
+        CHECK(std::string(gpu.status().message()) ==
+              "DELTATUNE_GEMM='fastest': expected 'timed' or 'heuristic'");
+    }
+    {
+        ScopedEnv unset("DELTATUNE_GEMM", nullptr);
+        CHECK_FALSE(gemm_times_candidates());
+    }
+    {
+        ScopedEnv choice("DELTATUNE_GEMM", "heuristic");
+        CHECK(check_gemm_choice().ok());
+        CHECK_FALSE(gemm_times_candidates());
+    }
+    ScopedEnv choice("DELTATUNE_GEMM", "timed");
+    CHECK(check_gemm_choice().ok());
+    CHECK(gemm_times_candidates());
+}
+
 TEST_CASE("CUDA errors keep the statement and location", "[runtime]") {
     const absl::Status s =
         cuda_status(2, "cudaMalloc(&p, n)", "x.cc", 12);  // cudaErrorMemoryAllocation

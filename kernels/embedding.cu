@@ -1,6 +1,7 @@
 // Token embedding on the GPU: a row gather forward and a deterministic scatter-add backward
 // (stable radix sort of (id, token), then each id's rows summed in token order, in pieces of at
-// most kChunk rows). The sort of a micro-batch (up to kBlockSortTokens) runs in one block, in
+// most kChunk rows). The GPU model sorts on the host (embedding_id_order) as it stages the batch;
+// without a given order the sort of a micro-batch (up to kBlockSortTokens) runs in one block, in
 // shared memory: 18 us for 8192 tokens, where CUB's device-wide sort took five launches and 40.
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -105,15 +106,23 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 }
 
 // The backward sums each id's rows in pieces: a piece is the part of an id's run of sorted
-// positions that lies in one aligned chunk of kChunk positions, so no block sums more than kChunk
-// rows (a frequent token, several percent of real text, makes a run of hundreds, and one block
-// summing them all took 0.38 ms). A piece that is its id's whole run is added straight into the
-// table row; the others go to a slot of `pieces` (2 per chunk: the piece that continues the
-// previous chunk's run, and the one that begins a run continuing into the next), and a second
-// pass adds them to the row in order. The order is fixed by the sort, so the sums are bitwise
-// reproducible.
+// positions that lies in one aligned chunk of kChunk positions, so no piece has more than kChunk
+// rows (a frequent token, several percent of real text, makes a run of hundreds). A piece that is
+// its id's whole run is added straight into the table row; the others go to a slot of `pieces`
+// (2 per chunk: the piece that continues the previous chunk's run, and the one that begins a run
+// continuing into the next), and a second pass adds them to the row in order. The order is fixed
+// by the sort, so the sums are bitwise reproducible.
+//
+// Both passes give a warp one chunk and one slice of kWarpCols * V columns: every warp reads at
+// most kChunk rows (even work, unlike a block per piece, whose long pieces made the tail), its
+// lanes' loads for kGroup positions in flight together. At 8192 tokens of 5120 columns (H200):
+// 79.7% of the copy ceiling with evenly spread ids, 68.3% with text-like ones (a block per piece:
+// 70% and 53%, its long pieces the tail). Capping registers at 80 for 6 blocks per SM spilled
+// and measured 4 points slower.
 constexpr int64_t kChunk = 32;
-constexpr int kRun = 2;  // a piece's rows in flight together (4 measured no faster)
+constexpr int kGroup = 4;      // positions whose rows (and table rows) a warp loads at once
+constexpr int kWarps = 4;      // per block, on consecutive column slices
+constexpr int kWarpCols = 32;  // lanes per slice; a lane holds V columns
 
 int64_t chunks(int64_t tokens) {
     return (tokens + kChunk - 1) / kChunk;
@@ -141,87 +150,127 @@ __device__ __forceinline__ void store_f32(float* p, const float (&f)[V]) {
     }
 }
 
-// Block p acts if sorted position p starts a piece; it sums the piece's rows in token order
-// (stable sort), seeded with the table row when the piece is the id's whole run.
+// Warp (chunk = blockIdx.x, slice): sums each piece of the chunk's positions in token order
+// (stable sort), seeded with the table row when the piece is its id's whole run.
 template <int V>
-__global__ void embedding_backward_kernel(float* dtable, float* pieces, const __nv_bfloat16* dout,
-                                          const int32_t* sorted_ids, const int32_t* sorted_tokens,
-                                          int64_t tokens, int64_t hidden) {
-    const int64_t p = blockIdx.x;
-    const int32_t id = sorted_ids[p];
-    const int64_t chunk = p / kChunk;
-    const int64_t chunk_begin = chunk * kChunk;
-    const bool after_same = p > 0 && sorted_ids[p - 1] == id;
-    if (p > chunk_begin && after_same) return;  // inside a piece
-    const int64_t chunk_end = min(tokens, chunk_begin + kChunk);
-    int64_t end = p + 1;
-    while (end < chunk_end && sorted_ids[end] == id) ++end;
-    const bool from_prev = after_same;  // p is the chunk's first position here
-    const bool into_next = end == chunk_end && end < tokens && sorted_ids[end] == id;
-    const bool whole_run = !from_prev && !into_next;
-    float* out = whole_run ? dtable + static_cast<int64_t>(id) * hidden
-                           : pieces + (2 * chunk + (from_prev ? 0 : 1)) * hidden;
-    for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < hidden; c += blockDim.x * V) {
-        float acc[V] = {};
-        if (whole_run) load_f32<V>(out + c, acc);
-        for (int64_t i0 = p; i0 < end; i0 += kRun) {
-            float v[kRun][V];
+__global__ void __launch_bounds__(kWarps * 32)
+    embedding_backward_kernel(float* dtable, float* pieces, const __nv_bfloat16* dout,
+                              const int32_t* sorted_ids, const int32_t* sorted_tokens,
+                              int64_t tokens, int64_t hidden) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int64_t c =
+        (static_cast<int64_t>(blockIdx.y) * kWarps + threadIdx.x / 32) * (kWarpCols * V) + lane * V;
+    const int64_t chunk = blockIdx.x, begin = chunk * kChunk;
+    const int n = static_cast<int>(tokens - begin < kChunk ? tokens - begin : kChunk);
+    if (c - lane * V >= hidden) return;  // a slice past the row (the last block's spare warps)
+    const bool in_row = c < hidden;
+    // Lane i holds position begin + i; the neighbours outside the chunk decide whether its
+    // first and last pieces continue a run.
+    const int32_t id = lane < n ? sorted_ids[begin + lane] : -1;
+    const int32_t token = lane < n ? sorted_tokens[begin + lane] : 0;
+    const int32_t before = begin > 0 ? sorted_ids[begin - 1] : -1;
+    const int32_t after = begin + n < tokens ? sorted_ids[begin + n] : -1;
+    // Every lane joins every shuffle (a full-mask shuffle some lane skips never completes).
+    const int32_t up = __shfl_up_sync(0xffffffffu, id, 1);
+    const int32_t next = __shfl_down_sync(0xffffffffu, id, 1);
+    const int32_t prev = lane == 0 ? before : up;
+    const unsigned starts = __ballot_sync(0xffffffffu, lane < n && (lane == 0 || id != prev));
+    const unsigned ends = __ballot_sync(0xffffffffu, lane < n && (lane == n - 1 || id != next));
+    const int32_t first_id = __shfl_sync(0xffffffffu, id, 0);
+    const int32_t last_id = __shfl_sync(0xffffffffu, id, n - 1);
+    const bool from_prev = before == first_id;  // the first piece continues a run
+    const int last_start = 31 - __clz(starts);
+    const bool into_next = after == last_id;  // the last piece continues into the next
+    // Pieces that are their id's whole run: every start but a continued first or continuing last.
+    const unsigned whole = starts & ~(from_prev ? 1u : 0u) & ~(into_next ? 1u << last_start : 0u);
+    float acc[V] = {};
+    for (int j0 = 0; j0 < n; j0 += kGroup) {
+        float v[kGroup][V], seed[kGroup][V];
 #pragma unroll
-            for (int j = 0; j < kRun; ++j) {
-                if (i0 + j < end) {
-                    cuda::load_vec<V>(
-                        dout + static_cast<int64_t>(sorted_tokens[i0 + j]) * hidden + c, v[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < kRun; ++j) {
-                if (i0 + j < end) {
-#pragma unroll
-                    for (int i = 0; i < V; ++i) acc[i] += v[j][i];
-                }
+        for (int g = 0; g < kGroup; ++g) {
+            const int j = j0 + g;
+            const int32_t t = __shfl_sync(0xffffffffu, token, j & 31);
+            const int32_t row = __shfl_sync(0xffffffffu, id, j & 31);
+            if (j < n && in_row) {
+                cuda::load_vec<V>(dout + static_cast<int64_t>(t) * hidden + c, v[g]);
+                if (whole >> j & 1u)
+                    load_f32<V>(dtable + static_cast<int64_t>(row) * hidden + c, seed[g]);
             }
         }
-        store_f32<V>(out + c, acc);
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+            const int j = j0 + g;
+            if (j >= n) break;
+            if (starts >> j & 1u) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) acc[i] = (whole >> j & 1u) ? seed[g][i] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < V; ++i) acc[i] += v[g][i];
+            const int32_t row = __shfl_sync(0xffffffffu, id, j);
+            if ((ends >> j & 1u) && in_row) {
+                const int start = 31 - __clz(starts & ((2u << j) - 1));  // 2u << 31 wraps to 0
+                // Slot 0: the piece continuing the previous chunk's run (the pieces' pass reads
+                // it as a later chunk's first piece); slot 1: the one beginning a run.
+                const int64_t slot = 2 * chunk + (start == 0 && from_prev ? 0 : 1);
+                float* out = (whole >> start & 1u) ? dtable + static_cast<int64_t>(row) * hidden
+                                                   : pieces + slot * hidden;
+                store_f32<V>(out + c, acc);
+            }
+        }
     }
 }
 
-// Block c acts if chunk c's last piece begins a run that continues into later chunks: it adds
-// that piece, then each later chunk's first piece while the run lasts, to the table row.
+// Warp (chunk = blockIdx.x, slice) acts if the chunk's last piece begins a run that continues
+// into later chunks: it adds that piece, then each later chunk's first piece while the run
+// lasts, to the table row, in order.
 template <int V>
-__global__ void embedding_pieces_kernel(float* dtable, const float* pieces,
-                                        const int32_t* sorted_ids, int64_t tokens, int64_t hidden) {
+__global__ void __launch_bounds__(kWarps * 32)
+    embedding_pieces_kernel(float* dtable, const float* pieces, const int32_t* sorted_ids,
+                            int64_t tokens, int64_t hidden) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int64_t c =
+        (static_cast<int64_t>(blockIdx.y) * kWarps + threadIdx.x / 32) * (kWarpCols * V) + lane * V;
     const int64_t chunk = blockIdx.x;
     const int64_t begin = chunk * kChunk;
     const int64_t next = begin + kChunk;  // the next chunk's first position
-    if (next >= tokens) return;
+    if (next >= tokens || c - lane * V >= hidden) return;
     const int32_t id = sorted_ids[next - 1];
     if (sorted_ids[next] != id) return;  // the last piece ends its run
     // Sorted ids: equal at begin - 1 and next - 1 means the whole chunk continues an earlier run.
     if (begin > 0 && sorted_ids[begin - 1] == id) return;
     // The later chunks the run reaches: those whose first position holds id, a prefix of the
-    // chunks after this one (sorted), counted a block's width at a time.
+    // chunks after this one (sorted), counted 32 at a time.
     int64_t later = 0;
     for (;;) {
-        const int64_t k = chunk + 1 + later + threadIdx.x;
-        const int n = __syncthreads_count(k * kChunk < tokens && sorted_ids[k * kChunk] == id);
-        later += n;
-        if (n < static_cast<int>(blockDim.x)) break;
+        const int64_t k = chunk + 1 + later + lane;
+        const unsigned hit =
+            __ballot_sync(0xffffffffu, k * kChunk < tokens && sorted_ids[k * kChunk] == id);
+        later += __popc(hit);
+        if (hit != 0xffffffffu) break;
     }
-    float* row = dtable + static_cast<int64_t>(id) * hidden;
-    for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < hidden; c += blockDim.x * V) {
-        float acc[V], v[V];
-        load_f32<V>(row + c, acc);
-        load_f32<V>(pieces + (2 * chunk + 1) * hidden + c, v);
+    if (c >= hidden) return;
+    float* row = dtable + static_cast<int64_t>(id) * hidden + c;
+    float acc[V], v[V];
+    load_f32<V>(row, acc);
+    load_f32<V>(pieces + (2 * chunk + 1) * hidden + c, v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] += v[i];
-#pragma unroll 4
-        for (int64_t k = chunk + 1; k <= chunk + later; ++k) {
-            load_f32<V>(pieces + 2 * k * hidden + c, v);
+    for (int i = 0; i < V; ++i) acc[i] += v[i];
+    for (int64_t k0 = chunk + 1; k0 <= chunk + later; k0 += kGroup) {
+        float w[kGroup][V];
 #pragma unroll
-            for (int i = 0; i < V; ++i) acc[i] += v[i];
+        for (int g = 0; g < kGroup; ++g) {
+            if (k0 + g <= chunk + later) load_f32<V>(pieces + 2 * (k0 + g) * hidden + c, w[g]);
         }
-        store_f32<V>(row + c, acc);
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+            if (k0 + g <= chunk + later) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) acc[i] += w[g][i];
+            }
+        }
     }
+    store_f32<V>(row, acc);
 }
 
 int id_bits(int64_t vocab) {
@@ -253,10 +302,38 @@ cudaError_t embedding_forward(__nv_bfloat16* out, const __nv_bfloat16* table, co
     return cudaGetLastError();
 }
 
+size_t embedding_backward_sorted_workspace_bytes(int64_t tokens, int64_t hidden) {
+    return sizeof(float) * static_cast<size_t>(2 * chunks(tokens) * hidden);
+}
+
 size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t hidden) {
     return 3 * align_up(sizeof(int32_t) * static_cast<size_t>(tokens)) +
            align_up(sort_temp_bytes(tokens)) +
-           sizeof(float) * static_cast<size_t>(2 * chunks(tokens) * hidden);
+           embedding_backward_sorted_workspace_bytes(tokens, hidden);
+}
+
+cudaError_t embedding_backward_sorted(float* dtable, const __nv_bfloat16* dout,
+                                      const int32_t* sorted_ids, const int32_t* sorted_tokens,
+                                      int64_t tokens, int64_t hidden, void* workspace,
+                                      size_t workspace_bytes, cudaStream_t stream) {
+    if (tokens == 0 || hidden == 0) return cudaSuccess;
+    if (workspace_bytes < embedding_backward_sorted_workspace_bytes(tokens, hidden)) {
+        return cudaErrorInvalidValue;
+    }
+    auto* pieces = static_cast<float*>(workspace);
+    const bool vec = hidden % 8 == 0 && cuda::aligned16(dout) && cuda::aligned16(dtable) &&
+                     cuda::aligned16(workspace);
+    const int64_t slice = kWarpCols * (vec ? 8 : 1);
+    const dim3 grid(static_cast<unsigned>(chunks(tokens)),
+                    static_cast<unsigned>((hidden + slice * kWarps - 1) / (slice * kWarps)));
+    if (grid.y > 65535) return cudaErrorInvalidValue;  // rows past 2M (8M) columns
+    auto* sum_pieces = vec ? embedding_backward_kernel<8> : embedding_backward_kernel<1>;
+    sum_pieces<<<grid, kWarps * 32, 0, stream>>>(dtable, pieces, dout, sorted_ids, sorted_tokens,
+                                                 tokens, hidden);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    auto* add_pieces = vec ? embedding_pieces_kernel<8> : embedding_pieces_kernel<1>;
+    add_pieces<<<grid, kWarps * 32, 0, stream>>>(dtable, pieces, sorted_ids, tokens, hidden);
+    return cudaGetLastError();
 }
 
 cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const int32_t* ids,
@@ -271,7 +348,7 @@ cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const i
     auto* sorted_ids = reinterpret_cast<int32_t*>(ws);
     auto* token_index = reinterpret_cast<int32_t*>(ws + ids_bytes);
     auto* sorted_tokens = reinterpret_cast<int32_t*>(ws + 2 * ids_bytes);
-    auto* pieces = reinterpret_cast<float*>(ws + 3 * ids_bytes + align_up(sort_temp_bytes(tokens)));
+    char* pieces = ws + 3 * ids_bytes + align_up(sort_temp_bytes(tokens));
     const int bits = id_bits(vocab);
     cudaError_t sorted = cudaSuccess;
     if (tokens <= kBlockSortTokens / 2) {
@@ -291,17 +368,9 @@ cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const i
                                                  stream);
     }
     if (sorted != cudaSuccess) return sorted;
-    const bool vec = hidden % 8 == 0 && cuda::aligned16(dout) && cuda::aligned16(dtable) &&
-                     cuda::aligned16(workspace);
-    const int threads = cuda::row_threads(vec ? hidden / 8 : hidden);
-    auto* sum_pieces = vec ? embedding_backward_kernel<8> : embedding_backward_kernel<1>;
-    sum_pieces<<<static_cast<unsigned>(tokens), threads, 0, stream>>>(
-        dtable, pieces, dout, sorted_ids, sorted_tokens, tokens, hidden);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    auto* add_pieces = vec ? embedding_pieces_kernel<8> : embedding_pieces_kernel<1>;
-    add_pieces<<<static_cast<unsigned>(chunks(tokens)), threads, 0, stream>>>(
-        dtable, pieces, sorted_ids, tokens, hidden);
-    return cudaGetLastError();
+    return embedding_backward_sorted(
+        dtable, dout, sorted_ids, sorted_tokens, tokens, hidden, pieces,
+        embedding_backward_sorted_workspace_bytes(tokens, hidden), stream);
 }
 
 }  // namespace deltatune

@@ -306,7 +306,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     }
     const int64_t T = pb.tokens(), D = pb.num_docs(), H = m.c.hidden_size, V = m.c.vocab_size;
     const cudaStream_t s = m.s();
-    const size_t count = static_cast<size_t>(3 * T + D + 1);
+    const size_t count = static_cast<size_t>(5 * T + D + 1);
     if (m.staging_count < count) {
         // The previous forward's copy finished before its loss was read back.
         if (m.staging) DT_CUDA_RETURN_IF_ERROR(cudaFreeHost(m.staging));
@@ -318,11 +318,15 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     int32_t* at = m.staging;
     for (const auto* v : {&pb.input_ids, &pb.targets, &pb.position_ids, &pb.cu_seqlens})
         at = std::copy(v->begin(), v->end(), at);
+    // The embedding backward's order, sorted here so the device never waits for a sort.
+    embedding_id_order(pb.input_ids.data(), T, at, at + T);
     DT_ASSIGN_OR_RETURN(m.batch_ints, m.dev.allocate(sizeof(int32_t) * count));
     DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.batch_ints.get(), m.staging, sizeof(int32_t) * count,
                                             cudaMemcpyHostToDevice, s));
     const int32_t* base = m.batch_ints.as<int32_t>();
     m.ids = base;
+    m.ids_sorted = base + 3 * T + D + 1;
+    m.id_positions_sorted = m.ids_sorted + T;
     m.batch = GpuBatch{T, D, base + 3 * T, base + 2 * T};
     for (int64_t d = 0; d < D; ++d) {
         m.batch.max_doc_tokens =
@@ -438,10 +442,11 @@ absl::Status Qwen35GpuModel::backward() {
     if (!m.layout.tied) {
         DT_ASSIGN_OR_RETURN(e, m.source->acquire(0, Phase::kBackward, true));
     }
-    const size_t we = embedding_backward_workspace_bytes(T, H);
+    const size_t we = embedding_backward_sorted_workspace_bytes(T, H);
     DT_ASSIGN_OR_RETURN(DeviceMemory ework, m.dev.allocate(we));
-    DT_CUDA_RETURN_IF_ERROR(embedding_backward(m.param(m.embed_idx, e).grad, g.as<bf16>(), m.ids, T,
-                                               H, m.c.vocab_size, ework.get(), we, s));
+    DT_CUDA_RETURN_IF_ERROR(embedding_backward_sorted(m.param(m.embed_idx, e).grad, g.as<bf16>(),
+                                                      m.ids_sorted, m.id_positions_sorted, T, H,
+                                                      ework.get(), we, s));
     DT_RETURN_IF_ERROR(m.source->release(m.layout.tied ? head_unit : 0, Phase::kBackward));
     m.head = GpuUnitPtrs{};
     m.pending = false;

@@ -66,13 +66,17 @@ struct Qwen35GpuModel::Impl {
     // which then writes instead of adding (GpuParam::fresh); the layer's backward clears it.
     std::vector<char> gemm_grad, fresh;
     // The pending batch and what backward needs.
-    DeviceMemory batch_ints;  // ids (T) | targets (T) | positions (T) | cu_seqlens (D + 1)
+    // ids (T) | targets (T) | positions (T) | cu_seqlens (D + 1) | ids sorted (T) | their
+    // positions (T) (embedding_id_order)
+    DeviceMemory batch_ints;
     // Page-locked staging for batch_ints: a copy from pageable memory may wait for the stream,
     // which must never happen while a collective could be stuck behind it.
     int32_t* staging = nullptr;
     size_t staging_count = 0;
     GpuBatch batch;
     const int32_t* ids = nullptr;
+    const int32_t* ids_sorted = nullptr;
+    const int32_t* id_positions_sorted = nullptr;
     std::vector<LayerActs> acts;
     DeviceMemory xf, rstdf, dhf;
     GpuUnitPtrs head;  // the head unit, acquired in the forward, released in the backward

@@ -1,7 +1,8 @@
 // Embedding CUDA kernels against the fp32 reference ([cuda]; skipped with a printed reason where
 // no GPU is present): the gather is an exact copy, and the sorted scatter-add adds in token order
 // exactly as the reference does wherever an id's rows are summed in one piece (within the fp32
-// summation bound elsewhere), and bit for bit the same on every run.
+// summation bound elsewhere), and bit for bit the same on every run, sorting on the device or
+// given the host's order.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -77,12 +78,28 @@ TEST_CASE("embedding CUDA forward and backward match the reference", "[kernels][
         DeviceBuffer<uint16_t> d_dout(dout.bits);
         const size_t ws_bytes = embedding_backward_workspace_bytes(tokens, hidden);
         DeviceBuffer<char> ws(ws_bytes);
+        // The order the GPU model computes on the host, for embedding_backward_sorted.
+        std::vector<int32_t> sorted_ids(ids.size()), sorted_tokens(ids.size());
+        embedding_id_order(ids.data(), tokens, sorted_ids.data(), sorted_tokens.data());
+        DeviceBuffer<int32_t> d_sorted_ids(sorted_ids), d_sorted_tokens(sorted_tokens);
         std::vector<float> first;
-        for (int rep = 0; rep < 2; ++rep) {  // twice: the result must not move
+        // Twice sorting on the device (the result must not move), then given the host's order
+        // (bit for bit the same).
+        for (int rep = 0; rep < 3; ++rep) {
+            INFO((rep < 2 ? "device sort" : "host order"));
             DeviceBuffer<float> d_dtable(dtable0);
             ws.poison();
-            REQUIRE(embedding_backward(d_dtable.get(), bf16_ptr(d_dout), d_ids.get(), tokens,
-                                       hidden, vocab, ws.get(), ws_bytes, nullptr) == cudaSuccess);
+            if (rep < 2) {
+                REQUIRE(embedding_backward(d_dtable.get(), bf16_ptr(d_dout), d_ids.get(), tokens,
+                                           hidden, vocab, ws.get(), ws_bytes,
+                                           nullptr) == cudaSuccess);
+            } else {
+                REQUIRE(embedding_backward_sorted(
+                            d_dtable.get(), bf16_ptr(d_dout), d_sorted_ids.get(),
+                            d_sorted_tokens.get(), tokens, hidden, ws.get(),
+                            embedding_backward_sorted_workspace_bytes(tokens, hidden),
+                            nullptr) == cudaSuccess);
+            }
             const auto got = d_dtable.download();
             int64_t inexact = 0, out_of_bound = 0, split_ids = 0;
             for (size_t id = 0; id < count.size(); ++id) {

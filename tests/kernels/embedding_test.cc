@@ -1,6 +1,10 @@
 // Tests of the embedding reference: exact gather, scatter-add with repeated ids, FD gradient.
 #include "kernels/embedding.h"
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include "tests/common/fd.h"
 
 namespace deltatune::test {
@@ -72,6 +76,35 @@ TEST_CASE("embedding float agrees with double", "[kernels][embedding]") {
     embedding_backward_ref(dtable_f.data(), dout_f.data(), kIds.data(), kTokens, kHidden);
     CHECK(rel_diff(out_f, out) < 1e-6);
     CHECK(rel_diff(dtable_f, dtable) < 1e-6);
+}
+
+TEST_CASE("embedding_id_order is a stable sort of the positions by id", "[kernels][embedding]") {
+    std::mt19937 rng(5);
+    // Vocabularies needing one, two and three 11-bit digits (Qwen3.5's 248,320 needs two);
+    // empty, one-token and repeat-heavy batches.
+    for (int64_t vocab : {7, 2048, 248320, 1 << 30}) {
+        for (int64_t tokens : {0, 1, 33, 8192}) {
+            INFO("vocab " << vocab << ", tokens " << tokens);
+            std::vector<int32_t> ids(static_cast<size_t>(tokens));
+            for (auto& id : ids) {
+                id = static_cast<int32_t>(rng() % 2 ? rng() % 5
+                                                    : rng() % static_cast<uint32_t>(vocab));
+            }
+            std::vector<int32_t> expect(ids.size());
+            for (size_t t = 0; t < expect.size(); ++t) expect[t] = static_cast<int32_t>(t);
+            std::stable_sort(expect.begin(), expect.end(), [&](int32_t a, int32_t b) {
+                return ids[static_cast<size_t>(a)] < ids[static_cast<size_t>(b)];
+            });
+            std::vector<int32_t> sorted_ids(ids.size(), -1), sorted_tokens(ids.size(), -1);
+            embedding_id_order(ids.data(), tokens, sorted_ids.data(), sorted_tokens.data());
+            CHECK(sorted_tokens == expect);
+            bool ids_match = true;
+            for (size_t i = 0; i < ids.size(); ++i) {
+                ids_match = ids_match && sorted_ids[i] == ids[static_cast<size_t>(expect[i])];
+            }
+            CHECK(ids_match);
+        }
+    }
 }
 
 }  // namespace

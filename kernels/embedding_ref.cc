@@ -40,7 +40,7 @@ void embedding_id_order(const int32_t* ids, int64_t tokens, int32_t* sorted_ids,
     for (size_t t = 0; t < n; ++t) largest = std::max(largest, ids[t]);
     std::vector<int32_t> keys(ids, ids + n), order(n), keys_tmp(n), order_tmp(n);
     for (size_t t = 0; t < n; ++t) order[t] = static_cast<int32_t>(t);
-    for (int shift = 0; shift == 0 || (largest >> shift) > 0; shift += kBits) {
+    for (int shift = 0; shift == 0 || (shift < 31 && (largest >> shift) > 0); shift += kBits) {
         std::array<size_t, kMask + 2> at{};
         for (size_t t = 0; t < n; ++t) ++at[static_cast<size_t>((keys[t] >> shift) & kMask) + 1];
         for (size_t d = 1; d < at.size(); ++d) at[d] += at[d - 1];

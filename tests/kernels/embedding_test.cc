@@ -82,7 +82,7 @@ TEST_CASE("embedding_id_order is a stable sort of the positions by id", "[kernel
     std::mt19937 rng(5);
     // Vocabularies needing one, two and three 11-bit digits (Qwen3.5's 248,320 needs two);
     // empty, one-token and repeat-heavy batches.
-    for (int64_t vocab : {7, 2048, 248320, 1 << 30}) {
+    for (int64_t vocab : {int64_t{7}, int64_t{2048}, int64_t{248320}, (int64_t{1} << 31) - 1}) {
         for (int64_t tokens : {0, 1, 33, 8192}) {
             INFO("vocab " << vocab << ", tokens " << tokens);
             std::vector<int32_t> ids(static_cast<size_t>(tokens));

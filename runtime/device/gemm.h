@@ -42,7 +42,7 @@ class Gemm {
     // time_candidates false: the heuristic's first choice, the same algorithm in every process
     // (timing may pick differently from run to run, and so round differently).
     static absl::StatusOr<std::unique_ptr<Gemm>> create(void* workspace, size_t workspace_bytes,
-                                                        bool time_candidates = true);
+                                                        bool time_candidates);
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -63,7 +63,7 @@ class Gemm {
                            bool, int>;
     Gemm() = default;
     cublasLtContext* handle_ = nullptr;
-    bool time_candidates_ = true;
+    bool time_candidates_ = false;
     size_t timed_buckets_ = 0;
     size_t retuned_ = 0;
     void* workspace_ = nullptr;

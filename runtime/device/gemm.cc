@@ -6,6 +6,8 @@
 // (tests/bench/gemm_bench.cc).
 #include "runtime/device/gemm.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -56,16 +58,18 @@ constexpr int kCandidates = 8;       // cuBLASLt offers 8 for each of Qwen3.5's 
 constexpr int kTimedRuns = 3;        // per candidate, after one warm-up run
 constexpr double kKeepFirst = 0.97;  // another candidate must be 3% faster (timing noise ~1-2%)
 
-// Index of the fastest of `found` candidates for x, timed on a scratch copy of C (synchronises the
-// stream).
-absl::StatusOr<int> fastest(cublasLtHandle_t handle, const GemmArgs& x, const Descs& d,
-                            const cublasLtMatmulHeuristicResult_t* results, int found,
-                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    // Timing serialises the stream with the host, so it happens on a shape's first call only
-    // and never inside a graph capture (the first candidate serves there).
+// The fastest of `found` candidates for x, timed on a scratch copy of C (synchronises the
+// stream); nullopt where timing cannot happen (a graph capture, no memory for the scratch).
+absl::StatusOr<std::optional<int>> fastest(cublasLtHandle_t handle, const GemmArgs& x,
+                                           const Descs& d,
+                                           const cublasLtMatmulHeuristicResult_t* results,
+                                           int found, void* workspace, size_t workspace_bytes,
+                                           cudaStream_t stream) {
+    // Timing serialises the stream with the host, so it happens on a bucket's first call only
+    // and never inside a graph capture.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     DT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return 0;
+    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
     struct Scratch {  // C's stand-in and the two events, released on every path
         cudaStream_t stream;
         void* c = nullptr;
@@ -73,15 +77,17 @@ absl::StatusOr<int> fastest(cublasLtHandle_t handle, const GemmArgs& x, const De
         ~Scratch() {
             if (stop) cudaEventDestroy(stop);
             if (start) cudaEventDestroy(start);
-            if (c) cudaFreeAsync(c, stream);
+            // Back to the device now (the default pool keeps nothing past a synchronisation):
+            // the scratch may be hundreds of MB, outside the memory plan.
+            if (c && cudaFreeAsync(c, stream) == cudaSuccess) cudaStreamSynchronize(stream);
         }
     } t{stream};
     const size_t elem = x.c_type == GemmOut::kBF16 ? 2 : 4;
     const size_t c_bytes = static_cast<size_t>((x.m - 1) * x.ldc + x.n) * elem;
     if (cudaMallocAsync(&t.c, c_bytes, stream) != cudaSuccess) {
-        (void)cudaGetLastError();  // no room to time: the heuristic's first choice serves
+        (void)cudaGetLastError();  // no room to time now: a later call of the bucket tries again
         t.c = nullptr;
-        return 0;
+        return std::nullopt;
     }
     // C's real contents: the bits a GEMM multiplies change its power draw and so its clocks.
     DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.c, x.c, c_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -96,9 +102,11 @@ absl::StatusOr<int> fastest(cublasLtHandle_t handle, const GemmArgs& x, const De
         };
         if (matmul() != CUBLAS_STATUS_SUCCESS) continue;  // this candidate cannot run the shape
         DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.start, stream));
-        for (int r = 0; r < kTimedRuns; ++r) DT_CUBLAS_RETURN_IF_ERROR(matmul());
+        bool ran = true;
+        for (int r = 0; r < kTimedRuns; ++r) ran = ran && matmul() == CUBLAS_STATUS_SUCCESS;
         DT_CUDA_RETURN_IF_ERROR(cudaEventRecord(t.stop, stream));
         DT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(t.stop));
+        if (!ran) continue;
         float ms = 0;
         DT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, t.start, t.stop));
         if (i == 0) first_ms = ms;
@@ -207,14 +215,15 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
                                                            " x ", x.k, ") x (", x.k, " x ", x.n,
                                                            ") GEMM with these layouts"));
         }
-        int chosen = 0;
+        std::optional<int> timed;
         if (found > 1) {
-            DT_ASSIGN_OR_RETURN(chosen, fastest(handle_, x, d, results, found, workspace_,
-                                                workspace_bytes_, stream));
+            DT_ASSIGN_OR_RETURN(timed, fastest(handle_, x, d, results, found, workspace_,
+                                               workspace_bytes_, stream));
         }
+        const int chosen = timed.value_or(0);
         auto algo = std::make_shared<Algo>(Algo{results[chosen].algo});
-        if (time_candidates_) {
-            ++timed_buckets_;
+        if (timed) {  // a bucket's choice only where candidates were timed
+            if (timed_.count(bucket) == 0) ++timed_buckets_;
             if (chosen != 0) ++retuned_;
             timed_[bucket] = algo;
         }

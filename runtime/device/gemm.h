@@ -52,8 +52,9 @@ class Gemm {
     absl::Status run(const GemmArgs& args, cudaStream_t stream);
     size_t cached_algorithms() const { return cache_.size(); }
     // Size buckets whose candidates were timed (a timed choice serves every shape of its bucket:
-    // sizes within 12.5%, as token counts vary between batches), and how many of those choices
-    // are not the heuristic's first.
+    // sizes within 12.5%, as token counts vary between batches; a shape offered one candidate,
+    // or met in a capture or with no memory for the scratch, is not timed), and how many of
+    // those choices are not the heuristic's first.
     size_t timed_buckets() const { return timed_buckets_; }
     size_t retuned_algorithms() const { return retuned_; }
 

@@ -33,7 +33,7 @@ TEST_CASE("embedding CUDA forward and backward match the reference", "[kernels][
     // padding key equals the largest id.
     for (int64_t tokens : {8192, 8193, 16384, 16385}) cases.push_back({136, tokens, 1024});
     // The top 7 ids on 63 of 64 positions: each id's run crosses ~72 chunks of 32, more than the
-    // 64 threads that count them in one step in the pieces' pass.
+    // 32 lanes that count them in one step of the pieces' pass.
     cases.push_back({136, 16384, 1024, 64});
     for (const Case& k : cases) {
         const int64_t hidden = k.hidden, tokens = k.tokens, vocab = k.vocab;

@@ -1,7 +1,8 @@
 // The cuBLASLt GEMM runner (runtime/device/gemm.h) against an fp64 host reference, in the three
-// forms of a linear layer, with candidates timed (the default) and with the heuristic's first:
-// the first call of a shape times every candidate, an accumulating call (beta 1) must still
-// add exactly once, and a shape within 12.5% of a timed one reuses its choice. [cuda]: skipped with
+// forms of a linear layer, with the heuristic's first algorithm (the default) and with candidates
+// timed (DELTATUNE_GEMM=timed): the first call of a shape times every candidate, an accumulating
+// call (beta 1) must still add exactly once, and a shape within 12.5% of a timed one reuses its
+// choice. [cuda]: skipped with
 // a printed reason where no GPU is present.
 #include <catch2/catch.hpp>
 
@@ -86,12 +87,15 @@ TEST_CASE("cuBLASLt GEMMs: forward, dx and dW forms match fp64, candidates timed
         // Second calls reuse the cached choice (and still add exactly once).
         check_linear_forms(**g, shapes[0], rng);
         CHECK((*g)->cached_algorithms() == 9);
-        if (!timed) CHECK((*g)->retuned_algorithms() == 0);
-        CHECK((*g)->timed_buckets() == (timed ? 9u : 0u));
+        // Timing happened (at most once per shape; one offered candidate needs none), or never.
+        const size_t buckets = (*g)->timed_buckets();
+        CHECK(buckets <= 9);
+        if (timed) CHECK(buckets > 0);
+        if (!timed) CHECK((buckets == 0 && (*g)->retuned_algorithms() == 0));
         // 500 rows share 512's bucket (a batch's token count varies): no new timing.
         check_linear_forms(**g, {500, 384, 640}, rng);
         CHECK((*g)->cached_algorithms() == 12);
-        CHECK((*g)->timed_buckets() == (timed ? 9u : 0u));
+        CHECK((*g)->timed_buckets() == buckets);
     }
 }
 #endif

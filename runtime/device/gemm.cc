@@ -176,12 +176,13 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
                   al_a * 1000000 + al_b * 1000 + al_c};
     auto it = cache_.find(key);
     // A timed choice serves every shape of its bucket: the token count changes from batch to
-    // batch, and timing each new count would cost more than the choice saves.
+    // batch, and timing each new count would cost more than the choice saves. (Worked out on a
+    // miss only: hits are every call of a step.)
     Key bucket = key;
-    std::get<0>(bucket) = size_bucket(x.m);
-    std::get<1>(bucket) = size_bucket(x.n);
-    std::get<2>(bucket) = size_bucket(x.k);
     if (it == cache_.end() && time_candidates_) {
+        std::get<0>(bucket) = size_bucket(x.m);
+        std::get<1>(bucket) = size_bucket(x.n);
+        std::get<2>(bucket) = size_bucket(x.k);
         if (auto t = timed_.find(bucket); t != timed_.end()) {
             cublasLtMatmulHeuristicResult_t check = {};
             if (cublasLtMatmulAlgoCheck(handle_, d.op, d.a, d.b, d.c, d.c, &t->second->algo,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "tests/kernels/cuda_test_util.h"
@@ -16,6 +17,11 @@ namespace deltatune::bench {
 
 using Bf16Fill = cudatest::DeviceBuffer<uint16_t>::RandomFill;
 using F32Fill = cudatest::DeviceBuffer<float>::RandomFill;
+
+inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
 
 // Median milliseconds of `reps` timed calls of f() on the default stream, after `warmup`
 // untimed ones (first-call costs: plan builds, lazy module loading).
@@ -37,8 +43,7 @@ inline double median_ms(const std::function<cudaError_t()>& f, int reps, int war
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return median(std::move(ms));
 }
 
 }  // namespace deltatune::bench

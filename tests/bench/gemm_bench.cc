@@ -11,7 +11,6 @@
 // dx with beta 1 where two branches meet) and dW with beta 1.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -52,11 +51,6 @@ struct Row {
     double first_ms = 0, best_ms = 0, runtime_ms = 0;
     int best_rank = 0, offered = 0;
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 // Times every candidate to find the fastest, then the first, the fastest and the runtime's call
 // (`runtime`) in interleaved rounds: sustained GEMMs heat the GPU and lower its clocks, so timings

@@ -1,10 +1,10 @@
 // Per-kernel microbenchmark on Qwen3.5-27B shapes (H 5120, 24 q / 4 kv heads of 256, I 17408,
 // vocab 248320) with an 8192-token packed batch of ultrachat-like documents, in the kernels_bench
 // executable (not a CTest test): `kernels_bench "[bench]"` (GPU only; `kernels_bench` alone also
-// runs gdn_bench.cc). Prints, per kernel, the median time over repeats
-// (CUDA events, after warm-up), the bytes or FLOPs counted as the fewest the op must move or
-// do, and the fraction of the ceilings measured in the same run (a device-to-device copy; a
-// cuBLAS 8192^3 bf16 GEMM), plus the datasheet-derived leads 4.3 TB/s and 790 TFLOP/s.
+// runs gdn_bench.cc; the attention rows are in attention_bench.cc). Prints, per kernel, the median
+// time over repeats (CUDA events, after warm-up), the bytes or FLOPs counted as the fewest the op
+// must move or do, and the fraction of the ceilings measured in the same run (a device-to-device
+// copy; a cuBLAS 8192^3 bf16 GEMM), plus the datasheet-derived leads 4.3 TB/s and 790 TFLOP/s.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,19 +15,13 @@
 #include <string>
 
 #include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/attention_gate.h"
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
-#endif
 #include "kernels/embedding.h"
 #include "kernels/fused_linear_cross_entropy.h"
 #include "kernels/grad_norm.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
-#include "tests/bench/bench_util.h"
-#include "tests/kernels/attention_test_util.h"
+#include "tests/bench/qwen27b_shapes.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace deltatune {
@@ -37,72 +31,13 @@ namespace {
 using namespace cudatest;
 using namespace bench;
 
-constexpr int64_t kTokens = 8192, kHidden = 5120, kQHeads = 24, kKvHeads = 4, kHeadDim = 256,
-                  kInter = 17408, kVocab = 248320;
-
-struct Ceilings {
-    double copy_gbs = 4300, gemm_tflops = 790;
-};
-
-void row(const char* name, double ms, double bytes, double flops, const Ceilings& c) {
-    if (flops > 0) {
-        const double tf = flops / ms / 1e9;
-        std::printf("%-34s %9.3f ms %9.1f TFLOP/s %6.1f%% of measured %6.1f%% of 790\n", name, ms,
-                    tf, 100 * tf / c.gemm_tflops, 100 * tf / 790);
-    } else {
-        const double gbs = bytes / ms / 1e6;
-        std::printf("%-34s %9.3f ms %9.1f GB/s     %6.1f%% of measured %6.1f%% of 4300\n", name, ms,
-                    gbs, 100 * gbs / c.copy_gbs, 100 * gbs / 4300);
-    }
-    std::fflush(stdout);
-}
-
-std::vector<int32_t> ultrachat_like_lengths(std::mt19937& rng) {
-    std::vector<int32_t> lengths;
-    int32_t left = kTokens;
-    std::lognormal_distribution<double> len(std::log(900.0), 0.8);
-    while (left > 0) {
-        int32_t l = std::clamp(static_cast<int32_t>(len(rng)), 16, 4096);
-        l = std::min(l, left);
-        lengths.push_back(l);
-        left -= l;
-    }
-    return lengths;
-}
-
 TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
     if (!have_gpu()) return;
     std::mt19937 rng(7);
     Ceilings ceil;
     cublasHandle_t blas = nullptr;
     REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
-    {  // Ceilings measured here: a 4 GiB device-to-device copy and an 8192^3 bf16 GEMM.
-        const size_t n = size_t{1} << 31;
-        DeviceBuffer<uint16_t> src(Bf16Fill{static_cast<size_t>(n), 1.0f}), dst(n);
-        const double ms = median_ms(
-            [&] { return cudaMemcpyAsync(dst.get(), src.get(), 2 * n, cudaMemcpyDeviceToDevice); },
-            10);
-        ceil.copy_gbs = 2.0 * 2 * n / ms / 1e6;
-        const int m = 8192;
-        DeviceBuffer<uint16_t> a(Bf16Fill{static_cast<size_t>(size_t{1} * m * m), 1.0f}),
-            b(Bf16Fill{static_cast<size_t>(size_t{1} * m * m), 1.0f}), c(size_t{1} * m * m);
-        const float one = 1, zero = 0;
-        const double gms = median_ms(
-            [&] {
-                return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a.get(),
-                                    CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
-                                    CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
-                           ? cudaSuccess
-                           : cudaErrorUnknown;
-            },
-            10);
-        ceil.gemm_tflops = 2.0 * m * m * m / gms / 1e9;
-        std::printf(
-            "measured ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM %.0f "
-            "TFLOP/s\n",
-            ceil.copy_gbs, ceil.gemm_tflops);
-    }
+    measure_ceilings(blas, ceil);
     const auto lengths = ultrachat_like_lengths(rng);
     const auto cu = awkward_cu_seqlens(lengths);
     const auto pos = positions_from_cu(cu);
@@ -290,101 +225,6 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
                 },
                 10),
             4.0 * total, 0, ceil);
-    }
-    // Gated attention: the handwritten kernel and cuDNN's, on the packed batch, on benchmark.md's
-    // two SDPA rows (6 documents of 1,250 tokens; one 8192-token document).
-    const std::vector<std::pair<std::string, std::vector<int32_t>>> attention_cases = {
-        {" (packed)", lengths},
-        {" (6 x 1250)", std::vector<int32_t>(6, 1250)},
-        {" (1 x 8192)", {kTokens}}};
-    for (const auto& [shape, docs] : attention_cases) {
-        DeviceBuffer<int32_t> cu(awkward_cu_seqlens(docs));
-        double pairs = 0;  // causal (query, key) pairs
-        for (int32_t l : docs) pairs += 0.5 * l * (l + 1.0);
-        const double fwd_flops = 4.0 * kHeadDim * kQHeads * pairs;
-        const int64_t tokens = std::accumulate(docs.begin(), docs.end(), int64_t{0});
-        const size_t qn = static_cast<size_t>(tokens * kQHeads * kHeadDim);
-        const size_t kvn = static_cast<size_t>(tokens * kKvHeads * kHeadDim);
-        DeviceBuffer<uint16_t> q(Bf16Fill{static_cast<size_t>(qn), 1.0f}),
-            k(Bf16Fill{static_cast<size_t>(kvn), 1.0f}),
-            v(Bf16Fill{static_cast<size_t>(kvn), 1.0f}),
-            qg(Bf16Fill{static_cast<size_t>(2 * qn), 1.0f}), y(qn), o(qn),
-            dy(Bf16Fill{static_cast<size_t>(qn), 1.0f}), dq(qn), dk(kvn), dv(kvn), dqg(2 * qn);
-        DeviceBuffer<float> lse(static_cast<size_t>(tokens * kQHeads));
-        const GatedAttentionArgs a = gated_attention_args(
-            q, k, v, qg, cu, static_cast<int64_t>(docs.size()), tokens, kQHeads, kKvHeads,
-            1.0f / 16, *std::max_element(docs.begin(), docs.end()));
-        const size_t wsb = gated_attention_backward_workspace_bytes(a);
-        DeviceBuffer<char> ws(wsb);
-        row(("flash attention forward" + shape).c_str(),
-            median_ms(
-                [&] {
-                    return gated_attention_forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, nullptr);
-                },
-                10),
-            0, fwd_flops, ceil);
-        row(("flash attention backward" + shape).c_str(),
-            median_ms(
-                [&] {
-                    return gated_attention_backward(
-                        bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
-                        bf16_ptr(dy), bf16_ptr(o), lse.get(), a, ws.get(), wsb, nullptr);
-                },
-                10),
-            0, 2.5 * fwd_flops, ceil);
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-        auto made = CudnnAttention::create();
-        REQUIRE(made.ok());
-        CudnnAttention& cudnn = **made;
-        auto fwd_bytes = cudnn.forward_workspace_bytes(a);
-        auto bwd_bytes = cudnn.backward_workspace_bytes(a);
-        INFO(fwd_bytes.status().ToString() << " / " << bwd_bytes.status().ToString());
-        REQUIRE((fwd_bytes.ok() && bwd_bytes.ok()));
-        DeviceBuffer<char> cws(std::max(*fwd_bytes, *bwd_bytes));
-        std::printf("cuDNN plans: %d built in %.1f s\n", cudnn.plans_built(),
-                    cudnn.build_seconds());
-        auto as_cuda = [](const absl::Status& st) {
-            if (!st.ok()) std::printf("%s\n", st.ToString().c_str());
-            return st.ok() ? cudaSuccess : cudaErrorUnknown;
-        };
-        const double cudnn_fwd_ms = median_ms(
-            [&] {
-                return as_cuda(cudnn.forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, cws.get(),
-                                             cws.size(), nullptr));
-            },
-            10);
-        const double cudnn_bwd_ms = median_ms(
-            [&] {
-                return as_cuda(cudnn.backward(bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv),
-                                              bf16_ptr(dqg) + kHeadDim, bf16_ptr(dy), bf16_ptr(o),
-                                              lse.get(), a, cws.get(), cws.size(), nullptr));
-            },
-            10);
-        row(("cudnn attention forward" + shape).c_str(), cudnn_fwd_ms, 0, fwd_flops, ceil);
-        row(("cudnn attention backward" + shape).c_str(), cudnn_bwd_ms, 0, 2.5 * fwd_flops, ceil);
-        // The sigmoid gate's passes around cuDNN's SDPA (which cannot fuse them), as bytes
-        // (forward: o, gate in, y out; backward: dy, o, gate in, d_o, dgate out), and the SDPA
-        // alone as the difference: what torch's SDPA figures in benchmark.md compare with.
-        const AttentionGateLayout gl{a.gate, a.gate_token_stride, a.gate_head_stride};
-        const double gate_fwd_ms = median_ms(
-            [&] {
-                return attention_gate_forward(bf16_ptr(y), bf16_ptr(o), gl, tokens, kQHeads,
-                                              nullptr);
-            },
-            20);
-        const double gate_bwd_ms = median_ms(
-            [&] {
-                return attention_gate_backward(bf16_ptr(y), nullptr, bf16_ptr(dqg) + kHeadDim,
-                                               bf16_ptr(dy), bf16_ptr(o), gl, tokens, kQHeads,
-                                               nullptr);
-            },
-            20);
-        row(("  its gate forward" + shape).c_str(), gate_fwd_ms, 3.0 * 2 * qn, 0, ceil);
-        row(("  its gate backward" + shape).c_str(), gate_bwd_ms, 5.0 * 2 * qn, 0, ceil);
-        row(("  its SDPA forward" + shape).c_str(), cudnn_fwd_ms - gate_fwd_ms, 0, fwd_flops, ceil);
-        row(("  its SDPA backward" + shape).c_str(), cudnn_bwd_ms - gate_bwd_ms, 0, 2.5 * fwd_flops,
-            ceil);
-#endif
     }
     {  // Fused linear cross-entropy vs its three GEMMs alone.
         DeviceBuffer<uint16_t> x(Bf16Fill{static_cast<size_t>(th), 1.0f}),

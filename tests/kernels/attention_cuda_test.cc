@@ -80,15 +80,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                 const Bf16Data v = random_bf16(kvn, rng);
                 // q_proj-style buffer: per head [query | gate]; only the gate half is used here.
                 const Bf16Data qg = random_bf16(2 * qn, rng, 2.0f);
-                std::vector<float> gate(qn);
-                for (int64_t t = 0; t < tokens; ++t) {
-                    for (int64_t h = 0; h < hq; ++h) {
-                        for (int64_t c = 0; c < d; ++c) {
-                            gate[static_cast<size_t>((t * hq + h) * d + c)] =
-                                qg.f[static_cast<size_t>(t * hq * 2 * d + h * 2 * d + d + c)];
-                        }
-                    }
-                }
+                const std::vector<float> gate = gate_half(qg.f, tokens, hq);
                 const float scale = 1.0f / 16.0f;
                 std::vector<float> o_ref(qn), lse_ref(static_cast<size_t>(tokens * hq)), y_ref(qn);
                 attention_forward_ref(o_ref.data(), lse_ref.data(), q.f.data(), k.f.data(),

@@ -4,6 +4,7 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -34,6 +35,22 @@ inline GatedAttentionArgs gated_attention_args(
     a.scale = scale;
     a.max_doc_tokens = max_doc_tokens;
     return a;
+}
+
+// The gate half of a q_proj-style (tokens, q_heads, [query | gate]) buffer as (tokens, q_heads,
+// 256) floats.
+inline std::vector<float> gate_half(const std::vector<float>& qg, int64_t tokens, int64_t q_heads) {
+    constexpr int64_t d = 256;
+    std::vector<float> gate(static_cast<size_t>(tokens * q_heads * d));
+    for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t h = 0; h < q_heads; ++h) {
+            for (int64_t c = 0; c < d; ++c) {
+                gate[static_cast<size_t>((t * q_heads + h) * d + c)] =
+                    qg[static_cast<size_t>(t * q_heads * 2 * d + h * 2 * d + d + c)];
+            }
+        }
+    }
+    return gate;
 }
 
 }  // namespace deltatune::cudatest

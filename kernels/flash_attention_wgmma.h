@@ -1,0 +1,29 @@
+// Gated varlen causal GQA attention forward for head_dim 256 on Hopper's warpgroup tensor-core
+// instructions (wgmma, sm_90a) and the bulk tensor copy engine (TMA): the FlashAttention-3 design
+// (a producer warp streams K/V tiles through a two-stage shared-memory ring on mbarriers; two
+// consumer warpgroups of 64 query rows each run S = Q K^T and O += P V as wgmma, P straight from
+// registers), with the sigmoid output gate fused into the epilogue. Same inputs, outputs and
+// saved lse as gated_attention_forward (attention.h); its reference is attention_ref.cc.
+//
+// Query tiles of 128 rows never straddle documents; a prologue kernel lists them longest-first
+// (most key tiles first) so the long diagonal tiles start early and short ones fill the tail.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <cstddef>
+
+#include "kernels/attention.h"
+
+namespace deltatune {
+
+// Device workspace of gated_attention_forward_wgmma (the tile list), from host-known sizes.
+size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a);
+
+// As gated_attention_forward; `workspace` (256-byte aligned) holds at least the bytes above.
+// cudaErrorInvalidValue for shapes gated_attention_supported rejects or a short workspace.
+cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, float* lse,
+                                          const GatedAttentionArgs& a, void* workspace,
+                                          size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace deltatune
+#endif

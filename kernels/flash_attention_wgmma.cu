@@ -16,6 +16,8 @@
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <algorithm>
+
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 #include "kernels/flash_attention_wgmma.h"
@@ -27,24 +29,26 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace hopper;
 
-constexpr int kD = 256;                    // head_dim
-constexpr int kBm = 128;                   // query rows per block (2 consumer warpgroups)
-constexpr int kBn = 64;                    // keys per tile
-constexpr int kChunkCols = 64;             // columns per 128-byte swizzled chunk
-constexpr int kChunks = kD / kChunkCols;   // 4
-constexpr int kQBytes = kBm * kD * 2;      // 64 KiB
-constexpr int kKvBytes = kBn * kD * 2;     // 32 KiB (K or V tile)
-constexpr int kStageBytes = 2 * kKvBytes;  // K then V
+constexpr int kD = 256;                   // head_dim
+constexpr int kBm = 128;                  // query rows per block (2 consumer warpgroups)
+constexpr int kBn = 64;                   // keys per tile
+constexpr int kChunkCols = 64;            // columns per 128-byte swizzled chunk
+constexpr int kChunks = kD / kChunkCols;  // 4
+constexpr int kQBytes = kBm * kD * 2;     // 64 KiB
+constexpr int kKvBytes = kBn * kD * 2;    // 32 KiB (K or V tile)
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
-constexpr int kSmemBytes = 1024 + kQBytes + kStages * kStageBytes + 64;  // + alignment, barriers
+constexpr int kStagingBytes = 8 * 2048;  // the epilogue's: 2 KiB per consumer warp
+constexpr int kSmemBytes =
+    1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 struct Params {
     const int2* tiles;  // (document, query tile) longest-first
     const int* tile_count;
+    int* next_item;  // items taken so far (zeroed by list_tiles_kernel)
     const int32_t* cu;
     bf16* y;
     bf16* o;
@@ -59,8 +63,9 @@ struct Params {
 // key tiles grows with it): counts per index, offsets from the highest index down, then each
 // document places its tiles. The order inside one index depends on atomics, which changes the
 // schedule only, never a result.
-__global__ void list_tiles_kernel(int2* tiles, int* count, int* per_level, int* offsets,
-                                  const int32_t* cu, int num_docs, int levels) {
+__global__ void list_tiles_kernel(int2* tiles, int* count, int* next_item, int* per_level,
+                                  int* offsets, const int32_t* cu, int num_docs, int levels) {
+    if (threadIdx.x == 0) *next_item = 0;
     for (int i = threadIdx.x; i < levels; i += blockDim.x) per_level[i] = 0;
     __syncthreads();
     for (int d = threadIdx.x; d < num_docs; d += blockDim.x) {
@@ -90,212 +95,379 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The consumer warpgroup `cw` (0 or 1): rows q0 + 64 cw .. + 64 of the tile.
-__device__ __forceinline__ void consume(const Params& p, unsigned char* smem, uint64_t* bars,
-                                        int cw, int h, int doc_begin, int q0, int q_end,
-                                        int n_tiles) {
-    uint64_t* q_full = bars;
-    uint64_t* full = bars + 1;
-    uint64_t* empty = bars + 1 + kStages;
+// One work item: query tile `tile` of a document, for query head h.
+struct Item {
+    int h, doc_begin, q0, q_end, n_tiles;
+};
+
+__device__ __forceinline__ Item item_of(const Params& p, int w) {
+    const int2 tile = p.tiles[w / p.q_heads];
+    Item it;
+    it.h = w % p.q_heads;  // consecutive items: heads sharing K/V run side by side
+    it.doc_begin = p.cu[tile.x];
+    it.q0 = it.doc_begin + tile.y * kBm;
+    it.q_end = min(p.cu[tile.x + 1], it.q0 + kBm);
+    it.n_tiles = (it.q_end - it.doc_begin + kBn - 1) / kBn;
+    return it;
+}
+
+// Barriers: Q full / Q empty (the consumers' last wgmma on this Q is done), then per stage of
+// the K ring and of the V ring full and empty; `item`: the item whose Q the last q_full phase
+// brought (h = -1: none left), written by the producer before it arrives on q_full, so that
+// the consumers need not look it up in global memory again.
+struct Bars {
+    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty;
+    Item* item;
+};
+
+__device__ __forceinline__ Bars bars_at(unsigned char* smem) {
+    auto* b = reinterpret_cast<uint64_t*>(smem + kQBytes + 2 * kStages * kKvBytes + kStagingBytes);
+    return Bars{b,
+                b + 1,
+                b + 2,
+                b + 2 + kStages,
+                b + 2 + 2 * kStages,
+                b + 2 + 3 * kStages,
+                reinterpret_cast<Item*>(b + 2 + 4 * kStages)};
+}
+
+__device__ __forceinline__ unsigned char* k_stage(unsigned char* smem, int s) {
+    return smem + kQBytes + s * kKvBytes;
+}
+__device__ __forceinline__ unsigned char* v_stage(unsigned char* smem, int s) {
+    return smem + kQBytes + (kStages + s) * kKvBytes;
+}
+
+// The producer (one thread): takes the next item off the list (an atomic counter: blocks that
+// finish early take more, as the hardware's own block scheduler would), loads its Q once the
+// previous item's is free, then its K and V tiles through their rings, whose position `ring`
+// runs on across items. K and V have rings of their own because a consumer is done with K_t
+// (after S_t) an iteration before it is done with V_t (after O += P_t V_t).
+__device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
+                                        const CUtensorMap* tk, const CUtensorMap* tv,
+                                        unsigned char* smem, int items) {
+    const Bars b = bars_at(smem);
+    int ring = 0;
+    // The next item is taken once the current one's loads are all issued, and looked up before
+    // waiting for Q to be free.
+    int w = atomicAdd(p.next_item, 1);
+    for (int done = 0;; ++done) {  // items loaded so far
+        const Item it = w < items ? item_of(p, w) : Item{-1, 0, 0, 0, 0};
+        if (done > 0) mbar_wait(b.q_empty, (done - 1) & 1);
+        *b.item = it;
+        if (it.h < 0) {
+            mbar_arrive(b.q_full);
+            return;
+        }
+        const int kvh = it.h / p.group;
+        mbar_arrive_expect_tx(b.q_full, kQBytes);
+        for (int c = 0; c < kChunks; ++c) {
+            tma_load_2d(smem + c * kBm * 128, tq, it.h * kD + c * kChunkCols, it.q0, b.q_full);
+        }
+        for (int t = 0; t < it.n_tiles; ++t, ++ring) {
+            const int s = ring % kStages;
+            const uint32_t parity = ((ring / kStages) - 1) & 1;
+            const int j0 = it.doc_begin + t * kBn;
+            if (ring >= kStages) mbar_wait(&b.k_empty[s], parity);
+            mbar_arrive_expect_tx(&b.k_full[s], kKvBytes);
+            for (int c = 0; c < kChunks; ++c) {
+                tma_load_2d(k_stage(smem, s) + c * kBn * 128, tk, kvh * kD + c * kChunkCols, j0,
+                            &b.k_full[s]);
+            }
+            if (ring >= kStages) mbar_wait(&b.v_empty[s], parity);
+            mbar_arrive_expect_tx(&b.v_full[s], kKvBytes);
+            for (int c = 0; c < kChunks; ++c) {
+                tma_load_2d(v_stage(smem, s) + c * kBn * 128, tv, kvh * kD + c * kChunkCols, j0,
+                            &b.v_full[s]);
+            }
+        }
+        w = atomicAdd(p.next_item, 1);
+    }
+}
+
+// The two consumer warpgroups take turns issuing their matrix products (FlashAttention-3's
+// ping-pong): warpgroup cw waits on barrier 2 + cw for its turn and, once its wgmmas are issued,
+// hands the turn to the other, so that one's softmax runs while the other's products do.
+__device__ __forceinline__ void turn_wait(int cw) {
+    named_barrier(2 + cw, 256);
+}
+__device__ __forceinline__ void turn_pass(int cw) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - cw) : "memory");
+}
+
+// S (64 x 64) = Q K^T for this warpgroup's 64 rows: 16 wgmma over head_dim, both from shared
+// memory.
+__device__ __forceinline__ void issue_scores(float (&sc)[32], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t chunk = kk / 4, within = (kk % 4) * 32;
+        wgmma_m64n64k16_ss(sc, sw128_desc(q_base + chunk * kBm * 128 + within, 16, 1024),
+                           sw128_desc(k_base + chunk * kBn * 128 + within, 16, 1024), kk > 0);
+    }
+}
+
+// O (64 x 256) += P V, P (64 x 64) from registers.
+__device__ __forceinline__ void issue_pv(float (&acc)[128], const uint32_t (&pa)[16],
+                                         uint32_t v_base) {
+#pragma unroll
+    for (int kk = 0; kk < kBn / 16; ++kk) {
+        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        wgmma_m64n256k16_rs_tb(acc, a, sw128_desc(v_base + kk * 16 * 128, kBn * 128, 1024));
+    }
+}
+
+// Online softmax of one tile of scores (this thread's rows lo = g and hi = g + 8 of its warp's
+// 16): masks keys after the row on diagonal tiles, scales to log2 units, updates the running
+// maxima and sums; leaves exp2(s - m) in sc and returns the factors by which O must be scaled.
+struct RowState {
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+};
+
+__device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, int j0, bool diagonal,
+                                               int row_lo, int c, float scale_log2) {
+    const int row_hi = row_lo + 8;
+    float tmax_lo = -INFINITY, tmax_hi = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const int key = j0 + 8 * (i / 4) + 2 * c + (i & 1);
+        const int row = (i & 2) ? row_hi : row_lo;
+        const float v = (diagonal && key > row) ? -INFINITY : sc[i] * scale_log2;
+        sc[i] = v;
+        if (i & 2) {
+            tmax_hi = fmaxf(tmax_hi, v);
+        } else {
+            tmax_lo = fmaxf(tmax_lo, v);
+        }
+    }
+    tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 1));
+    tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 2));
+    tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 1));
+    tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 2));
+    const float mn_lo = fmaxf(st.m_lo, tmax_lo), mn_hi = fmaxf(st.m_hi, tmax_hi);
+    // Rows that have seen no key yet (-inf) keep exp2 away from -inf - -inf.
+    const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
+    const float base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
+    const float2 alpha = make_float2(exp2f(st.m_lo - base_lo), exp2f(st.m_hi - base_hi));
+    st.m_lo = mn_lo;
+    st.m_hi = mn_hi;
+    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        sc[i] = exp2f(sc[i] - ((i & 2) ? base_hi : base_lo));
+        if (i & 2) {
+            sum_hi += sc[i];
+        } else {
+            sum_lo += sc[i];
+        }
+    }
+    st.l_lo = st.l_lo * alpha.x + sum_lo;
+    st.l_hi = st.l_hi * alpha.y + sum_hi;
+    return alpha;
+}
+
+__device__ __forceinline__ void to_bf16_pairs(uint32_t (&pa)[16], const float (&sc)[32]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pa[i] = pack_bf16(sc[2 * i], sc[2 * i + 1]);
+}
+
+// Consumer warpgroup `cw` (0 or 1): rows q0 + 64 cw .. + 64 of each item. Per key tile t:
+// issue S_t and O += P_{t-1} V_{t-1} together, then the softmax of S_t runs while the product
+// with V_{t-1} is still in flight (FlashAttention-3's intra-warpgroup overlap). Both warpgroups
+// go through every key tile of the item (a tile past all of a warpgroup's rows is masked out
+// whole) so that they take the same number of turns.
+__device__ __forceinline__ void consume(const Params& p, unsigned char* smem, int cw) {
+    const Bars b = bars_at(smem);
     const int tid = threadIdx.x & 127;
     const int warp = tid >> 5;
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int c = lane & 3;
-    const int r0 = q0 + 64 * cw;  // first row of this warpgroup
-    const int row_lo = r0 + 16 * warp + g;
-    const int row_hi = row_lo + 8;
-    const int wg_last = min(q_end, r0 + 64) - 1;
-    // Key tiles this warpgroup needs (the later ones are wholly after its rows).
-    const int needed = wg_last >= r0 ? (wg_last - doc_begin) / kBn + 1 : 0;
     const uint32_t q_base = smem_addr(smem) + 64 * cw * 128;
+    if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
+    int ring = 0;
+    for (int done = 0;; ++done) {
+        mbar_wait(b.q_full, done & 1);
+        const Item it = *b.item;  // mbar_wait is a compiler memory barrier
+        if (it.h < 0) return;
+        const int r0 = it.q0 + 64 * cw;  // first row of this warpgroup
+        const int row_lo = r0 + 16 * warp + g;
+        const int row_hi = row_lo + 8;
+        auto release = [&](uint64_t* bar) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+        };
 
-    float acc[128];
+        float acc[128];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
-    mbar_wait(q_full, 0);
-
-    for (int t = 0; t < n_tiles; ++t) {
-        const int s = t % kStages;
-        mbar_wait(&full[s], (t / kStages) & 1);
-        if (t < needed) {
-            const uint32_t k_base = smem_addr(smem) + kQBytes + s * kStageBytes;
-            const uint32_t v_base = k_base + kKvBytes;
-            float sc[32];
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kD / 16; ++kk) {
-                const uint32_t chunk = kk / 4, within = (kk % 4) * 32;
-                wgmma_m64n64k16_ss(sc, sw128_desc(q_base + chunk * kBm * 128 + within, 16, 1024),
-                                   sw128_desc(k_base + chunk * kBn * 128 + within, 16, 1024),
-                                   kk > 0);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(sc);
-            const int j0 = doc_begin + t * kBn;
-            const bool diagonal = j0 + kBn - 1 > r0;
-            float tmax_lo = -INFINITY, tmax_hi = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                const int key = j0 + 8 * (i / 4) + 2 * c + (i & 1);
-                const int row = (i & 2) ? row_hi : row_lo;
-                const float v = (diagonal && key > row) ? -INFINITY : sc[i] * p.scale_log2;
-                sc[i] = v;
-                if (i & 2) {
-                    tmax_hi = fmaxf(tmax_hi, v);
-                } else {
-                    tmax_lo = fmaxf(tmax_lo, v);
-                }
-            }
-            tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 1));
-            tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 2));
-            tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 1));
-            tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 2));
-            const float mn_lo = fmaxf(m_lo, tmax_lo), mn_hi = fmaxf(m_hi, tmax_hi);
-            // A row's first tile always holds its document's first key, so mn is finite; the
-            // guard keeps exp2 away from -inf - -inf all the same.
-            const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
-            const float base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-            const float alpha_lo = exp2f(m_lo - base_lo), alpha_hi = exp2f(m_hi - base_hi);
-            m_lo = mn_lo;
-            m_hi = mn_hi;
-            float sum_lo = 0.0f, sum_hi = 0.0f;
-            uint32_t pa[16];
-#pragma unroll
-            for (int i = 0; i < 32; i += 2) {
-                const float base = (i & 2) ? base_hi : base_lo;
-                const float e0 = exp2f(sc[i] - base), e1 = exp2f(sc[i + 1] - base);
-                if (i & 2) {
-                    sum_hi += e0 + e1;
-                } else {
-                    sum_lo += e0 + e1;
-                }
-                pa[i / 2] = pack_bf16(e0, e1);
-            }
-            l_lo = l_lo * alpha_lo + sum_lo;
-            l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-            for (int i = 0; i < 128; ++i) acc[i] *= (i & 2) ? alpha_hi : alpha_lo;
+        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+        RowState st;
+        float sc[32];
+        uint32_t pa[16];
+        const int n = it.n_tiles;
+        const bool diagonal0 = it.doc_begin + kBn - 1 > r0;
+        // Tile 0: S_0 only.
+        mbar_wait(&b.k_full[ring % kStages], (ring / kStages) & 1);
+        turn_wait(cw);
+        wgmma_fence();
+        issue_scores(sc, q_base, smem_addr(k_stage(smem, ring % kStages)));
+        wgmma_commit();
+        turn_pass(cw);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        release(&b.k_empty[ring % kStages]);
+        if (n == 1) release(b.q_empty);  // the item's last use of Q
+        softmax_tile(sc, st, it.doc_begin, diagonal0, row_lo, c, p.scale_log2);
+        to_bf16_pairs(pa, sc);
+        // Tiles 1 .. n - 1: S_t with O += P_{t-1} V_{t-1}.
+        for (int t = 1; t < n; ++t) {
+            const int slot = ring + t;  // ring position of tile t
+            const int ks = slot % kStages, vs = (slot - 1) % kStages;
+            mbar_wait(&b.k_full[ks], (slot / kStages) & 1);
+            mbar_wait(&b.v_full[vs], ((slot - 1) / kStages) & 1);
+            turn_wait(cw);
             fence_regs(acc);
             fence_regs(pa);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kBn / 16; ++kk) {
-                const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-                wgmma_m64n256k16_rs_tb(acc, a, sw128_desc(v_base + kk * 16 * 128, kBn * 128, 1024));
-            }
+            issue_scores(sc, q_base, smem_addr(k_stage(smem, ks)));
             wgmma_commit();
+            issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
+            wgmma_commit();
+            turn_pass(cw);
+            wgmma_wait<1>();
+            fence_regs(sc);
+            release(&b.k_empty[ks]);
+            if (t == n - 1) release(b.q_empty);
+            const int j0 = it.doc_begin + t * kBn;
+            const float2 alpha =
+                softmax_tile(sc, st, j0, j0 + kBn - 1 > r0, row_lo, c, p.scale_log2);
             wgmma_wait<0>();
             fence_regs(acc);
+            release(&b.v_empty[vs]);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] *= (i & 2) ? alpha.y : alpha.x;
+            to_bf16_pairs(pa, sc);
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);
-    }
+        // The last product, O += P_{n-1} V_{n-1}.
+        {
+            const int slot = ring + n - 1;
+            const int vs = slot % kStages;
+            mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
+            turn_wait(cw);
+            fence_regs(acc);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
+            wgmma_commit();
+            turn_pass(cw);
+            wgmma_wait<0>();
+            fence_regs(acc);
+            release(&b.v_empty[vs]);
+        }
+        ring += it.n_tiles;
 
-    // Epilogue. Row sums were kept per thread (its 2 columns of every 8): add the quad's.
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f;
-    const float inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
-    // Stage bf16 O in this warpgroup's rows of the Q tile, same swizzle (conflict-free stores).
-    unsigned char* stage = smem + 64 * cw * 128;
-    const int lr = 16 * warp + g;  // local row of row_lo; row_hi is lr + 8 (same row % 8)
+        // Epilogue: the gate is loaded first, all of it in flight at once (one load behind each
+        // store cost a memory latency per 8 columns); then per 64-column chunk, the warp stages
+        // its 16 rows of bf16 O in its own 2 KiB of shared memory (4-byte stores, swizzled:
+        // conflict-free) and writes o and y = o * sigmoid(gate) as whole 128-byte rows.
+        const int64_t row_stride = static_cast<int64_t>(p.q_heads) * kD;
+        const int warp_row0 = r0 + 16 * warp;
+        uint4 gate[kChunks][4];
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        unsigned char* chunk = stage + (j / 8) * kBm * 128;
-        const int unit = ((j % 8) ^ (lr & 7)) * 16 + 4 * c;
-        *reinterpret_cast<uint32_t*>(chunk + lr * 128 + unit) =
-            pack_bf16(acc[4 * j] * inv_lo, acc[4 * j + 1] * inv_lo);
-        *reinterpret_cast<uint32_t*>(chunk + (lr + 8) * 128 + unit) =
-            pack_bf16(acc[4 * j + 2] * inv_hi, acc[4 * j + 3] * inv_hi);
-    }
-    if (c == 0) {
-        if (row_lo < q_end) {
-            p.lse[static_cast<int64_t>(row_lo) * p.q_heads + h] = (m_lo + log2f(l_lo)) * kLn2;
-        }
-        if (row_hi < q_end) {
-            p.lse[static_cast<int64_t>(row_hi) * p.q_heads + h] = (m_hi + log2f(l_hi)) * kLn2;
-        }
-    }
-    named_barrier(1 + cw, 128);
-    const int64_t row_stride = static_cast<int64_t>(p.q_heads) * kD;
-#pragma unroll 4
-    for (int k = tid; k < 64 * 32; k += 128) {
-        const int lrow = k / 32, u = k % 32;
-        const int row = r0 + lrow;
-        if (row >= q_end) continue;
-        const unsigned char* src =
-            stage + (u / 8) * kBm * 128 + lrow * 128 + (((u % 8) ^ (lrow & 7)) * 16);
-        const uint4 raw = *reinterpret_cast<const uint4*>(src);
-        const int64_t off = row * row_stride + h * kD + u * 8;
-        *reinterpret_cast<uint4*>(p.o + off) = raw;
-        float of[8], gf[8], yf[8];
-        cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
-        cuda::load8(p.gate + row * p.gate_token_stride + h * p.gate_head_stride + u * 8, gf);
+        for (int ch = 0; ch < kChunks; ++ch) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) yf[e] = of[e] / (1.0f + expf(-gf[e]));
-        cuda::store8(p.y + off, yf);
+            for (int i = 0; i < 4; ++i) {
+                const int row = warp_row0 + lane / 8 + 4 * i;
+                gate[ch][i] =
+                    row < it.q_end
+                        ? __ldg(reinterpret_cast<const uint4*>(p.gate + row * p.gate_token_stride +
+                                                               it.h * p.gate_head_stride +
+                                                               ch * kChunkCols + 8 * (lane % 8)))
+                        : make_uint4(0, 0, 0, 0);
+            }
+        }
+        // Row sums were kept per thread (2 of every 8 columns): add the quad's.
+        float l_lo = st.l_lo, l_hi = st.l_hi;
+        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+        if (c == 0) {
+            if (row_lo < it.q_end) {
+                p.lse[static_cast<int64_t>(row_lo) * p.q_heads + it.h] =
+                    (st.m_lo + log2f(l_lo)) * kLn2;
+            }
+            if (row_hi < it.q_end) {
+                p.lse[static_cast<int64_t>(row_hi) * p.q_heads + it.h] =
+                    (st.m_hi + log2f(l_hi)) * kLn2;
+            }
+        }
+        const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
+        unsigned char* buf = smem + kQBytes + 2 * kStages * kKvBytes + (4 * cw + warp) * 2048;
+#pragma unroll
+        for (int ch = 0; ch < kChunks; ++ch) {
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                const int j = 8 * ch + jj;
+                const int unit = ((jj ^ g) * 16) + 4 * c;  // rows g and g + 8: same row % 8
+                *reinterpret_cast<uint32_t*>(buf + g * 128 + unit) =
+                    pack_bf16(acc[4 * j] * inv_lo, acc[4 * j + 1] * inv_lo);
+                *reinterpret_cast<uint32_t*>(buf + (g + 8) * 128 + unit) =
+                    pack_bf16(acc[4 * j + 2] * inv_hi, acc[4 * j + 3] * inv_hi);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int rr = lane / 8 + 4 * i;  // row within the warp's 16
+                const int unit = lane % 8;
+                const int row = warp_row0 + rr;
+                const uint4 raw =
+                    *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
+                if (row < it.q_end) {
+                    const int64_t off = row * row_stride + it.h * kD + ch * kChunkCols + 8 * unit;
+                    *reinterpret_cast<uint4*>(p.o + off) = raw;
+                    float of[8], gf[8], yf[8];
+                    cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
+                    const uint4 gr = gate[ch][i];
+                    cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) yf[e] = of[e] / (1.0f + expf(-gf[e]));
+                    cuda::store8(p.y + off, yf);
+                }
+            }
+            __syncwarp();  // the buffer is rewritten by the next chunk
+        }
     }
 }
 
+// Persistent: one block per SM takes items off the longest-first list until none are left.
 __global__ void __launch_bounds__(kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                                    const __grid_constant__ CUtensorMap tk,
                                    const __grid_constant__ CUtensorMap tv, const Params p) {
-    if (static_cast<int>(blockIdx.y) >= *p.tile_count) return;  // the whole block
+    const int items = *p.tile_count * p.q_heads;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kQBytes + kStages * kStageBytes);
-    uint64_t* q_full = bars;
-    uint64_t* full = bars + 1;
-    uint64_t* empty = bars + 1 + kStages;
-
-    const int2 tile = p.tiles[blockIdx.y];
-    const int h = blockIdx.x;
-    const int kvh = h / p.group;
-    const int doc_begin = p.cu[tile.x];
-    const int q0 = doc_begin + tile.y * kBm;
-    const int q_end = min(p.cu[tile.x + 1], q0 + kBm);
-    const int n_tiles = (q_end - doc_begin + kBn - 1) / kBn;
-
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], kConsumerWarps);
+        const Bars b = bars_at(smem);
+        mbar_init(b.q_full, 1);
+        mbar_init(b.q_empty, kConsumerWarps);
+        for (int i = 0; i < kStages; ++i) {
+            mbar_init(&b.k_full[i], 1);
+            mbar_init(&b.k_empty[i], kConsumerWarps);
+            mbar_init(&b.v_full[i], 1);
+            mbar_init(&b.v_empty[i], kConsumerWarps);
         }
         mbar_fence_init();
     }
     __syncthreads();
-
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         regs_dec<24>();
-        if (threadIdx.x != 0) return;
-        mbar_arrive_expect_tx(q_full, kQBytes);
-        for (int c = 0; c < kChunks; ++c) {
-            tma_load_2d(smem + c * kBm * 128, &tq, h * kD + c * kChunkCols, q0, q_full);
-        }
-        for (int t = 0; t < n_tiles; ++t) {
-            const int s = t % kStages;
-            if (t >= kStages) mbar_wait(&empty[s], ((t / kStages) - 1) & 1);
-            mbar_arrive_expect_tx(&full[s], kStageBytes);
-            unsigned char* k_dst = smem + kQBytes + s * kStageBytes;
-            const int j0 = doc_begin + t * kBn;
-            for (int c = 0; c < kChunks; ++c) {
-                tma_load_2d(k_dst + c * kBn * 128, &tk, kvh * kD + c * kChunkCols, j0, &full[s]);
-                tma_load_2d(k_dst + kKvBytes + c * kBn * 128, &tv, kvh * kD + c * kChunkCols, j0,
-                            &full[s]);
-            }
-        }
+        if (threadIdx.x == 0) produce(p, &tq, &tk, &tv, smem, items);
     } else {
         regs_inc<240>();
-        consume(p, smem, bars, wg - 1, h, doc_begin, q0, q_end, n_tiles);
+        consume(p, smem, wg - 1);
     }
 }
 
@@ -346,16 +518,18 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
     if (a.tokens == 0) return cudaSuccess;
     if (workspace_bytes < gated_attention_forward_wgmma_workspace_bytes(a) ||
-        max_tiles(a) > 65535 || a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
+        max_tiles(a) * a.q_heads > INT32_MAX || a.tokens > INT32_MAX / 2 ||
+        a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
     auto* ws = static_cast<unsigned char*>(workspace);
     int* count = reinterpret_cast<int*>(ws);
+    int* next_item = count + 1;
     int2* tiles = reinterpret_cast<int2*>(ws + 16);
     int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_tiles(a));
     int* offsets = per_level + levels(a);
-    list_tiles_kernel<<<1, 1024, 0, stream>>>(tiles, count, per_level, offsets, a.cu_seqlens,
-                                              static_cast<int>(a.num_docs),
+    list_tiles_kernel<<<1, 1024, 0, stream>>>(tiles, count, next_item, per_level, offsets,
+                                              a.cu_seqlens, static_cast<int>(a.num_docs),
                                               static_cast<int>(levels(a)));
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
@@ -365,6 +539,7 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     if (cudaError_t e = make_map(&tv, a.v, a.tokens, a.kv_heads, kBn); e != cudaSuccess) return e;
     Params p{tiles,
              count,
+             next_item,
              a.cu_seqlens,
              y,
              o,
@@ -381,8 +556,15 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
         e != cudaSuccess) {
         return e;
     }
-    const dim3 grid(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(max_tiles(a)));
-    attention_forward_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(tq, tk, tv, p);
+    int device = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess) {
+        return e;
+    }
+    const int64_t blocks = std::min<int64_t>(sms, max_tiles(a) * a.q_heads);
+    attention_forward_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(
+        tq, tk, tv, p);
     return cudaGetLastError();
 }
 

@@ -6,6 +6,9 @@
 #include "runtime/device/cuda_status.h"
 
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
 
 #if DELTATUNE_HAVE_CUDA
 #include <cublas_v2.h>
@@ -41,17 +44,25 @@ int cuda_device_count(std::string* why_not) {
 namespace {
 
 // OK when the variable `name` is unset or holds `a` or `b`; otherwise InvalidArgument naming it.
-absl::Status check_env_choice(const char* name, const char* a, const char* b) {
+// OK when the variable is unset or one of `choices`; else an error naming it and them.
+absl::Status check_env_choice(const char* name, std::initializer_list<std::string_view> choices) {
     const char* env = std::getenv(name);
-    if (env == nullptr || std::string(env) == a || std::string(env) == b) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "='", env, "': expected '", a, "' or '", b, "'"));
+    if (env == nullptr) return absl::OkStatus();
+    std::string expected;
+    size_t i = 0;
+    for (std::string_view c : choices) {
+        if (c == env) return absl::OkStatus();
+        const char* sep = i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ";
+        absl::StrAppend(&expected, sep, "'", std::string(c), "'");
+        ++i;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", env, "': expected ", expected));
 }
 
 }  // namespace
 
 absl::Status check_attention_choice() {
-    return check_env_choice("DELTATUNE_ATTENTION", "cudnn", "flash");
+    return check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "cudnn", "flash"});
 }
 
 bool gemm_times_candidates() {
@@ -63,21 +74,22 @@ bool gemm_times_candidates() {
 }
 
 absl::Status check_gemm_choice() {
-    return check_env_choice("DELTATUNE_GEMM", "timed", "heuristic");
+    return check_env_choice("DELTATUNE_GEMM", {"timed", "heuristic"});
 }
 
 std::string attention_core_choice() {
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-    // cuDNN's unless asked for the handwritten kernel (bitwise deterministic, 3x slower).
     const char* env = std::getenv("DELTATUNE_ATTENTION");
-    if (env == nullptr || std::string(env) != "flash") return "cudnn";
+    const std::string asked = env ? env : "";
+    if (asked == "flash") return "flash";
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+    if (asked == "cudnn") return "cudnn";
 #endif
-    return "flash";
+    return "wgmma";
 }
 
 absl::StatusOr<CudnnAttention*> DeviceContext::cudnn_attention() const {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-    if (device_.is_cpu() || attention_core_choice() != "cudnn") return nullptr;
+    if (device_.is_cpu() || attention_core_choice() == "flash") return nullptr;
     if (!cudnn_attention_) {
         DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.index));
         DT_ASSIGN_OR_RETURN(cudnn_attention_, CudnnAttention::create());

@@ -21,13 +21,17 @@ namespace deltatune {
 
 class CudnnAttention;  // kernels/cudnn_attention.h
 
-// The attention core that serves head_dim 256 on sm_90 in this build and environment: "cudnn"
-// (cuDNN's fused flash attention, kernels/cudnn_attention.h; 2-4x faster on Qwen3.5's shapes,
-// its dq accumulated with atomics) when the build has it, unless DELTATUNE_ATTENTION=flash asks
-// for "flash" (kernels/flash_attention.cu, handwritten and bitwise deterministic).
+// The attention core that serves head_dim 256 on sm_90 in this build and environment:
+//   "wgmma" (the default): forward kernels/flash_attention_wgmma.cu (wgmma + TMA, the gate
+//     fused; faster than cuDNN's SDPA plus the gate's pass on packed batches), backward cuDNN's
+//     fused flash attention where the build has it (kernels/cudnn_attention.h, its dq accumulated
+//     with atomics), else the handwritten kernels/flash_attention_backward.cu;
+//   "cudnn" (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
+//   "flash" (DELTATUNE_ATTENTION=flash): kernels/flash_attention.cu both ways, handwritten on
+//     mma.sync and bitwise deterministic.
 std::string attention_core_choice();
-// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "cudnn" or "flash" (CUDA
-// contexts refuse to start then).
+// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "wgmma", "cudnn" or "flash"
+// (CUDA contexts refuse to start then).
 absl::Status check_attention_choice();
 
 // Whether GEMM algorithms are the heuristic's first per shape (the default: the same algorithm,
@@ -61,8 +65,9 @@ class DeviceContext {
     // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
     absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
 
-    // cuDNN's attention when attention_core_choice() is "cudnn" (its handle is created on the
-    // first call), null when the handwritten kernel serves.
+    // cuDNN's attention where built and attention_core_choice() is "wgmma" (its backward) or
+    // "cudnn" (both ways); the handle is created on the first call. Null when the handwritten
+    // kernels serve.
     absl::StatusOr<CudnnAttention*> cudnn_attention() const;
 
     // Waits for all work on both streams (host sync: for tests and step boundaries only).

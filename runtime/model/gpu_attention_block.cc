@@ -1,13 +1,14 @@
 // Gated full-attention block on the GPU: q/k/v GEMMs (q_proj's output holds per head
 // [query | gate] and is read in place), fused q/k RMSNorm + partial RoPE, varlen causal GQA
-// attention with the sigmoid gate (for head_dim 256 cuDNN's fused attention or the handwritten
-// flash kernel, see attention_core_choice(); the generic kernel otherwise), o_proj. Backward
-// mirrors forward.
+// attention with the sigmoid gate (for head_dim 256 the wgmma kernel forward and cuDNN's fused
+// attention backward by default, see attention_core_choice(); the generic kernel for other head
+// dims), o_proj. Backward mirrors forward.
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
 #include "kernels/attention.h"
 #include "kernels/attention_generic.h"
+#include "kernels/flash_attention_wgmma.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
 #include "kernels/cudnn_attention.h"
 #endif
@@ -79,7 +80,12 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         x.b.position_ids, T, Hkv, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
     const GatedAttentionArgs args = attention_args(x, acts);
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
-    if (use_fused(x, args) && cudnn) {
+    if (use_fused(x, args) && attention_core_choice() == "wgmma") {
+        const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
+            acts.y.as<bf16>(), acts.o.as<bf16>(), acts.lse.as<float>(), args, work.get(), ws, s));
+    } else if (use_fused(x, args) && cudnn) {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
         DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->forward_workspace_bytes(args));
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));

@@ -50,6 +50,12 @@ const std::vector<std::string>& gdn_core_ops() {
     return ops;
 }
 
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+constexpr bool kCudnnAttentionBuilt = true;
+#else
+constexpr bool kCudnnAttentionBuilt = false;
+#endif
+
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config) {
     KernelRegistry r;
     // (op, fused file) for the ops whose fused kernel exists.
@@ -57,7 +63,7 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
         {"embedding", "kernels/embedding.cu"},
         {"rmsnorm_residual", "kernels/rmsnorm.cu"},
         {"qk_norm_rope", "kernels/qk_norm_rope.cu"},
-        {"gated_attention", "kernels/flash_attention.cu"},
+        {"gated_attention", "kernels/flash_attention_wgmma.cu"},
         {"swiglu", "kernels/swiglu.cu"},
         {"fused_linear_cross_entropy", "kernels/fused_linear_cross_entropy.cu"},
         {"adamw", "kernels/adamw.cu"},
@@ -106,8 +112,30 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
             r.ops.push_back({op, KernelKind::kLibrary,
                              "cuDNN fused flash attention (kernels/cudnn_attention.cc) + "
                              "kernels/attention_gate.cu (sm_90a)",
-                             "2-4x faster than kernels/flash_attention.cu on Qwen3.5 shapes (which "
-                             "DELTATUNE_ATTENTION=flash selects: bitwise deterministic)"});
+                             "DELTATUNE_ATTENTION=cudnn: cuDNN's SDPA both ways, the gate in "
+                             "passes of its own"});
+            continue;
+        }
+        if (op == "gated_attention" && attention_core_choice() == "flash") {
+            r.ops.push_back({op, KernelKind::kFused, "kernels/flash_attention.cu (sm_90a)",
+                             "DELTATUNE_ATTENTION=flash: handwritten on mma.sync both ways, "
+                             "bitwise deterministic, 3-7x slower"});
+            continue;
+        }
+        if (op == "gated_attention") {  // "wgmma", the default
+            r.ops.push_back(
+                kCudnnAttentionBuilt
+                    ? KernelChoice{op, KernelKind::kLibrary,
+                                   "kernels/flash_attention_wgmma.cu forward (sm_90a) + cuDNN "
+                                   "fused flash attention backward (kernels/cudnn_attention.cc)",
+                                   "forward: wgmma + TMA with the gate fused, faster than cuDNN's "
+                                   "SDPA and gate pass on packed batches; backward: cuDNN's, 2-4x "
+                                   "the handwritten kernel's"}
+                    : KernelChoice{op, KernelKind::kFused,
+                                   "kernels/flash_attention_wgmma.cu forward + "
+                                   "kernels/flash_attention_backward.cu (sm_90a)",
+                                   "fused kernels for this GPU (this build has no cuDNN "
+                                   "attention)"});
             continue;
         }
         r.ops.push_back(

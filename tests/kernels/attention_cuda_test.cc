@@ -57,7 +57,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
     auto made = CudnnAttention::create();
     REQUIRE(made.ok());
     CudnnAttention& cudnn = **made;
-    impls.push_back(true);  // the default core (attention_core_choice) where built
+    impls.push_back(true);  // the default backward (attention_core_choice) where built
 #endif
     for (const bool use_cudnn : impls) {
         std::mt19937 rng(81);

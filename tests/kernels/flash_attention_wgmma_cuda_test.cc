@@ -2,7 +2,8 @@
 // and output_gate_forward_ref: one-token documents, empty documents, documents shorter than,
 // equal to and longer than a 128-row query tile and not multiples of the 64-key tile, GQA groups
 // of 1, 2, 3 and 6, the gate read in place from q_proj's interleaved layout, poisoned outputs
-// ([cuda]; skipped with a printed reason where no GPU is present).
+// ([cuda]; skipped with a printed reason where no GPU is present). Its o and lse then go through
+// the backward the model pairs it with (cuDNN's where built).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,6 +15,9 @@
 #if DELTATUNE_HAVE_CUDA
 #include "kernels/flash_attention_wgmma.h"
 #endif
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+#include "kernels/cudnn_attention.h"
+#endif
 
 namespace deltatune {
 namespace {
@@ -23,6 +27,11 @@ using namespace cudatest;
 
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
     if (!have_gpu()) return;
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+    auto made = CudnnAttention::create();
+    REQUIRE(made.ok());
+    CudnnAttention& cudnn = **made;
+#endif
     std::mt19937 rng(123);
     const int64_t d = 256;
     const std::vector<std::vector<int32_t>> docs = {
@@ -78,6 +87,51 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             CHECK(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a,
                                                 ws.get(), wsb - 1,
                                                 nullptr) == cudaErrorInvalidValue);
+
+            // The model's pairing: this forward's o and lse into the default backward (cuDNN's
+            // where built, else the handwritten kernel), against the fp32 chain.
+            const Bf16Data dy = random_bf16(qn, rng);
+            std::vector<float> do_ref(qn), dgate_ref(qn), dq_ref(qn), dk_ref(kvn), dv_ref(kvn);
+            output_gate_backward_ref(do_ref.data(), dgate_ref.data(), dy.f.data(), o_ref.data(),
+                                     gate.data(), static_cast<int64_t>(qn));
+            attention_backward_ref(dq_ref.data(), dk_ref.data(), dv_ref.data(), do_ref.data(),
+                                   q.f.data(), k.f.data(), v.f.data(), o_ref.data(), lse_ref.data(),
+                                   cu.data(), num_docs, hq, hkv, d, scale);
+            DeviceBuffer<uint16_t> d_dy(dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
+            d_dq.poison();
+            d_dk.poison();
+            d_dv.poison();
+            d_dqg.poison();
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+            auto bytes = cudnn.backward_workspace_bytes(a);
+            REQUIRE(bytes.ok());
+            DeviceBuffer<char> bws(*bytes);
+            const absl::Status st = cudnn.backward(
+                bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d, bf16_ptr(d_dy),
+                bf16_ptr(d_o), d_lse.get(), a, bws.get(), *bytes, nullptr);
+            INFO(st.ToString());
+            REQUIRE(st.ok());
+#else
+            const size_t bwsb = gated_attention_backward_workspace_bytes(a);
+            DeviceBuffer<char> bws(bwsb);
+            REQUIRE(gated_attention_backward(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
+                                             bf16_ptr(d_dqg) + d, bf16_ptr(d_dy), bf16_ptr(d_o),
+                                             d_lse.get(), a, bws.get(), bwsb,
+                                             nullptr) == cudaSuccess);
+#endif
+            const std::vector<float> dqg = to_float(d_dqg.download());
+            std::vector<float> dgate(qn);
+            for (size_t i = 0; i < qn; ++i) {
+                const size_t t = i / static_cast<size_t>(hq * d);
+                const size_t rest = i % static_cast<size_t>(hq * d);
+                dgate[i] = dqg[t * static_cast<size_t>(2 * hq * d) +
+                               rest / static_cast<size_t>(d) * static_cast<size_t>(2 * d) +
+                               static_cast<size_t>(d) + rest % static_cast<size_t>(d)];
+            }
+            CHECK(noted("wgmma->bwd dgate rel", rel_err(dgate, dgate_ref)) < 1e-2);
+            CHECK(noted("wgmma->bwd dq rel", rel_err(to_float(d_dq.download()), dq_ref)) < 2e-2);
+            CHECK(noted("wgmma->bwd dk rel", rel_err(to_float(d_dk.download()), dk_ref)) < 2e-2);
+            CHECK(noted("wgmma->bwd dv rel", rel_err(to_float(d_dv.download()), dv_ref)) < 2e-2);
         }
     }
 }

@@ -34,10 +34,10 @@ TEST_CASE("a CUDA context refuses an unknown DELTATUNE_ATTENTION, naming it", "[
         REQUIRE_FALSE(gpu.ok());
         CHECK(gpu.status().code() == absl::StatusCode::kInvalidArgument);
         CHECK(std::string(gpu.status().message()) ==
-              "DELTATUNE_ATTENTION='flsh': expected 'cudnn' or 'flash'");
+              "DELTATUNE_ATTENTION='flsh': expected 'wgmma', 'cudnn' or 'flash'");
         CHECK(DeviceContext::create(Device::cpu()).ok());  // CPU runs pick no attention core
     }
-    for (const char* good : {"cudnn", "flash"}) {
+    for (const char* good : {"wgmma", "cudnn", "flash"}) {
         ScopedEnv choice("DELTATUNE_ATTENTION", good);
         CHECK(check_attention_choice().ok());
     }

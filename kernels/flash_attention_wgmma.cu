@@ -1,17 +1,21 @@
 // Gated varlen causal GQA attention forward on wgmma + TMA (see flash_attention_wgmma.h).
 //
-// Block = 3 warpgroups for one (query tile of 128 rows, query head):
-//   warpgroup 0, thread 0: the producer. Loads the Q tile once, then K and V tiles of 64 keys
-//     into a two-stage ring: it waits for a stage's "empty" barrier (all 8 consumer warps done
-//     with it), and TMA completes the stage's "full" barrier with the bytes it expects.
-//   warpgroups 1, 2: consumers, 64 query rows each. Per key tile: S = Q K^T (16 wgmma
-//     m64n64k16, both from shared memory), causal mask on the diagonal tiles, online softmax in
-//     registers (exp2 of scores pre-scaled by scale * log2 e), O += P V (4 wgmma m64n256k16 with
-//     P from registers: the accumulator layout of S is the A-operand layout, FlashAttention-2's
-//     trick), then the stage is released. The accumulator O is 128 fp32 registers per thread,
-//     hence setmaxnreg: consumers 240, the producer 24.
-// Epilogue: O / l rounded to bf16 is staged in the warpgroup's own (now unused) part of the Q
-// tile, then written with 16-byte accesses as o and as y = o * sigmoid(gate); lse per row.
+// Work items are (query tile of 128 rows, query head), listed longest-first by
+// list_tiles_kernel. The kernel is persistent: one block of 3 warpgroups per SM takes items off
+// the list through an atomic counter.
+//   warpgroup 0, thread 0: the producer. Per item: Q once the previous item's is released, then
+//     the K and V tiles of 64 keys through two-stage rings of their own (K_t is free after S_t,
+//     V_t only after O += P_t V_t), waiting for each stage's "empty" mbarrier (all 8 consumer
+//     warps done with it); TMA completes the stage's "full" mbarrier with the bytes it expects.
+//   warpgroups 1, 2: consumers, 64 query rows each. Per key tile t: S_t = Q K_t^T (16 wgmma
+//     m64n64k16 from shared memory) issued together with O += P_{t-1} V_{t-1} (4 wgmma
+//     m64n256k16, P from registers: the accumulator layout of S is the A-operand layout), then
+//     the masked online softmax of S_t (exp2 of scores pre-scaled by scale * log2 e) runs while
+//     that product is in flight. The two warpgroups take turns issuing (named barriers), so one's
+//     softmax overlaps the other's products. O is 128 fp32 registers per thread, hence
+//     setmaxnreg: consumers 240, the producer 24.
+// Epilogue, per warp and 64-column chunk: O / l rounded to bf16 staged in 2 KiB of shared
+// memory, written as whole rows of o and of y = o * sigmoid(gate); lse per row.
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled

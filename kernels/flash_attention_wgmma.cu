@@ -25,6 +25,7 @@
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 #include "kernels/flash_attention_wgmma.h"
+#include "kernels/flash_attention_wgmma_tile.cuh"
 
 namespace deltatune {
 
@@ -32,22 +33,13 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace hopper;
+using namespace wgmma_attention;
 
-constexpr int kD = 256;                   // head_dim
-constexpr int kBm = 128;                  // query rows per block (2 consumer warpgroups)
-constexpr int kBn = 64;                   // keys per tile
-constexpr int kChunkCols = 64;            // columns per 128-byte swizzled chunk
-constexpr int kChunks = kD / kChunkCols;  // 4
-constexpr int kQBytes = kBm * kD * 2;     // 64 KiB
-constexpr int kKvBytes = kBn * kD * 2;    // 32 KiB (K or V tile)
-constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
 constexpr int kStagingBytes = 8 * 2048;  // the epilogue's: 2 KiB per consumer warp
 constexpr int kSmemBytes =
     1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 struct Params {
     const int2* tiles;  // (document, query tile) longest-first
@@ -92,22 +84,6 @@ __global__ void list_tiles_kernel(int2* tiles, int* count, int* next_item, int* 
         for (int m = 0; m < n; ++m)
             tiles[offsets[m] + atomicAdd(&per_level[m], 1)] = make_int2(d, m);
     }
-}
-
-// sigmoid(x) on the approximate exp2 and reciprocal units (a few ulp of fp32, far below the
-// bf16 rounding of y; 1 / inf = 0 for very negative x). The precise expf and division compiled
-// to slow-path calls that made the epilogue's code too large for the instruction cache: every
-// item paid for fetching it again, 13 us per item on the H200, more than the tensor work of
-// short documents.
-__device__ __forceinline__ float sigmoid_fast(float x) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.0f + __expf(-x)));
-    return r;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // One work item: query tile `tile` of a document, for query head h.
@@ -198,91 +174,6 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
         }
         w = atomicAdd(p.next_item, 1);
     }
-}
-
-// The two consumer warpgroups take turns issuing their matrix products (FlashAttention-3's
-// ping-pong): warpgroup cw waits on barrier 2 + cw for its turn and, once its wgmmas are issued,
-// hands the turn to the other, so that one's softmax runs while the other's products do.
-__device__ __forceinline__ void turn_wait(int cw) {
-    named_barrier(2 + cw, 256);
-}
-__device__ __forceinline__ void turn_pass(int cw) {
-    asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - cw) : "memory");
-}
-
-// S (64 x 64) = Q K^T for this warpgroup's 64 rows: 16 wgmma over head_dim, both from shared
-// memory.
-__device__ __forceinline__ void issue_scores(float (&sc)[32], uint32_t q_base, uint32_t k_base) {
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t chunk = kk / 4, within = (kk % 4) * 32;
-        wgmma_m64n64k16_ss(sc, sw128_desc(q_base + chunk * kBm * 128 + within, 16, 1024),
-                           sw128_desc(k_base + chunk * kBn * 128 + within, 16, 1024), kk > 0);
-    }
-}
-
-// O (64 x 256) += P V, P (64 x 64) from registers.
-__device__ __forceinline__ void issue_pv(float (&acc)[128], const uint32_t (&pa)[16],
-                                         uint32_t v_base) {
-#pragma unroll
-    for (int kk = 0; kk < kBn / 16; ++kk) {
-        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        wgmma_m64n256k16_rs_tb(acc, a, sw128_desc(v_base + kk * 16 * 128, kBn * 128, 1024));
-    }
-}
-
-// Online softmax of one tile of scores (this thread's rows lo = g and hi = g + 8 of its warp's
-// 16): masks keys after the row on diagonal tiles, scales to log2 units, updates the running
-// maxima and sums; leaves exp2(s - m) in sc and returns the factors by which O must be scaled.
-struct RowState {
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
-};
-
-__device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, int j0, bool diagonal,
-                                               int row_lo, int c, float scale_log2) {
-    const int row_hi = row_lo + 8;
-    float tmax_lo = -INFINITY, tmax_hi = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const int key = j0 + 8 * (i / 4) + 2 * c + (i & 1);
-        const int row = (i & 2) ? row_hi : row_lo;
-        const float v = (diagonal && key > row) ? -INFINITY : sc[i] * scale_log2;
-        sc[i] = v;
-        if (i & 2) {
-            tmax_hi = fmaxf(tmax_hi, v);
-        } else {
-            tmax_lo = fmaxf(tmax_lo, v);
-        }
-    }
-    tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 1));
-    tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 2));
-    tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 1));
-    tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 2));
-    const float mn_lo = fmaxf(st.m_lo, tmax_lo), mn_hi = fmaxf(st.m_hi, tmax_hi);
-    // Rows that have seen no key yet (-inf) keep exp2 away from -inf - -inf.
-    const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
-    const float base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-    const float2 alpha = make_float2(exp2f(st.m_lo - base_lo), exp2f(st.m_hi - base_hi));
-    st.m_lo = mn_lo;
-    st.m_hi = mn_hi;
-    float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        sc[i] = exp2f(sc[i] - ((i & 2) ? base_hi : base_lo));
-        if (i & 2) {
-            sum_hi += sc[i];
-        } else {
-            sum_lo += sc[i];
-        }
-    }
-    st.l_lo = st.l_lo * alpha.x + sum_lo;
-    st.l_hi = st.l_hi * alpha.y + sum_hi;
-    return alpha;
-}
-
-__device__ __forceinline__ void to_bf16_pairs(uint32_t (&pa)[16], const float (&sc)[32]) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pa[i] = pack_bf16(sc[2 * i], sc[2 * i + 1]);
 }
 
 // Consumer warpgroup `cw` (0 or 1): rows q0 + 64 cw .. + 64 of each item. Per key tile t:

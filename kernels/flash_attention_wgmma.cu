@@ -210,6 +210,32 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         float sc[32];
         uint32_t pa[16];
         const int n = it.n_tiles;
+        // Key tiles this warpgroup computes: up to the one holding its last row (none when all
+        // its rows are past the document). The tiles it skips are still waited for and
+        // released, and their turns taken, so that the rings' phases and the two warpgroups'
+        // turns stay in step: n + 1 turns per item each.
+        const int wg_last = min(it.q_end, r0 + 64) - 1;
+        const int nm = wg_last >= r0 ? (wg_last - it.doc_begin) / kBn + 1 : 0;
+        auto skip_tiles = [&](int from) {
+            for (int t = from; t < n; ++t) {
+                const int slot = ring + t, s = slot % kStages;
+                const uint32_t parity = (slot / kStages) & 1;
+                mbar_wait(&b.k_full[s], parity);
+                release(&b.k_empty[s]);
+                mbar_wait(&b.v_full[s], parity);
+                release(&b.v_empty[s]);
+                turn_wait(cw);
+                turn_pass(cw);
+            }
+        };
+        if (nm == 0) {
+            release(b.q_empty);
+            turn_wait(cw);  // the turn of the last product
+            turn_pass(cw);
+            skip_tiles(0);
+            ring += n;
+            continue;
+        }
         const bool diagonal0 = it.doc_begin + kBn - 1 > r0;
         // Tile 0: S_0 only.
         mbar_wait(&b.k_full[ring % kStages], (ring / kStages) & 1);
@@ -221,11 +247,11 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         wgmma_wait<0>();
         fence_regs(sc);
         release(&b.k_empty[ring % kStages]);
-        if (n == 1) release(b.q_empty);  // the item's last use of Q
+        if (nm == 1) release(b.q_empty);  // this warpgroup's last use of Q
         softmax_tile(sc, st, it.doc_begin, diagonal0, row_lo, c, p.scale_log2);
         to_bf16_pairs(pa, sc);
-        // Tiles 1 .. n - 1: S_t with O += P_{t-1} V_{t-1}.
-        for (int t = 1; t < n; ++t) {
+        // Tiles 1 .. nm - 1: S_t with O += P_{t-1} V_{t-1}.
+        for (int t = 1; t < nm; ++t) {
             const int slot = ring + t;  // ring position of tile t
             const int ks = slot % kStages, vs = (slot - 1) % kStages;
             mbar_wait(&b.k_full[ks], (slot / kStages) & 1);
@@ -242,7 +268,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             wgmma_wait<1>();
             fence_regs(sc);
             release(&b.k_empty[ks]);
-            if (t == n - 1) release(b.q_empty);
+            if (t == nm - 1) release(b.q_empty);
             const int j0 = it.doc_begin + t * kBn;
             const float2 alpha =
                 softmax_tile(sc, st, j0, j0 + kBn - 1 > r0, row_lo, c, p.scale_log2);
@@ -253,9 +279,9 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             for (int i = 0; i < 128; ++i) acc[i] *= (i & 2) ? alpha.y : alpha.x;
             to_bf16_pairs(pa, sc);
         }
-        // The last product, O += P_{n-1} V_{n-1}.
+        // The last product, O += P_{nm-1} V_{nm-1}, then the tiles past this warpgroup's rows.
         {
-            const int slot = ring + n - 1;
+            const int slot = ring + nm - 1;
             const int vs = slot % kStages;
             mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
             turn_wait(cw);
@@ -269,7 +295,8 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             fence_regs(acc);
             release(&b.v_empty[vs]);
         }
-        ring += it.n_tiles;
+        skip_tiles(nm);
+        ring += n;
 
         // Epilogue: the gate is loaded first, all of it in flight at once (one load behind each
         // store cost a memory latency per 8 columns); then per 64-column chunk, the warp stages

@@ -447,11 +447,13 @@ size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a
 
 cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,
                                           void* workspace, size_t workspace_bytes,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, int max_blocks) {
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
     if (a.tokens == 0) return cudaSuccess;
+    // Items are counted in int32 by the blocks' atomic counter, which runs up to items + blocks.
     if (workspace_bytes < gated_attention_forward_wgmma_workspace_bytes(a) ||
-        max_tiles(a) * a.q_heads > INT32_MAX || a.tokens > INT32_MAX / 2 ||
+        !cuda::aligned16(workspace) || !cuda::aligned16(y) || !cuda::aligned16(o) ||
+        max_tiles(a) * a.q_heads > INT32_MAX - 65536 || a.tokens > INT32_MAX / 2 ||
         a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
@@ -495,7 +497,8 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
         e != cudaSuccess) {
         return e;
     }
-    const int64_t blocks = std::min<int64_t>(sms, max_tiles(a) * a.q_heads);
+    const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min(max_blocks, sms) : sms,
+                                             max_tiles(a) * a.q_heads);
     attention_forward_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(
         tq, tk, tv, p);
     return cudaGetLastError();

@@ -24,11 +24,18 @@ namespace deltatune {
 // Device workspace of gated_attention_forward_wgmma (the tile list), from host-known sizes.
 size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a);
 
-// As gated_attention_forward; `workspace` (256-byte aligned) holds at least the bytes above.
-// cudaErrorInvalidValue for shapes gated_attention_supported rejects or a short workspace.
+// As gated_attention_forward; `workspace` (16-byte aligned) holds at least the bytes above; y
+// and o 16-byte aligned. cudaErrorInvalidValue for shapes gated_attention_supported rejects, a
+// short or misaligned workspace or output; cudaErrorNotSupported where the driver offers no
+// tensor-map encoder. `max_blocks` > 0 caps the persistent grid (tests: several items per
+// block); 0 means one block per SM.
+// Keys past a document's end are masked in the scores, so P is 0 there, but the product still
+// reads V rows of the next document: V must be finite everywhere (it is, unless training has
+// already diverged; an Inf or NaN in V poisons the neighbouring document's last rows).
 cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, float* lse,
                                           const GatedAttentionArgs& a, void* workspace,
-                                          size_t workspace_bytes, cudaStream_t stream);
+                                          size_t workspace_bytes, cudaStream_t stream,
+                                          int max_blocks = 0);
 
 }  // namespace deltatune
 #endif

@@ -62,7 +62,11 @@ absl::Status check_env_choice(const char* name, std::initializer_list<std::strin
 }  // namespace
 
 absl::Status check_attention_choice() {
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
     return check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "cudnn", "flash"});
+#else
+    return check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "flash"});  // no cuDNN in this build
+#endif
 }
 
 bool gemm_times_candidates() {

@@ -30,8 +30,8 @@ class CudnnAttention;  // kernels/cudnn_attention.h
 //   "flash" (DELTATUNE_ATTENTION=flash): kernels/flash_attention.cu both ways, handwritten on
 //     mma.sync and bitwise deterministic.
 std::string attention_core_choice();
-// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "wgmma", "cudnn" or "flash"
-// (CUDA contexts refuse to start then).
+// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "wgmma", "cudnn" (in builds
+// with cuDNN's attention) or "flash" (CUDA contexts refuse to start then).
 absl::Status check_attention_choice();
 
 // Whether GEMM algorithms are the heuristic's first per shape (the default: the same algorithm,

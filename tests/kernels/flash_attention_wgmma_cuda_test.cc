@@ -3,7 +3,8 @@
 // equal to and longer than a 128-row query tile and not multiples of the 64-key tile, GQA groups
 // of 1, 2, 3 and 6, the gate read in place from q_proj's interleaved layout, poisoned outputs
 // ([cuda]; skipped with a printed reason where no GPU is present). Its o and lse then go through
-// the backward the model pairs it with (cuDNN's where built).
+// every backward of the build (cuDNN's, the default where built, and the handwritten one); a
+// grid of 1 and 3 blocks, each taking several items, must give the same bits.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,6 +26,12 @@ namespace {
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
 
+#if DELTATUNE_HAVE_CUDNN_ATTENTION
+constexpr bool kHaveCudnn = true;
+#else
+constexpr bool kHaveCudnn = false;
+#endif
+
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
     if (!have_gpu()) return;
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
@@ -34,9 +41,16 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
 #endif
     std::mt19937 rng(123);
     const int64_t d = 256;
-    const std::vector<std::vector<int32_t>> docs = {
-        {1},        {1, 1, 1}, {70},           {128}, {3, 130, 1, 64, 200}, {0, 33, 0, 1, 97},
-        {300, 517}, {1000, 5}, {129, 255, 257}};
+    const std::vector<std::vector<int32_t>> docs = {{1},
+                                                    {1, 1, 1},
+                                                    {70},
+                                                    {128},
+                                                    {3, 130, 1, 64, 200},
+                                                    {0, 33, 0, 1, 97},
+                                                    {300, 517},
+                                                    {1000, 5},
+                                                    {129, 255, 257},
+                                                    {5, 0}};
     const std::pair<int64_t, int64_t> heads[] = {{1, 1}, {4, 2}, {3, 1}, {6, 1}};
     for (const auto& lengths : docs) {
         for (const auto& [hq, hkv] : heads) {
@@ -81,8 +95,27 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             CHECK(noted("wgmma attention o max_scaled", max_scaled_err(o, o_ref, 1e-2, 2e-2)) <=
                   1.0);
             CHECK(noted("wgmma attention y rel", rel_err(y, y_ref)) < 1e-2);
+            CHECK(noted("wgmma attention y max_scaled", max_scaled_err(y, y_ref, 1e-2, 2e-2)) <=
+                  1.0);
             CHECK(noted("wgmma attention lse max_scaled",
                         max_scaled_err(d_lse.download(), lse_ref, 1e-3, 1e-3)) <= 1.0);
+            // Few blocks, so that each takes several items off the list (Q reloaded after the
+            // previous item's, the rings' phases and the turns carried across items): the same
+            // bits, since an item's arithmetic does not depend on which block runs it.
+            for (const int blocks : {1, 3}) {
+                DeviceBuffer<uint16_t> y2(qn), o2(qn);
+                DeviceBuffer<float> lse2(lse_ref.size());
+                y2.poison();
+                o2.poison();
+                lse2.poison();
+                REQUIRE(gated_attention_forward_wgmma(bf16_ptr(y2), bf16_ptr(o2), lse2.get(), a,
+                                                      ws.get(), wsb, nullptr,
+                                                      blocks) == cudaSuccess);
+                INFO("blocks = " << blocks);
+                CHECK(o2.download() == d_o.download());
+                CHECK(y2.download() == d_y.download());
+                CHECK(lse2.download() == d_lse.download());
+            }
             // A short workspace is refused, not overrun.
             CHECK(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a,
                                                 ws.get(), wsb - 1,
@@ -98,40 +131,51 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                                    q.f.data(), k.f.data(), v.f.data(), o_ref.data(), lse_ref.data(),
                                    cu.data(), num_docs, hq, hkv, d, scale);
             DeviceBuffer<uint16_t> d_dy(dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
-            d_dq.poison();
-            d_dk.poison();
-            d_dv.poison();
-            d_dqg.poison();
+            // Every backward this build has: cuDNN's (the default where built) and the
+            // handwritten kernel (the default elsewhere).
+            for (const bool use_cudnn : {false, true}) {
+                if (use_cudnn && !kHaveCudnn) continue;
+                INFO((use_cudnn ? "cuDNN backward" : "handwritten backward"));
+                d_dq.poison();
+                d_dk.poison();
+                d_dv.poison();
+                d_dqg.poison();
+                if (use_cudnn) {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-            auto bytes = cudnn.backward_workspace_bytes(a);
-            REQUIRE(bytes.ok());
-            DeviceBuffer<char> bws(*bytes);
-            const absl::Status st = cudnn.backward(
-                bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d, bf16_ptr(d_dy),
-                bf16_ptr(d_o), d_lse.get(), a, bws.get(), *bytes, nullptr);
-            INFO(st.ToString());
-            REQUIRE(st.ok());
-#else
-            const size_t bwsb = gated_attention_backward_workspace_bytes(a);
-            DeviceBuffer<char> bws(bwsb);
-            REQUIRE(gated_attention_backward(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
-                                             bf16_ptr(d_dqg) + d, bf16_ptr(d_dy), bf16_ptr(d_o),
-                                             d_lse.get(), a, bws.get(), bwsb,
-                                             nullptr) == cudaSuccess);
+                    auto bytes = cudnn.backward_workspace_bytes(a);
+                    REQUIRE(bytes.ok());
+                    DeviceBuffer<char> bws(*bytes);
+                    const absl::Status st = cudnn.backward(
+                        bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d,
+                        bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a, bws.get(), *bytes, nullptr);
+                    INFO(st.ToString());
+                    REQUIRE(st.ok());
 #endif
-            const std::vector<float> dqg = to_float(d_dqg.download());
-            std::vector<float> dgate(qn);
-            for (size_t i = 0; i < qn; ++i) {
-                const size_t t = i / static_cast<size_t>(hq * d);
-                const size_t rest = i % static_cast<size_t>(hq * d);
-                dgate[i] = dqg[t * static_cast<size_t>(2 * hq * d) +
-                               rest / static_cast<size_t>(d) * static_cast<size_t>(2 * d) +
-                               static_cast<size_t>(d) + rest % static_cast<size_t>(d)];
+                } else {
+                    const size_t bwsb = gated_attention_backward_workspace_bytes(a);
+                    DeviceBuffer<char> bws(bwsb);
+                    REQUIRE(gated_attention_backward(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
+                                                     bf16_ptr(d_dqg) + d, bf16_ptr(d_dy),
+                                                     bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb,
+                                                     nullptr) == cudaSuccess);
+                }
+                const std::vector<float> dqg = to_float(d_dqg.download());
+                std::vector<float> dgate(qn);
+                for (size_t i = 0; i < qn; ++i) {
+                    const size_t t = i / static_cast<size_t>(hq * d);
+                    const size_t rest = i % static_cast<size_t>(hq * d);
+                    dgate[i] = dqg[t * static_cast<size_t>(2 * hq * d) +
+                                   rest / static_cast<size_t>(d) * static_cast<size_t>(2 * d) +
+                                   static_cast<size_t>(d) + rest % static_cast<size_t>(d)];
+                }
+                CHECK(noted("wgmma->bwd dgate rel", rel_err(dgate, dgate_ref)) < 1e-2);
+                CHECK(noted("wgmma->bwd dq rel", rel_err(to_float(d_dq.download()), dq_ref)) <
+                      2e-2);
+                CHECK(noted("wgmma->bwd dk rel", rel_err(to_float(d_dk.download()), dk_ref)) <
+                      2e-2);
+                CHECK(noted("wgmma->bwd dv rel", rel_err(to_float(d_dv.download()), dv_ref)) <
+                      2e-2);
             }
-            CHECK(noted("wgmma->bwd dgate rel", rel_err(dgate, dgate_ref)) < 1e-2);
-            CHECK(noted("wgmma->bwd dq rel", rel_err(to_float(d_dq.download()), dq_ref)) < 2e-2);
-            CHECK(noted("wgmma->bwd dk rel", rel_err(to_float(d_dk.download()), dk_ref)) < 2e-2);
-            CHECK(noted("wgmma->bwd dv rel", rel_err(to_float(d_dv.download()), dv_ref)) < 2e-2);
         }
     }
 }

@@ -18,8 +18,6 @@
 // memory, written as whole rows of o and of y = o * sigmoid(gate); lse per row.
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
-
 #include <algorithm>
 
 #include "kernels/common/cuda_utils.cuh"
@@ -404,33 +402,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-// 2-D map over (rows = tokens, columns = heads * 256) bf16, boxes of 64 columns x box_rows,
-// 128-byte swizzle.
-cudaError_t make_map(CUtensorMap* map, const bf16* base, int64_t tokens, int64_t heads,
-                     uint32_t box_rows) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            fn = nullptr;
-        }
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }();
-    if (!encode) return cudaErrorNotSupported;
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(heads * kD),
-                                static_cast<cuuint64_t>(tokens)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(heads * kD * sizeof(bf16))};
-    const cuuint32_t box[2] = {kChunkCols, box_rows};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    const CUresult r =
-        encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides,
-               box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 // Tiles: at most one partial tile per document beyond tokens / kBm full ones.
 int64_t max_tiles(const GatedAttentionArgs& a) {
     return (a.tokens + kBm - 1) / kBm + a.num_docs;
@@ -469,9 +440,14 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
     CUtensorMap tq, tk, tv;
-    if (cudaError_t e = make_map(&tq, a.q, a.tokens, a.q_heads, kBm); e != cudaSuccess) return e;
-    if (cudaError_t e = make_map(&tk, a.k, a.tokens, a.kv_heads, kBn); e != cudaSuccess) return e;
-    if (cudaError_t e = make_map(&tv, a.v, a.tokens, a.kv_heads, kBn); e != cudaSuccess) return e;
+    if (cudaError_t e = tensor_map_sw128(&tq, a.q, a.tokens, a.q_heads * kD, kBm); e != cudaSuccess)
+        return e;
+    if (cudaError_t e = tensor_map_sw128(&tk, a.k, a.tokens, a.kv_heads * kD, kBn);
+        e != cudaSuccess)
+        return e;
+    if (cudaError_t e = tensor_map_sw128(&tv, a.v, a.tokens, a.kv_heads * kD, kBn);
+        e != cudaSuccess)
+        return e;
     Params p{tiles,
              count,
              next_item,

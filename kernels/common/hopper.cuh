@@ -1,12 +1,13 @@
 // Hopper (sm_90a) building blocks for the wgmma kernels: shared-memory matrix descriptors for the
 // 128-byte swizzled layout the bulk tensor copy (TMA) writes, wgmma issue/fence/commit/wait,
-// mbarrier waits and arrivals, and the 2-D TMA load. Tiles are stored as 64-column chunks
-// ([rows][64] bf16, 128-byte rows, 16-byte units XOR-swizzled by row % 8, each chunk
-// 1024-byte aligned): exactly what one TMA box of {64, rows} with CU_TENSOR_MAP_SWIZZLE_128B
-// writes, and what a descriptor with layout type 1 (128B) reads.
+// mbarrier waits and arrivals, the 2-D TMA load and (host) its tensor map. Tiles are stored as
+// 64-column chunks ([rows][64] bf16, 128-byte rows, 16-byte units XOR-swizzled by row % 8, each
+// chunk 1024-byte aligned): exactly what one TMA box of {64, rows} with
+// CU_TENSOR_MAP_SWIZZLE_128B writes, and what a descriptor with layout type 1 (128B) reads.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap
+#include <cuda.h>          // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -159,6 +160,35 @@ __device__ __forceinline__ void regs_inc() {
 // Barrier among `threads` threads (a multiple of 32) under id `id` (1..15; 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Host: the tensor map of a row-major bf16 matrix (rows x cols, rows contiguous, 16-byte
+// aligned) read in boxes of 64 columns x box_rows with the 128-byte swizzle, rows past the end
+// filled with zeros. cudaErrorNotSupported where the driver has no encoder,
+// cudaErrorInvalidValue where it refuses the shape.
+inline cudaError_t tensor_map_sw128(CUtensorMap* map, const __nv_bfloat16* base, int64_t rows,
+                                    int64_t cols, uint32_t box_rows) {
+    // The driver's encoder, looked up once (a function-local static: thread-safe).
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            fn = nullptr;
+        }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }();
+    if (!encode) return cudaErrorNotSupported;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * sizeof(__nv_bfloat16))};
+    const cuuint32_t box[2] = {64, box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUresult r = encode(
+        map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(base), dims, strides,
+        box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace deltatune::hopper

@@ -73,22 +73,11 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                 INFO((use_cudnn ? "cudnn" : "flash")
                      << ": tokens = " << tokens << ", docs = " << num_docs << ", q_heads = " << hq
                      << ", kv_heads = " << hkv);
-                const size_t qn = static_cast<size_t>(tokens * hq * d);
-                const size_t kvn = static_cast<size_t>(tokens * hkv * d);
-                const Bf16Data q = random_bf16(qn, rng);
-                const Bf16Data k = random_bf16(kvn, rng);
-                const Bf16Data v = random_bf16(kvn, rng);
-                // q_proj-style buffer: per head [query | gate]; only the gate half is used here.
-                const Bf16Data qg = random_bf16(2 * qn, rng, 2.0f);
-                const std::vector<float> gate = gate_half(qg.f, tokens, hq);
-                const float scale = 1.0f / 16.0f;
-                std::vector<float> o_ref(qn), lse_ref(static_cast<size_t>(tokens * hq)), y_ref(qn);
-                attention_forward_ref(o_ref.data(), lse_ref.data(), q.f.data(), k.f.data(),
-                                      v.f.data(), cu.data(), num_docs, hq, hkv, d, scale);
-                output_gate_forward_ref(y_ref.data(), o_ref.data(), gate.data(),
-                                        static_cast<int64_t>(qn));
+                const AttentionCase p = attention_case(rng, cu, hq, hkv);
+                const size_t qn = p.o_ref.size(), kvn = p.k.f.size();
+                const std::vector<float>&o_ref = p.o_ref, &lse_ref = p.lse_ref, &y_ref = p.y_ref;
 
-                DeviceBuffer<uint16_t> d_q(q.bits), d_k(k.bits), d_v(v.bits), d_qg(qg.bits);
+                DeviceBuffer<uint16_t> d_q(p.q.bits), d_k(p.k.bits), d_v(p.v.bits), d_qg(p.qg.bits);
                 DeviceBuffer<int32_t> d_cu(cu);
                 DeviceBuffer<uint16_t> d_y(qn), d_o(qn);
                 DeviceBuffer<float> d_lse(lse_ref.size());
@@ -97,7 +86,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                 d_lse.poison();
                 // Known longest document for some cases, unknown (bounded by tokens) for others.
                 const GatedAttentionArgs a = gated_attention_args(
-                    d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, scale,
+                    d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, p.scale,
                     hq == hkv ? 0 : *std::max_element(lengths.begin(), lengths.end()));
                 REQUIRE(gated_attention_supported(a));
                 // Runs the backward of the implementation under test.
@@ -153,42 +142,29 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
                             max_scaled_err(d_lse.download(), lse_ref, 1e-3, 1e-3)) <= 1.0);
 
                 // Backward: gate first, then attention with d_o, all against the fp32 chain.
-                const Bf16Data dy = random_bf16(qn, rng);
-                std::vector<float> do_ref(qn), dgate_ref(qn);
-                output_gate_backward_ref(do_ref.data(), dgate_ref.data(), dy.f.data(), o_ref.data(),
-                                         gate.data(), static_cast<int64_t>(qn));
-                std::vector<float> dq_ref(qn), dk_ref(kvn), dv_ref(kvn);
-                attention_backward_ref(dq_ref.data(), dk_ref.data(), dv_ref.data(), do_ref.data(),
-                                       q.f.data(), k.f.data(), v.f.data(), o_ref.data(),
-                                       lse_ref.data(), cu.data(), num_docs, hq, hkv, d, scale);
-                DeviceBuffer<uint16_t> d_dy(dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
+                const AttentionGrads gr = attention_grads(rng, p, cu);
+                DeviceBuffer<uint16_t> d_dy(gr.dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn),
+                    d_dqg(2 * qn);
                 d_dq.poison();
                 d_dk.poison();
                 d_dv.poison();
                 d_dqg.poison();
                 backward(d_dq, d_dk, d_dv, d_dqg, d_dy);
                 const auto dqg = d_dqg.download();
-                std::vector<float> dgate(qn);
-                int64_t query_half_written = 0;
-                for (int64_t t = 0; t < tokens; ++t) {
-                    for (int64_t h = 0; h < hq; ++h) {
-                        for (int64_t c = 0; c < d; ++c) {
-                            const size_t base = static_cast<size_t>(t * hq * 2 * d + h * 2 * d + c);
-                            dgate[static_cast<size_t>((t * hq + h) * d + c)] =
-                                bf16_bits_to_float(dqg[base + static_cast<size_t>(d)]);
-                            query_half_written += dqg[base] != 0xffff;
-                        }
-                    }
+                int64_t query_half_written = 0;  // the query halves keep their poison
+                for (size_t i = 0; i < dqg.size(); ++i) {
+                    query_half_written += (i / static_cast<size_t>(d)) % 2 == 0 && dqg[i] != 0xffff;
                 }
                 CHECK(query_half_written == 0);
-                CHECK(noted("attention dgate rel", rel_err(dgate, dgate_ref)) < 1e-2);
+                const std::vector<float> dgate = gate_half(to_float(dqg), tokens, hq);
+                CHECK(noted("attention dgate rel", rel_err(dgate, gr.dgate_ref)) < 1e-2);
                 const auto dq = to_float(d_dq.download());
                 const auto dk = to_float(d_dk.download());
                 const auto dv = to_float(d_dv.download());
-                CHECK(noted("attention dq rel", rel_err(dq, dq_ref)) < 2e-2);
-                CHECK(noted("attention dk rel", rel_err(dk, dk_ref)) < 2e-2);
-                CHECK(noted("attention dv rel", rel_err(dv, dv_ref)) < 2e-2);
-                CHECK(noted("attention dv max_scaled", max_scaled_err(dv, dv_ref, 2e-2, 5e-2)) <=
+                CHECK(noted("attention dq rel", rel_err(dq, gr.dq_ref)) < 2e-2);
+                CHECK(noted("attention dk rel", rel_err(dk, gr.dk_ref)) < 2e-2);
+                CHECK(noted("attention dv rel", rel_err(dv, gr.dv_ref)) < 2e-2);
+                CHECK(noted("attention dv max_scaled", max_scaled_err(dv, gr.dv_ref, 2e-2, 5e-2)) <=
                       1.0);
                 // The handwritten kernel is deterministic: a second backward gives the same bits.
                 if (use_cudnn) continue;

@@ -59,21 +59,11 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             const int64_t num_docs = static_cast<int64_t>(lengths.size());
             INFO("tokens = " << tokens << ", docs = " << num_docs << ", q_heads = " << hq
                              << ", kv_heads = " << hkv);
-            const size_t qn = static_cast<size_t>(tokens * hq * d);
-            const size_t kvn = static_cast<size_t>(tokens * hkv * d);
-            const Bf16Data q = random_bf16(qn, rng);
-            const Bf16Data k = random_bf16(kvn, rng);
-            const Bf16Data v = random_bf16(kvn, rng);
-            const Bf16Data qg = random_bf16(2 * qn, rng, 2.0f);  // per head [query | gate]
-            const std::vector<float> gate = gate_half(qg.f, tokens, hq);
-            const float scale = 1.0f / 16.0f;
-            std::vector<float> o_ref(qn), lse_ref(static_cast<size_t>(tokens * hq)), y_ref(qn);
-            attention_forward_ref(o_ref.data(), lse_ref.data(), q.f.data(), k.f.data(), v.f.data(),
-                                  cu.data(), num_docs, hq, hkv, d, scale);
-            output_gate_forward_ref(y_ref.data(), o_ref.data(), gate.data(),
-                                    static_cast<int64_t>(qn));
+            const AttentionCase p = attention_case(rng, cu, hq, hkv);
+            const size_t qn = p.o_ref.size(), kvn = p.k.f.size();
+            const std::vector<float>&o_ref = p.o_ref, &lse_ref = p.lse_ref, &y_ref = p.y_ref;
 
-            DeviceBuffer<uint16_t> d_q(q.bits), d_k(k.bits), d_v(v.bits), d_qg(qg.bits);
+            DeviceBuffer<uint16_t> d_q(p.q.bits), d_k(p.k.bits), d_v(p.v.bits), d_qg(p.qg.bits);
             DeviceBuffer<int32_t> d_cu(cu);
             DeviceBuffer<uint16_t> d_y(qn), d_o(qn);
             DeviceBuffer<float> d_lse(lse_ref.size());
@@ -81,7 +71,7 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             d_o.poison();
             d_lse.poison();
             const GatedAttentionArgs a =
-                gated_attention_args(d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, scale,
+                gated_attention_args(d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, p.scale,
                                      *std::max_element(lengths.begin(), lengths.end()));
             const size_t wsb = gated_attention_forward_wgmma_workspace_bytes(a);
             DeviceBuffer<char> ws(wsb);
@@ -121,16 +111,9 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                                                 ws.get(), wsb - 1,
                                                 nullptr) == cudaErrorInvalidValue);
 
-            // The model's pairing: this forward's o and lse into the default backward (cuDNN's
-            // where built, else the handwritten kernel), against the fp32 chain.
-            const Bf16Data dy = random_bf16(qn, rng);
-            std::vector<float> do_ref(qn), dgate_ref(qn), dq_ref(qn), dk_ref(kvn), dv_ref(kvn);
-            output_gate_backward_ref(do_ref.data(), dgate_ref.data(), dy.f.data(), o_ref.data(),
-                                     gate.data(), static_cast<int64_t>(qn));
-            attention_backward_ref(dq_ref.data(), dk_ref.data(), dv_ref.data(), do_ref.data(),
-                                   q.f.data(), k.f.data(), v.f.data(), o_ref.data(), lse_ref.data(),
-                                   cu.data(), num_docs, hq, hkv, d, scale);
-            DeviceBuffer<uint16_t> d_dy(dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
+            // This forward's o and lse into the backwards, against the fp32 chain.
+            const AttentionGrads gr = attention_grads(rng, p, cu);
+            DeviceBuffer<uint16_t> d_dy(gr.dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
             // Every backward this build has: cuDNN's (the default where built) and the
             // handwritten kernel (the default elsewhere).
             for (const bool use_cudnn : {false, true}) {
@@ -159,21 +142,13 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                                                      bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb,
                                                      nullptr) == cudaSuccess);
                 }
-                const std::vector<float> dqg = to_float(d_dqg.download());
-                std::vector<float> dgate(qn);
-                for (size_t i = 0; i < qn; ++i) {
-                    const size_t t = i / static_cast<size_t>(hq * d);
-                    const size_t rest = i % static_cast<size_t>(hq * d);
-                    dgate[i] = dqg[t * static_cast<size_t>(2 * hq * d) +
-                                   rest / static_cast<size_t>(d) * static_cast<size_t>(2 * d) +
-                                   static_cast<size_t>(d) + rest % static_cast<size_t>(d)];
-                }
-                CHECK(noted("wgmma->bwd dgate rel", rel_err(dgate, dgate_ref)) < 1e-2);
-                CHECK(noted("wgmma->bwd dq rel", rel_err(to_float(d_dq.download()), dq_ref)) <
+                const std::vector<float> dgate = gate_half(to_float(d_dqg.download()), tokens, hq);
+                CHECK(noted("wgmma->bwd dgate rel", rel_err(dgate, gr.dgate_ref)) < 1e-2);
+                CHECK(noted("wgmma->bwd dq rel", rel_err(to_float(d_dq.download()), gr.dq_ref)) <
                       2e-2);
-                CHECK(noted("wgmma->bwd dk rel", rel_err(to_float(d_dk.download()), dk_ref)) <
+                CHECK(noted("wgmma->bwd dk rel", rel_err(to_float(d_dk.download()), gr.dk_ref)) <
                       2e-2);
-                CHECK(noted("wgmma->bwd dv rel", rel_err(to_float(d_dv.download()), dv_ref)) <
+                CHECK(noted("wgmma->bwd dv rel", rel_err(to_float(d_dv.download()), gr.dv_ref)) <
                       2e-2);
             }
         }

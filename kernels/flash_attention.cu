@@ -29,19 +29,9 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int c = lane & 3;
-    const int h = blockIdx.y;
-    const int kvh = h / (geo.q_heads / geo.kv_heads);
-    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFwdRows;
-    const int64_t q_stride = static_cast<int64_t>(geo.q_heads) * kD;
-    const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * kD;
-
-    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
-    const int64_t kv_end = min(geo.tokens, q0 + kFwdRows);
-    const int64_t n_tiles = (kv_end - kv_begin + kFwdKeys - 1) / kFwdKeys;
-    auto prefetch = [&](int64_t t) {
-        prefetch_kv_tile<kFwdKeys>(kv_stages, t, k + kvh * kD, v + kvh * kD, kv_stride, kv_begin,
-                                   kv_end);
-    };
+    const QueryRows<kFwdRows, kFwdKeys> rows(cu, geo);
+    const auto& [h, kvh, q0, q_stride, kv_stride, kv_begin, kv_end, n_tiles] = rows;
+    auto prefetch = [&](int64_t t) { rows.prefetch(kv_stages, t, k, v); };
     load_tile_async(qs, q + h * kD, q_stride, q0, kFwdRows, geo.tokens);
     prefetch(0);
     cp_async_commit();
@@ -50,7 +40,7 @@ __global__ void __launch_bounds__(kThreads)
     int64_t start[2];
     for (int i = 0; i < 2; ++i) {
         row[i] = q0 + warp * 16 + g + 8 * i;
-        start[i] = row[i] < geo.tokens ? cu[doc_of(cu, geo.num_docs, row[i])] : INT64_MAX;
+        start[i] = row[i] < geo.tokens ? cu[cuda::doc_of(cu, geo.num_docs, row[i])] : INT64_MAX;
     }
     // A tile needs no mask for this warp when all 16 rows exist, it starts at or after the last
     // row's document start (the largest), and it ends at or before the first row.

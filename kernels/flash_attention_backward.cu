@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * kD;
     const int64_t q_stride = static_cast<int64_t>(geo.q_heads) * kD;
     const int64_t last_key = min(geo.tokens, k0 + kBwdKeys) - 1;
-    const int64_t q_end = cu[doc_of(cu, geo.num_docs, last_key) + 1];
+    const int64_t q_end = cu[cuda::doc_of(cu, geo.num_docs, last_key) + 1];
 
     // The work is (query head of the group) x (query tile from k0 to q_end), flattened so the
     // next tile's copies overlap this tile's products across head boundaries too.
@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(kThreads)
             const bool in = qi < q_end;
             lse2_stages[st * kBwdQueries + i] = in ? lse[qi * geo.q_heads + hq] * kLog2e : 0.0f;
             delta_stages[st * kBwdQueries + i] = in ? delta[qi * geo.q_heads + hq] : 0.0f;
-            qstart_stages[st * kBwdQueries + i] = in ? cu[doc_of(cu, geo.num_docs, qi)] : INT64_MAX;
+            qstart_stages[st * kBwdQueries + i] =
+                in ? cu[cuda::doc_of(cu, geo.num_docs, qi)] : INT64_MAX;
         }
     };
     load_tile_async(ks, k + kvh * kD, kv_stride, k0, kBwdKeys, geo.tokens);
@@ -149,18 +150,9 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int c = lane & 3;
-    const int h = blockIdx.y;
-    const int kvh = h / (geo.q_heads / geo.kv_heads);
-    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kDqRows;
-    const int64_t q_stride = static_cast<int64_t>(geo.q_heads) * kD;
-    const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * kD;
-    const int64_t kv_begin = cu[doc_of(cu, geo.num_docs, q0)];
-    const int64_t kv_end = min(geo.tokens, q0 + kDqRows);
-    const int64_t n_tiles = (kv_end - kv_begin + kDqKeys - 1) / kDqKeys;
-    auto prefetch = [&](int64_t t) {
-        prefetch_kv_tile<kDqKeys>(kv_stages, t, k + kvh * kD, v + kvh * kD, kv_stride, kv_begin,
-                                  kv_end);
-    };
+    const QueryRows<kDqRows, kDqKeys> rows(cu, geo);
+    const auto& [h, kvh, q0, q_stride, kv_stride, kv_begin, kv_end, n_tiles] = rows;
+    auto prefetch = [&](int64_t t) { rows.prefetch(kv_stages, t, k, v); };
     load_tile_async(qs, q + h * kD, q_stride, q0, kDqRows, geo.tokens);
     load_tile_async(dos, d_o + h * kD, q_stride, q0, kDqRows, geo.tokens);
     prefetch(0);
@@ -170,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < 2; ++i) {
         row[i] = q0 + warp * 16 + g + 8 * i;
         const bool in = row[i] < geo.tokens;
-        start[i] = in ? cu[doc_of(cu, geo.num_docs, row[i])] : INT64_MAX;
+        start[i] = in ? cu[cuda::doc_of(cu, geo.num_docs, row[i])] : INT64_MAX;
         lse2[i] = in ? lse[row[i] * geo.q_heads + h] * kLog2e : 0.0f;
         dlt[i] = in ? delta[row[i] * geo.q_heads + h] : 0.0f;
     }

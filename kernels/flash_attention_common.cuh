@@ -8,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/varlen.cuh"
 
 namespace deltatune {
 
@@ -172,26 +173,37 @@ __device__ __forceinline__ void prefetch_kv_tile(bf16* stages, int64_t t, const 
     load_tile_async(kst + ROWS * kStride, v, kv_stride, j0, ROWS, kv_end);
 }
 
-// Index d of the document holding token t: cu[d] <= t < cu[d + 1].
-__device__ __forceinline__ int doc_of(const int32_t* cu, int num_docs, int64_t t) {
-    int lo = 0;
-    int hi = num_docs - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (cu[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return lo;
-}
-
 struct Geom {
     int64_t tokens;
     int num_docs, q_heads, kv_heads;
     int64_t gate_token_stride, gate_head_stride;
     float scale_log2;  // scale * log2(e)
+};
+
+// The block of ROWS query rows of one head that the forward and the dq kernel each run (grid: x
+// the row block, y the query head): its kv head, strides, and the key range it reads in tiles of
+// KEYS, from its first row's document start to its last row. Bound by the kernels as
+// `const auto& [h, kvh, q0, q_stride, kv_stride, kv_begin, kv_end, n_tiles] = rows;`.
+template <int ROWS, int KEYS>
+struct QueryRows {
+    int h, kvh;
+    int64_t q0, q_stride, kv_stride, kv_begin, kv_end, n_tiles;
+
+    __device__ __forceinline__ QueryRows(const int32_t* cu, const Geom& geo)
+        : h(static_cast<int>(blockIdx.y)),
+          kvh(h / (geo.q_heads / geo.kv_heads)),
+          q0(static_cast<int64_t>(blockIdx.x) * ROWS),
+          q_stride(static_cast<int64_t>(geo.q_heads) * kD),
+          kv_stride(static_cast<int64_t>(geo.kv_heads) * kD),
+          kv_begin(cu[cuda::doc_of(cu, geo.num_docs, q0)]),
+          kv_end(min(geo.tokens, q0 + ROWS)),
+          n_tiles((kv_end - kv_begin + KEYS - 1) / KEYS) {}
+
+    // Key/value tile t (zero past kv_end) into stage t % 2 of `stages`.
+    __device__ __forceinline__ void prefetch(bf16* stages, int64_t t, const bf16* k,
+                                             const bf16* v) const {
+        prefetch_kv_tile<KEYS>(stages, t, k + kvh * kD, v + kvh * kD, kv_stride, kv_begin, kv_end);
+    }
 };
 
 // ---------------------------------------- launch helpers -----------------------------------

@@ -53,37 +53,6 @@ struct Params {
     float scale_log2;
 };
 
-// One block lists every (document, query tile) pair by descending tile index (the number of
-// key tiles grows with it): counts per index, offsets from the highest index down, then each
-// document places its tiles. The order inside one index depends on atomics, which changes the
-// schedule only, never a result.
-__global__ void list_tiles_kernel(int2* tiles, int* count, int* next_item, int* per_level,
-                                  int* offsets, const int32_t* cu, int num_docs, int levels) {
-    if (threadIdx.x == 0) *next_item = 0;
-    for (int i = threadIdx.x; i < levels; i += blockDim.x) per_level[i] = 0;
-    __syncthreads();
-    for (int d = threadIdx.x; d < num_docs; d += blockDim.x) {
-        const int n = (cu[d + 1] - cu[d] + kBm - 1) / kBm;
-        for (int m = 0; m < n; ++m) atomicAdd(&per_level[m], 1);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int run = 0;
-        for (int m = levels - 1; m >= 0; --m) {
-            offsets[m] = run;
-            run += per_level[m];
-            per_level[m] = 0;
-        }
-        *count = run;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < num_docs; d += blockDim.x) {
-        const int n = (cu[d + 1] - cu[d] + kBm - 1) / kBm;
-        for (int m = 0; m < n; ++m)
-            tiles[offsets[m] + atomicAdd(&per_level[m], 1)] = make_int2(d, m);
-    }
-}
-
 // One work item: query tile `tile` of a document, for query head h.
 struct Item {
     int h, doc_begin, q0, q_end, n_tiles;
@@ -434,9 +403,9 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     int2* tiles = reinterpret_cast<int2*>(ws + 16);
     int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_tiles(a));
     int* offsets = per_level + levels(a);
-    list_tiles_kernel<<<1, 1024, 0, stream>>>(tiles, count, next_item, per_level, offsets,
-                                              a.cu_seqlens, static_cast<int>(a.num_docs),
-                                              static_cast<int>(levels(a)));
+    list_tiles_kernel<kBm, false>
+        <<<1, 1024, 0, stream>>>(tiles, count, next_item, per_level, offsets, a.cu_seqlens,
+                                 static_cast<int>(a.num_docs), static_cast<int>(levels(a)));
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
     CUtensorMap tq, tk, tv;

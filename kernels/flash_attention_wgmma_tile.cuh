@@ -125,4 +125,40 @@ __device__ __forceinline__ void to_bf16_pairs(uint32_t (&pa)[16], const float (&
     for (int i = 0; i < 16; ++i) pa[i] = pack_bf16(sc[2 * i], sc[2 * i + 1]);
 }
 
+// One block lists every (document, tile of kRows tokens) pair by descending work: the forward's
+// item grows with the tile index m (keys up to the tile), the backward's shrinks with it (query
+// tiles from the diagonal on), so the level of tile m of a document of n tiles is m, or n - 1 - m
+// when kByRemaining. Counts per level, offsets from the highest level down, then each document
+// places its tiles. The order inside one level depends on atomics, which changes the schedule
+// only, never a result. `next_item` (a persistent kernel's counter) is zeroed.
+template <int kRows, bool kByRemaining>
+__global__ void list_tiles_kernel(int2* tiles, int* count, int* next_item, int* per_level,
+                                  int* offsets, const int32_t* cu, int num_docs, int levels) {
+    if (threadIdx.x == 0) *next_item = 0;
+    for (int i = threadIdx.x; i < levels; i += blockDim.x) per_level[i] = 0;
+    __syncthreads();
+    for (int d = threadIdx.x; d < num_docs; d += blockDim.x) {
+        const int n = (cu[d + 1] - cu[d] + kRows - 1) / kRows;
+        for (int m = 0; m < n; ++m) atomicAdd(&per_level[kByRemaining ? n - 1 - m : m], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (int m = levels - 1; m >= 0; --m) {
+            offsets[m] = run;
+            run += per_level[m];
+            per_level[m] = 0;
+        }
+        *count = run;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < num_docs; d += blockDim.x) {
+        const int n = (cu[d + 1] - cu[d] + kRows - 1) / kRows;
+        for (int m = 0; m < n; ++m) {
+            const int level = kByRemaining ? n - 1 - m : m;
+            tiles[offsets[level] + atomicAdd(&per_level[level], 1)] = make_int2(d, m);
+        }
+    }
+}
+
 }  // namespace deltatune::wgmma_attention

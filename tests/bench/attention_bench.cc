@@ -1,9 +1,9 @@
 // Gated attention benchmark on Qwen3.5-27B shapes (24 query / 4 kv heads of 256): the
-// handwritten mma.sync kernel, the wgmma + TMA forward, and cuDNN's SDPA with the gate's passes
-// around it, on the 8192-token packed batch of kernels_bench.cc and on benchmark.md's two SDPA
-// rows (6 documents of 1,250 tokens; one 8192-token document). FLOPs count causal (query, key)
-// pairs only: 4 * head_dim per pair and head forward, 2.5x that backward.
-// `kernels_bench "[attention_bench]"` runs this alone.
+// handwritten mma.sync kernel, the wgmma + TMA forward and backward, and cuDNN's SDPA with the
+// gate's passes around it, on the 8192-token packed batch of kernels_bench.cc and on benchmark.md's
+// two SDPA rows (6 documents of 1,250 tokens; one 8192-token document). FLOPs count causal (query,
+// key) pairs only: 4 * head_dim per pair and head forward, 2.5x that backward. `kernels_bench
+// "[attention_bench]"` runs this alone.
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -77,6 +77,17 @@ TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]
                     },
                     10),
                 0, fwd_flops, ceil);
+            const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a);
+            DeviceBuffer<char> bws(bwsb);
+            row(("wgmma attention backward" + shape).c_str(),
+                median_ms(
+                    [&] {
+                        return gated_attention_backward_wgmma(
+                            bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
+                            bf16_ptr(dy), bf16_ptr(o), lse.get(), a, bws.get(), bwsb, nullptr);
+                    },
+                    10),
+                0, 2.5 * fwd_flops, ceil);
         }
         row(("flash attention backward" + shape).c_str(),
             median_ms(

@@ -1,0 +1,444 @@
+// Gated varlen causal GQA attention backward on wgmma + TMA (see flash_attention_wgmma.h).
+//
+// Passes: attention_gate_backward forms d_o = dy * sigmoid(gate), dgate and delta = rowsum(d_o o);
+// list_tiles_kernel lists the (document, key tile of 64) pairs with the most query tiles first;
+// the main kernel runs one block per (key tile, kv head); dq_finish_kernel scales the fp32 dQ
+// sums into bf16.
+//
+// Main kernel, one block of 3 warpgroups per (key tile, kv head), keys k0 .. k0 + 63 of one
+// document. K and V stay in shared memory; the block steps over the group's query heads and the
+// query tiles of 64 rows from the diagonal one to the document's end.
+//   warpgroup 0, warp 0: the producer. Per step: Q and d_o of the tile by TMA into a two-stage
+//     ring, lse (in log2 units, +inf for rows past the document: P = 0 there) and delta by the
+//     warp's lanes; the stage's "full" mbarrier takes the 32 lanes' arrivals and the bytes.
+//   warpgroups 1, 2: consumers. Per step, warpgroup w computes, for its 32 of the tile's queries,
+//     S^T = K Q^T and dP^T = V dO^T (64 keys x 32 queries, wgmma m64n32k16 over head_dim), then
+//     P^T = exp2(S^T scale log2 e - lse) (causal mask on the diagonal tile) and
+//     dS^T = P^T (dP^T - delta), written as bf16 into shared 64 x 64 tiles. Once both halves are
+//     there, warpgroup w owns head_dim columns 128 w .. + 127 of
+//       dV += P^T dO and dK += dS^T Q (64 x 128 fp32 accumulators each, across all steps),
+//       dQ = dS K, whose 64 x 128 fp32 partial is added to a global fp32 sum (red.global.add,
+//       staged through shared memory so that each instruction adds whole 128-byte rows: 8-byte
+//       reductions straight from the accumulator layout ran the backward at half the speed).
+//     These are the only atomics, so dQ's bits depend on the order the key tiles' blocks add in.
+//     Registers: 24 for the producer warpgroup, 240 for the consumers.
+// dK (times the scale) and dV are stored as bf16 for the keys inside the document.
+#include <algorithm>
+
+#include "kernels/attention_gate.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/hopper.cuh"
+#include "kernels/flash_attention_wgmma.h"
+#include "kernels/flash_attention_wgmma_tile.cuh"
+
+namespace deltatune {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace hopper;
+using namespace wgmma_attention;
+
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
+constexpr int kTile = 64;                   // keys per block, query rows per step
+constexpr int kTileBytes = kTile * kD * 2;  // 32 KiB: a K, V, Q or d_o tile
+constexpr int kChunkBytes = kTile * 128;    // 8 KiB: one 64-column chunk of such a tile
+constexpr int kPBytes = kTile * kTile * 2;  // 8 KiB: P^T or dS^T
+constexpr int kBwdStages = 2;
+constexpr int kOffV = kTileBytes;           // K at 0
+constexpr int kOffStages = 2 * kTileBytes;  // per stage: Q, then d_o
+constexpr int kOffP = kOffStages + kBwdStages * 2 * kTileBytes;
+constexpr int kOffDs = kOffP + kPBytes;
+constexpr int kOffRows = kOffDs + kPBytes;  // per stage: lse2[64], delta[64]
+constexpr int kOffStaging = kOffRows + kBwdStages * 2 * kTile * 4;  // 2 KiB per consumer warp
+constexpr int kOffBars = kOffStaging + kConsumerWarps * 2048;
+constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
+
+struct Params {
+    const int2* tiles;  // (document, key tile), most query tiles first
+    const int* tile_count;
+    const int32_t* cu;
+    const float* lse;
+    const float* delta;
+    float* dq_acc;  // (tokens, q_heads, 256) fp32, zeroed
+    bf16* dk;
+    bf16* dv;
+    int q_heads, kv_heads, group;
+    float scale, scale_log2;
+};
+
+// The block's key tile: keys k0 .. k0 + 63 of the document [doc_begin, doc_end), tile m of its
+// n; `steps` = query heads of the group x query tiles m .. n - 1 (0: nothing to do).
+struct Block {
+    int kvh = 0, doc_begin = 0, doc_end = 0, k0 = 0, m = 0, nq = 0, steps = 0;
+    // Step s: query head and first query row.
+    __device__ int head(int s, int group) const { return kvh * group + s / nq; }
+    __device__ int q0(int s) const { return doc_begin + (m + s % nq) * kTile; }
+};
+
+__device__ __forceinline__ Block block_of(const Params& p) {
+    Block b;
+    const int idx = static_cast<int>(blockIdx.x) / p.kv_heads;  // consecutive: same key tile
+    b.kvh = static_cast<int>(blockIdx.x) % p.kv_heads;
+    if (idx >= *p.tile_count) return b;
+    const int2 t = p.tiles[idx];
+    b.doc_begin = p.cu[t.x];
+    b.doc_end = p.cu[t.x + 1];
+    b.m = t.y;
+    b.k0 = b.doc_begin + t.y * kTile;
+    b.nq = (b.doc_end - b.doc_begin + kTile - 1) / kTile - t.y;
+    b.steps = b.nq * p.group;
+    return b;
+}
+
+struct Bars {
+    uint64_t *kv_full, *full, *empty;  // full / empty: per stage
+};
+__device__ __forceinline__ Bars bars_at(unsigned char* smem) {
+    auto* b = reinterpret_cast<uint64_t*>(smem + kOffBars);
+    return Bars{b, b + 1, b + 1 + kBwdStages};
+}
+__device__ __forceinline__ unsigned char* q_at(unsigned char* smem, int st) {
+    return smem + kOffStages + st * 2 * kTileBytes;
+}
+__device__ __forceinline__ float* lse2_at(unsigned char* smem, int st) {
+    return reinterpret_cast<float*>(smem + kOffRows) + st * 2 * kTile;
+}
+
+// The producer warp: K and V once, then per step the stage's Q and d_o tiles (lane 0, TMA) and
+// its rows' lse2 and delta (all lanes).
+__device__ __forceinline__ void produce(const Params& p, const Block& b, const CUtensorMap* tq,
+                                        const CUtensorMap* tdo, const CUtensorMap* tk,
+                                        const CUtensorMap* tv, unsigned char* smem) {
+    const int lane = threadIdx.x & 31;
+    const Bars bar = bars_at(smem);
+    if (lane == 0) {
+        mbar_arrive_expect_tx(bar.kv_full, 2 * kTileBytes);
+        for (int c = 0; c < kChunks; ++c) {
+            const int col = b.kvh * kD + c * kChunkCols;
+            tma_load_2d(smem + c * kChunkBytes, tk, col, b.k0, bar.kv_full);
+            tma_load_2d(smem + kOffV + c * kChunkBytes, tv, col, b.k0, bar.kv_full);
+        }
+    }
+    for (int s = 0; s < b.steps; ++s) {
+        const int st = s % kBwdStages;
+        if (s >= kBwdStages) mbar_wait(&bar.empty[st], ((s / kBwdStages) - 1) & 1);
+        const int h = b.head(s, p.group), q0 = b.q0(s);
+        float* lse2 = lse2_at(smem, st);
+        for (int r = lane; r < kTile; r += 32) {
+            const int q = q0 + r;
+            const bool in = q < b.doc_end;
+            const int64_t at = static_cast<int64_t>(q) * p.q_heads + h;
+            lse2[r] = in ? p.lse[at] * kLog2e : INFINITY;
+            lse2[kTile + r] = in ? p.delta[at] : 0.0f;
+        }
+        if (lane == 0) {
+            unsigned char* qs = q_at(smem, st);
+            mbar_arrive_expect_tx(&bar.full[st], 2 * kTileBytes);
+            for (int c = 0; c < kChunks; ++c) {
+                const int col = h * kD + c * kChunkCols;
+                tma_load_2d(qs + c * kChunkBytes, tq, col, q0, &bar.full[st]);
+                tma_load_2d(qs + kTileBytes + c * kChunkBytes, tdo, col, q0, &bar.full[st]);
+            }
+        } else {
+            mbar_arrive(&bar.full[st]);
+        }
+    }
+}
+
+// Byte offset of element (row, col) of a 64 x 64 bf16 tile in the 128-byte swizzled layout.
+__device__ __forceinline__ int swizzled(int row, int col) {
+    return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
+}
+
+__device__ __forceinline__ void consume(const Params& p, const Block& b, unsigned char* smem,
+                                        int w) {
+    const int tid = threadIdx.x & 127;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const Bars bar = bars_at(smem);
+    const uint32_t k_base = smem_addr(smem), v_base = smem_addr(smem + kOffV);
+    const uint32_t p_base = smem_addr(smem + kOffP), ds_base = smem_addr(smem + kOffDs);
+    const int row_lo = 16 * warp + g;  // this thread's keys (S^T rows) and dQ rows: + 0 and + 8
+    float dk[64], dv[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
+    mbar_wait(bar.kv_full, 0);
+    for (int s = 0; s < b.steps; ++s) {
+        const int st = s % kBwdStages;
+        const int h = b.head(s, p.group), q0 = b.q0(s);
+        mbar_wait(&bar.full[st], (s / kBwdStages) & 1);
+        const uint32_t q_base = smem_addr(q_at(smem, st)), do_base = q_base + kTileBytes;
+        // S^T and dP^T for queries 32 w .. + 31 of the tile.
+        float sc[16], dp[16];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+            const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
+            wgmma_m64n32k16_ss(sc, sw128_desc(k_base + at, 16, 1024),
+                               sw128_desc(q_base + at + 32 * w * 128, 16, 1024), kk > 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+            const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
+            wgmma_m64n32k16_ss(dp, sw128_desc(v_base + at, 16, 1024),
+                               sw128_desc(do_base + at + 32 * w * 128, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(sc);
+        fence_regs(dp);
+        const float* lse2 = lse2_at(smem, st);
+        const bool diagonal = s % b.nq == 0;
+        uint32_t pp[8], dsp[8];
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) {
+            const int key = b.k0 + row_lo + 8 * ((i >> 1) & 1);
+            const int col = 32 * w + 8 * (i / 4) + 2 * c;  // query within the tile
+            float pv[2], dsv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float pr = exp2f(sc[i + e] * p.scale_log2 - lse2[col + e]);
+                if (diagonal && q0 + col + e < key) pr = 0.0f;
+                pv[e] = pr;
+                dsv[e] = pr * (dp[i + e] - lse2[kTile + col + e]);
+            }
+            pp[i / 2] = pack_bf16(pv[0], pv[1]);
+            dsp[i / 2] = pack_bf16(dsv[0], dsv[1]);
+        }
+        named_barrier(1, 256);  // both warpgroups' products of the previous step are done
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) {
+            const int off = swizzled(row_lo + 8 * ((i >> 1) & 1), 32 * w + 8 * (i / 4) + 2 * c);
+            *reinterpret_cast<uint32_t*>(smem + kOffP + off) = pp[i / 2];
+            *reinterpret_cast<uint32_t*>(smem + kOffDs + off) = dsp[i / 2];
+        }
+        fence_proxy_async_smem();
+        named_barrier(1, 256);  // both halves of P^T and dS^T written
+        // dQ = dS K (A: dS^T stored key-major, read transposed), then dV += P^T dO, dK += dS^T Q.
+        float dq[64];
+        fence_regs(dk);
+        fence_regs(dv);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+            wgmma_m64n128k16_ss_tb<1>(
+                dq, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
+                sw128_desc(k_base + 2 * w * kChunkBytes + kk * 2048, kChunkBytes, 1024), kk > 0);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+            const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
+            wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
+                                      sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
+            wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
+                                      sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(dq);
+        // dQ's partial into the fp32 sums, 32 columns at a time through the warp's 2 KiB of
+        // shared memory (16 rows x 32 fp32, 16-byte units swizzled by row), so that each
+        // reduction instruction covers 4 whole 128-byte rows instead of 8 scattered 32-byte
+        // pieces.
+        {
+            unsigned char* buf = smem + kOffStaging + (4 * w + warp) * 2048;
+            float* dq_rows =
+                p.dq_acc + (static_cast<int64_t>(q0 + 16 * warp) * p.q_heads + h) * kD + 128 * w;
+            const int64_t row_step = static_cast<int64_t>(p.q_heads) * kD;
+#pragma unroll
+            for (int ch = 0; ch < 4; ++ch) {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    const int j = 4 * ch + jj;
+#pragma unroll
+                    for (int hi = 0; hi < 2; ++hi) {
+                        const int r = g + 8 * hi;
+                        const int unit = (2 * jj + (c >> 1)) ^ (r & 7);
+                        *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (c & 1) * 8) =
+                            make_float2(dq[4 * j + 2 * hi], dq[4 * j + 2 * hi + 1]);
+                    }
+                }
+                __syncwarp();
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int rr = lane / 8 + 4 * i, u = lane % 8;
+                    const float4 v =
+                        *reinterpret_cast<const float4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
+                    if (q0 + 16 * warp + rr < b.doc_end) {
+                        red_add_v4(dq_rows + rr * row_step + 32 * ch + 4 * u, v);
+                    }
+                }
+                __syncwarp();  // the buffer is rewritten by the next chunk
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs(dk);
+        fence_regs(dv);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&bar.empty[st]);
+    }
+    // dK = scale dS^T Q and dV, rows inside the document.
+    const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * kD;
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+        const int key = b.k0 + row_lo + 8 * hi;
+        if (key >= b.doc_end) continue;
+        const int64_t off = key * kv_stride + b.kvh * kD + 128 * w + 2 * c;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            *reinterpret_cast<uint32_t*>(p.dk + off + 8 * j) =
+                pack_bf16(dk[4 * j + 2 * hi] * p.scale, dk[4 * j + 2 * hi + 1] * p.scale);
+            *reinterpret_cast<uint32_t*>(p.dv + off + 8 * j) =
+                pack_bf16(dv[4 * j + 2 * hi], dv[4 * j + 2 * hi + 1]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_backward_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
+                                    const __grid_constant__ CUtensorMap tdo,
+                                    const __grid_constant__ CUtensorMap tk,
+                                    const __grid_constant__ CUtensorMap tv, const Params p) {
+    const Block b = block_of(p);
+    if (b.steps == 0) return;  // past the list's end
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    if (threadIdx.x == 0) {
+        const Bars bar = bars_at(smem);
+        mbar_init(bar.kv_full, 1);
+        for (int i = 0; i < kBwdStages; ++i) {
+            mbar_init(&bar.full[i], 32);
+            mbar_init(&bar.empty[i], kConsumerWarps);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    // Registers: the producer warpgroup gives its back, the consumers take them (24 + 2 x 240
+    // per thread = the 168 x 3 that the launch bound gives: setmaxnreg.inc waits until the
+    // block's own pool can serve it, so the sum may not exceed it).
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dec<24>();
+        if (threadIdx.x < 32) produce(p, b, &tq, &tdo, &tk, &tv, smem);
+    } else {
+        regs_inc<240>();
+        consume(p, b, smem, wg - 1);
+    }
+}
+
+// dq = bf16(scale * dq_acc), 4 values per thread.
+__global__ void dq_finish_kernel(bf16* dq, const float* dq_acc, int64_t n4, float scale) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float4 v = reinterpret_cast<const float4*>(dq_acc)[i];
+        uint2 out;
+        out.x = pack_bf16(v.x * scale, v.y * scale);
+        out.y = pack_bf16(v.z * scale, v.w * scale);
+        reinterpret_cast<uint2*>(dq)[i] = out;
+    }
+}
+
+int64_t max_key_tiles(const GatedAttentionArgs& a) {
+    return (a.tokens + kTile - 1) / kTile + a.num_docs;
+}
+int64_t key_levels(const GatedAttentionArgs& a) {
+    return (a.tokens + kTile - 1) / kTile;
+}
+struct MapOf {
+    CUtensorMap* map;
+    const bf16* base;
+    int64_t cols;
+};
+size_t align256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
+}  // namespace
+
+size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a) {
+    const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
+    return align256(sizeof(bf16) * rows * kD) + align256(sizeof(float) * rows) +
+           align256(sizeof(float) * rows * kD) + 16 + 8 * static_cast<size_t>(max_key_tiles(a)) +
+           8 * static_cast<size_t>(key_levels(a));
+}
+
+cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
+                                           const bf16* dy, const bf16* o, const float* lse,
+                                           const GatedAttentionArgs& a, void* workspace,
+                                           size_t workspace_bytes, cudaStream_t stream) {
+    if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
+    if (a.tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_attention_backward_wgmma_workspace_bytes(a) ||
+        !cuda::aligned16(workspace) || !cuda::aligned16(dy) || !cuda::aligned16(o) ||
+        !cuda::aligned16(dq) || max_key_tiles(a) * a.kv_heads > INT32_MAX ||
+        a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
+        return cudaErrorInvalidValue;
+    }
+    const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
+    auto* ws = static_cast<unsigned char*>(workspace);
+    auto* d_o = reinterpret_cast<bf16*>(ws);
+    ws += align256(sizeof(bf16) * rows * kD);
+    auto* delta = reinterpret_cast<float*>(ws);
+    ws += align256(sizeof(float) * rows);
+    auto* dq_acc = reinterpret_cast<float*>(ws);
+    ws += align256(sizeof(float) * rows * kD);
+    int* count = reinterpret_cast<int*>(ws);
+    auto* tiles = reinterpret_cast<int2*>(ws + 16);
+    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_key_tiles(a));
+    int* offsets = per_level + key_levels(a);
+
+    if (cudaError_t e = attention_gate_backward(d_o, delta, dgate, dy, o,
+                                                {a.gate, a.gate_token_stride, a.gate_head_stride},
+                                                a.tokens, a.q_heads, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    if (cudaError_t e = cudaMemsetAsync(dq_acc, 0, sizeof(float) * rows * kD, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    list_tiles_kernel<kTile, true>
+        <<<1, 1024, 0, stream>>>(tiles, count, count + 1, per_level, offsets, a.cu_seqlens,
+                                 static_cast<int>(a.num_docs), static_cast<int>(key_levels(a)));
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+
+    CUtensorMap tq, tdo, tk, tv;
+    const int64_t q_cols = a.q_heads * kD, kv_cols = a.kv_heads * kD;
+    for (const auto& [map, base, cols] : {MapOf{&tq, a.q, q_cols}, MapOf{&tdo, d_o, q_cols},
+                                          MapOf{&tk, a.k, kv_cols}, MapOf{&tv, a.v, kv_cols}}) {
+        if (cudaError_t e = tensor_map_sw128(map, base, a.tokens, cols, kTile); e != cudaSuccess) {
+            return e;
+        }
+    }
+    Params p{tiles,
+             count,
+             a.cu_seqlens,
+             lse,
+             delta,
+             dq_acc,
+             dk,
+             dv,
+             static_cast<int>(a.q_heads),
+             static_cast<int>(a.kv_heads),
+             static_cast<int>(a.q_heads / a.kv_heads),
+             a.scale,
+             a.scale * kLog2e};
+    if (cudaError_t e =
+            cudaFuncSetAttribute(attention_backward_wgmma_kernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+        e != cudaSuccess) {
+        return e;
+    }
+    const auto blocks = static_cast<unsigned>(max_key_tiles(a) * a.kv_heads);
+    attention_backward_wgmma_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tq, tdo, tk, tv, p);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const int64_t n4 = static_cast<int64_t>(rows) * kD / 4;
+    const auto fblocks = static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096));
+    dq_finish_kernel<<<fblocks, 256, 0, stream>>>(dq, dq_acc, n4, a.scale);
+    return cudaGetLastError();
+}
+
+}  // namespace deltatune

@@ -93,7 +93,7 @@ std::string attention_core_choice() {
 
 absl::StatusOr<CudnnAttention*> DeviceContext::cudnn_attention() const {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-    if (device_.is_cpu() || attention_core_choice() == "flash") return nullptr;
+    if (device_.is_cpu() || attention_core_choice() != "cudnn") return nullptr;
     if (!cudnn_attention_) {
         DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.index));
         DT_ASSIGN_OR_RETURN(cudnn_attention_, CudnnAttention::create());

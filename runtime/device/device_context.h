@@ -22,10 +22,9 @@ namespace deltatune {
 class CudnnAttention;  // kernels/cudnn_attention.h
 
 // The attention core that serves head_dim 256 on sm_90 in this build and environment:
-//   "wgmma" (the default): forward kernels/flash_attention_wgmma.cu (wgmma + TMA, the gate
-//     fused; faster than cuDNN's SDPA plus the gate's pass on packed batches), backward cuDNN's
-//     fused flash attention where the build has it (kernels/cudnn_attention.h, its dq accumulated
-//     with atomics), else the handwritten kernels/flash_attention_backward.cu;
+//   "wgmma" (the default): kernels/flash_attention_wgmma.cu forward (wgmma + TMA, the gate
+//     fused) and kernels/flash_attention_wgmma_backward.cu backward (its dq summed with
+//     atomics); on packed batches each is faster than cuDNN's SDPA with the gate's pass;
 //   "cudnn" (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
 //   "flash" (DELTATUNE_ATTENTION=flash): kernels/flash_attention.cu both ways, handwritten on
 //     mma.sync and bitwise deterministic.
@@ -65,9 +64,8 @@ class DeviceContext {
     // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
     absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
 
-    // cuDNN's attention where built and attention_core_choice() is "wgmma" (its backward) or
-    // "cudnn" (both ways); the handle is created on the first call. Null when the handwritten
-    // kernels serve.
+    // cuDNN's attention where built and attention_core_choice() is "cudnn"; the handle is
+    // created on the first call. Null when the handwritten kernels serve.
     absl::StatusOr<CudnnAttention*> cudnn_attention() const;
 
     // Waits for all work on both streams (host sync: for tests and step boundaries only).

@@ -1,8 +1,8 @@
 // Gated full-attention block on the GPU: q/k/v GEMMs (q_proj's output holds per head
 // [query | gate] and is read in place), fused q/k RMSNorm + partial RoPE, varlen causal GQA
-// attention with the sigmoid gate (for head_dim 256 the wgmma kernel forward and cuDNN's fused
-// attention backward by default, see attention_core_choice(); the generic kernel for other head
-// dims), o_proj. Backward mirrors forward.
+// attention with the sigmoid gate (for head_dim 256 the wgmma kernels both ways by default, see
+// attention_core_choice(); the generic kernel for other head dims), o_proj. Backward mirrors
+// forward.
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
@@ -121,7 +121,13 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     const GatedAttentionArgs args = attention_args(x, acts);
     bf16* dgate = dqg.as<bf16>() + D;
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
-    if (use_fused(x, args) && cudnn) {
+    if (use_fused(x, args) && attention_core_choice() == "wgmma") {
+        const size_t ws = gated_attention_backward_wgmma_workspace_bytes(args);
+        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_backward_wgmma(
+            dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate, dy.as<bf16>(), acts.o.as<bf16>(),
+            acts.lse.as<float>(), args, work.get(), ws, s));
+    } else if (use_fused(x, args) && cudnn) {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
         DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->backward_workspace_bytes(args));
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));

@@ -50,12 +50,6 @@ const std::vector<std::string>& gdn_core_ops() {
     return ops;
 }
 
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-constexpr bool kCudnnAttentionBuilt = true;
-#else
-constexpr bool kCudnnAttentionBuilt = false;
-#endif
-
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config) {
     KernelRegistry r;
     // (op, fused file) for the ops whose fused kernel exists.
@@ -123,19 +117,11 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
             continue;
         }
         if (op == "gated_attention") {  // "wgmma", the default
-            r.ops.push_back(
-                kCudnnAttentionBuilt
-                    ? KernelChoice{op, KernelKind::kLibrary,
-                                   "kernels/flash_attention_wgmma.cu forward (sm_90a) + cuDNN "
-                                   "fused flash attention backward (kernels/cudnn_attention.cc)",
-                                   "forward: wgmma + TMA with the gate fused, faster than cuDNN's "
-                                   "SDPA and gate pass on packed batches; backward: cuDNN's, 2-4x "
-                                   "the handwritten kernel's"}
-                    : KernelChoice{op, KernelKind::kFused,
-                                   "kernels/flash_attention_wgmma.cu forward + "
-                                   "kernels/flash_attention_backward.cu (sm_90a)",
-                                   "fused kernels for this GPU (this build has no cuDNN "
-                                   "attention)"});
+            r.ops.push_back({op, KernelKind::kFused,
+                             "kernels/flash_attention_wgmma.cu forward + "
+                             "kernels/flash_attention_wgmma_backward.cu (sm_90a)",
+                             "wgmma + TMA both ways, the gate fused: faster than cuDNN's SDPA with "
+                             "the gate's passes on packed batches (dq summed with atomics)"});
             continue;
         }
         r.ops.push_back(

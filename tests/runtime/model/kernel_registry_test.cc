@@ -43,13 +43,9 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     Qwen35Config c;
     c.head_dim = 256;
     KernelRegistry r = kernel_registry_for(m, &c);
-    // cuDNN's backward (a library call) where built, unless DELTATUNE_ATTENTION=flash.
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
+    // A library call only where DELTATUNE_ATTENTION=cudnn asks for cuDNN's.
     CHECK(op(r, "gated_attention").kind ==
-          (attention_core_choice() == "flash" ? KernelKind::kFused : KernelKind::kLibrary));
-#else
-    CHECK(op(r, "gated_attention").kind == KernelKind::kFused);
-#endif
+          (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
     CHECK(op(r, "linear").kind == KernelKind::kLibrary);
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
     CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
@@ -68,7 +64,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     CHECK(format_registry(r).find("linear head dims 0/0") != std::string::npos);
 }
 
-TEST_CASE("registry: the wgmma forward by default, cuDNN's or the handwritten kernels if asked",
+TEST_CASE("registry: the wgmma kernels by default, cuDNN's or the handwritten kernels if asked",
           "[registry]") {
     const MachineInfo m = h200();
     Qwen35Config c;
@@ -78,12 +74,9 @@ TEST_CASE("registry: the wgmma forward by default, cuDNN's or the handwritten ke
         const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
         CHECK(attention_core_choice() == "wgmma");
         CHECK(k.implementation.find("kernels/flash_attention_wgmma.cu forward") == 0);
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-        CHECK(k.kind == KernelKind::kLibrary);
-        CHECK(k.implementation.find("kernels/cudnn_attention.cc") != std::string::npos);
-#else
+        CHECK(k.implementation.find("kernels/flash_attention_wgmma_backward.cu") !=
+              std::string::npos);
         CHECK(k.kind == KernelKind::kFused);
-#endif
     }
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
     {

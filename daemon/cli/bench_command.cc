@@ -2,6 +2,8 @@
 //                 [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]
 //                 [--fsdp] [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
 //                 [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
+// (--max-grad-norm and --sample-out with --fsdp: the single-device step neither clips nor
+// measures the gradient norm; its JSON has "grad_norms": null)
 // The headline training-step benchmark (shared/docs/benchmark.md, "27B-slice"): the model is
 // random-initialised on the GPU (Qwen35GpuModel::create_random, nothing staged on the host), the
 // batches are 1D packed from documents of lognormal(7.0, 0.5) lengths clipped to [16, tokens]
@@ -324,7 +326,8 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
         {"lr", o.adamw.lr},
         {"losses", losses},
-        {"grad_norms", norms},
+        // Measured by the sharded step only (null on the single-device path).
+        {"grad_norms", eng.fsdp ? nlohmann::json(norms) : nlohmann::json(nullptr)},
         {"loss_last", losses.back()},
         {"peak_memory_gib", static_cast<double>(eng.net->peak_device_bytes()) / kGiB},
         {"device_used_gib_cudaMemGetInfo", static_cast<double>(total_b - free_b) / kGiB},
@@ -403,6 +406,16 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     }
     if (!o.sample_out.empty() && !o.fsdp) {
         return absl::InvalidArgumentError("--sample-out needs --fsdp");
+    }
+    // The single-device step (Qwen35GpuModel::adamw_step) neither measures nor clips the
+    // gradient norm: asking for clipping there would be silently ignored.
+    if (o.max_grad_norm != 0 && !o.fsdp) {
+        return absl::InvalidArgumentError(
+            "--max-grad-norm needs --fsdp (the single-device step does not clip)");
+    }
+    if (o.max_grad_norm < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max-grad-norm must be >= 0 (0: no clipping), got ", o.max_grad_norm));
     }
     o.world = static_cast<int64_t>(world), o.rank = static_cast<int64_t>(rank);
     o.micro = static_cast<int64_t>(micro), o.timeout_ms = static_cast<int64_t>(timeout);

@@ -40,7 +40,7 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
 // The backward on wgmma + TMA (flash_attention_wgmma_backward.cu): same contract as
 // gated_attention_backward (attention.h) except determinism: dQ is summed over key tiles in fp32
 // by atomic additions, so its bits may differ from run to run (within fp32 rounding of the sum);
-// dK, dV and dgate are deterministic. dq, dy and o 16-byte aligned.
+// dK, dV and dgate are deterministic. dq, dk, dv, dy and o 16-byte aligned.
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                                            __nv_bfloat16* dgate, const __nv_bfloat16* dy,

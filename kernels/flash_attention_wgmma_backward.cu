@@ -373,8 +373,9 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     if (a.tokens == 0) return cudaSuccess;
     if (workspace_bytes < gated_attention_backward_wgmma_workspace_bytes(a) ||
         !cuda::aligned16(workspace) || !cuda::aligned16(dy) || !cuda::aligned16(o) ||
-        !cuda::aligned16(dq) || max_key_tiles(a) * a.kv_heads > INT32_MAX ||
-        a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
+        !cuda::aligned16(dq) || !cuda::aligned16(dk) || !cuda::aligned16(dv) ||
+        max_key_tiles(a) * a.kv_heads > INT32_MAX || a.tokens > INT32_MAX / 2 ||
+        a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
     const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);

@@ -185,6 +185,12 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                               bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d,
                               bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb - 1,
                               nullptr) == cudaErrorInvalidValue);
+                    // dk / dv are stored in 4-byte pairs and dq converted 4 at a time: a
+                    // misaligned output is refused before any launch.
+                    CHECK(gated_attention_backward_wgmma(
+                              bf16_ptr(d_dq), bf16_ptr(d_dk) + 1, bf16_ptr(d_dv),
+                              bf16_ptr(d_dqg) + d, bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a,
+                              bws.get(), bwsb, nullptr) == cudaErrorInvalidValue);
                 } else {
                     const size_t bwsb = gated_attention_backward_workspace_bytes(a);
                     DeviceBuffer<char> bws(bwsb);

@@ -346,8 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    const __grid_constant__ CUtensorMap tv, const Params p) {
     const int items = *p.tile_count * p.q_heads;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
         const Bars b = bars_at(smem);
         mbar_init(b.q_full, 1);

@@ -304,8 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Block b = block_of(p);
     if (b.steps == 0) return;  // past the list's end
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
         const Bars bar = bars_at(smem);
         mbar_init(bar.kv_full, 1);

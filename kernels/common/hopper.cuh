@@ -15,6 +15,13 @@
 
 namespace deltatune::hopper {
 
+// The first 1024-byte boundary at or after `p`: where 128-byte-swizzled tiles must start (the
+// dynamic shared memory is allocated 1024 bytes larger for it).
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) &
+                                            ~uintptr_t{1023});
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

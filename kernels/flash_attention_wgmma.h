@@ -38,15 +38,21 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
                                           int max_blocks = 0);
 
 // The backward on wgmma + TMA (flash_attention_wgmma_backward.cu): same contract as
-// gated_attention_backward (attention.h) except determinism: dQ is summed over key tiles in fp32
-// by atomic additions, so its bits may differ from run to run (within fp32 rounding of the sum);
-// dK, dV and dgate are deterministic. dq, dk, dv, dy and o 16-byte aligned.
-size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a);
+// gated_attention_backward (attention.h). Where the batch's dS tiles (8 KiB per 64 x 64 tile of
+// (query, key) pairs and query head; attention_ds_tile_bytes, bounded by a.max_doc_tokens) fit in
+// `ds_budget` bytes of workspace, they go through memory and dQ is summed by a pass of its own:
+// every output deterministic. Otherwise dQ is summed over key tiles in fp32 by atomic additions
+// and its bits may differ from run to run (within fp32 rounding of the sums). a.max_doc_tokens,
+// when given, must bound every document. dq, dk, dv, dy and o 16-byte aligned.
+constexpr size_t kAttentionDsBudget = size_t{4} << 30;
+size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
+                                                      size_t ds_budget = kAttentionDsBudget);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                                            __nv_bfloat16* dgate, const __nv_bfloat16* dy,
                                            const __nv_bfloat16* o, const float* lse,
                                            const GatedAttentionArgs& a, void* workspace,
-                                           size_t workspace_bytes, cudaStream_t stream);
+                                           size_t workspace_bytes, cudaStream_t stream,
+                                           size_t ds_budget = kAttentionDsBudget);
 
 }  // namespace deltatune
 #endif

@@ -29,6 +29,7 @@
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 #include "kernels/flash_attention_wgmma.h"
+#include "kernels/flash_attention_wgmma_dq.h"
 #include "kernels/flash_attention_wgmma_tile.cuh"
 
 namespace deltatune {
@@ -61,7 +62,9 @@ struct Params {
     const int32_t* cu;
     const float* lse;
     const float* delta;
-    float* dq_acc;  // (tokens, q_heads, 256) fp32, zeroed
+    float* dq_acc;  // (tokens, q_heads, 256) fp32, zeroed (dQ by atomics)
+    bf16* ds;       // the dS^T tiles (dQ from memory; flash_attention_wgmma_dq.h has the layout)
+    const int64_t* pair_base;
     bf16* dk;
     bf16* dv;
     int q_heads, kv_heads, group;
@@ -71,7 +74,7 @@ struct Params {
 // The block's key tile: keys k0 .. k0 + 63 of the document [doc_begin, doc_end), tile m of its
 // n; `steps` = query heads of the group x query tiles m .. n - 1 (0: nothing to do).
 struct Block {
-    int kvh = 0, doc_begin = 0, doc_end = 0, k0 = 0, m = 0, nq = 0, steps = 0;
+    int kvh = 0, doc = 0, doc_begin = 0, doc_end = 0, k0 = 0, m = 0, nq = 0, steps = 0;
     // Step s: query head and first query row.
     __device__ int head(int s, int group) const { return kvh * group + s / nq; }
     __device__ int q0(int s) const { return doc_begin + (m + s % nq) * kTile; }
@@ -83,6 +86,7 @@ __device__ __forceinline__ Block block_of(const Params& p) {
     b.kvh = static_cast<int>(blockIdx.x) % p.kv_heads;
     if (idx >= *p.tile_count) return b;
     const int2 t = p.tiles[idx];
+    b.doc = t.x;
     b.doc_begin = p.cu[t.x];
     b.doc_end = p.cu[t.x + 1];
     b.m = t.y;
@@ -152,6 +156,44 @@ __device__ __forceinline__ int swizzled(int row, int col) {
     return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
 }
 
+// Adds this warp's 16 rows of a 64 x 128 fp32 accumulator (the wgmma m64n128 layout) into
+// global fp32 rows: `rows` is the warp's first row, `row_step` floats apart; rows from `valid`
+// on are skipped. 32 columns at a time go through the warp's 2 KiB of shared memory `buf` (16
+// rows x 32 fp32, 16-byte units swizzled by row) so that each reduction instruction adds 4
+// whole 128-byte rows: 8-byte reductions straight from the accumulator layout ran the backward
+// at half the speed.
+__device__ __forceinline__ void add_rows(float* rows, int64_t row_step, int valid,
+                                         const float (&acc)[64], unsigned char* buf) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int ch = 0; ch < 4; ++ch) {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            const int j = 4 * ch + jj;
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+                const int r = g + 8 * hi;
+                const int unit = (2 * jj + (c >> 1)) ^ (r & 7);
+                *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (c & 1) * 8) =
+                    make_float2(acc[4 * j + 2 * hi], acc[4 * j + 2 * hi + 1]);
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int rr = lane / 8 + 4 * i, u = lane % 8;
+            const float4 v =
+                *reinterpret_cast<const float4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
+            if (rr < valid) red_add_v4(rows + rr * row_step + 32 * ch + 4 * u, v);
+        }
+        __syncwarp();  // the buffer is rewritten by the next chunk
+    }
+}
+
+// kStoreDs: each step's dS^T tile goes to memory for flash_attention_wgmma_dq.cu (one bulk
+// copy from shared memory, issued by the first consumer thread); otherwise dQ's partial is
+// computed here and added to the fp32 sums.
+template <bool kStoreDs>
 __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigned char* smem,
                                         int w) {
     const int tid = threadIdx.x & 127;
@@ -206,7 +248,9 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
             pp[i / 2] = pack_bf16(pv[0], pv[1]);
             dsp[i / 2] = pack_bf16(dsv[0], dsv[1]);
         }
-        named_barrier(1, 256);  // both warpgroups' products of the previous step are done
+        const bool storer = kStoreDs && w == 0 && tid == 0;
+        if (storer) bulk_wait_read();  // the previous step's dS^T has left shared memory
+        named_barrier(1, 256);         // both warpgroups' products of the previous step are done
 #pragma unroll
         for (int i = 0; i < 16; i += 2) {
             const int off = swizzled(row_lo + 8 * ((i >> 1) & 1), 32 * w + 8 * (i / 4) + 2 * c);
@@ -216,62 +260,53 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         fence_proxy_async_smem();
         named_barrier(1, 256);  // both halves of P^T and dS^T written
         // dQ = dS K (A: dS^T stored key-major, read transposed), then dV += P^T dO, dK += dS^T Q.
-        float dq[64];
-        fence_regs(dk);
-        fence_regs(dv);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kTile / 16; ++kk) {
-            wgmma_m64n128k16_ss_tb<1>(
-                dq, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
-                sw128_desc(k_base + 2 * w * kChunkBytes + kk * 2048, kChunkBytes, 1024), kk > 0);
-        }
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < kTile / 16; ++kk) {
-            const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
-            wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
-                                      sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
-            wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
-                                      sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<1>();
-        fence_regs(dq);
-        // dQ's partial into the fp32 sums, 32 columns at a time through the warp's 2 KiB of
-        // shared memory (16 rows x 32 fp32, 16-byte units swizzled by row), so that each
-        // reduction instruction covers 4 whole 128-byte rows instead of 8 scattered 32-byte
-        // pieces.
-        {
-            unsigned char* buf = smem + kOffStaging + (4 * w + warp) * 2048;
-            float* dq_rows =
-                p.dq_acc + (static_cast<int64_t>(q0 + 16 * warp) * p.q_heads + h) * kD + 128 * w;
-            const int64_t row_step = static_cast<int64_t>(p.q_heads) * kD;
-#pragma unroll
-            for (int ch = 0; ch < 4; ++ch) {
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-                    const int j = 4 * ch + jj;
-#pragma unroll
-                    for (int hi = 0; hi < 2; ++hi) {
-                        const int r = g + 8 * hi;
-                        const int unit = (2 * jj + (c >> 1)) ^ (r & 7);
-                        *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (c & 1) * 8) =
-                            make_float2(dq[4 * j + 2 * hi], dq[4 * j + 2 * hi + 1]);
-                    }
-                }
-                __syncwarp();
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int rr = lane / 8 + 4 * i, u = lane % 8;
-                    const float4 v =
-                        *reinterpret_cast<const float4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
-                    if (q0 + 16 * warp + rr < b.doc_end) {
-                        red_add_v4(dq_rows + rr * row_step + 32 * ch + 4 * u, v);
-                    }
-                }
-                __syncwarp();  // the buffer is rewritten by the next chunk
+        if constexpr (kStoreDs) {
+            if (storer) {
+                const int t = (q0 - b.doc_begin) / kTile;
+                const int64_t pair =
+                    p.pair_base[b.doc] + static_cast<int64_t>(t) * (t + 1) / 2 + b.m;
+                bulk_store(p.ds + (pair * p.q_heads + h) * (kTile * kTile), smem + kOffDs, kPBytes);
             }
+            fence_regs(dk);
+            fence_regs(dv);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kTile / 16; ++kk) {
+                const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
+                wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
+                                          sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
+                wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
+                                          sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
+            }
+            wgmma_commit();
+        } else {
+            float dq[64];
+            fence_regs(dk);
+            fence_regs(dv);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kTile / 16; ++kk) {
+                wgmma_m64n128k16_ss_tb<1>(
+                    dq, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
+                    sw128_desc(k_base + 2 * w * kChunkBytes + kk * 2048, kChunkBytes, 1024),
+                    kk > 0);
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < kTile / 16; ++kk) {
+                const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
+                wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
+                                          sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
+                wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
+                                          sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs(dq);
+            add_rows(
+                p.dq_acc + (static_cast<int64_t>(q0 + 16 * warp) * p.q_heads + h) * kD + 128 * w,
+                static_cast<int64_t>(p.q_heads) * kD, b.doc_end - (q0 + 16 * warp), dq,
+                smem + kOffStaging + (4 * w + warp) * 2048);
         }
         wgmma_wait<0>();
         fence_regs(dk);
@@ -279,6 +314,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         __syncwarp();
         if (lane == 0) mbar_arrive(&bar.empty[st]);
     }
+    if (kStoreDs && w == 0 && tid == 0) bulk_wait();  // the dS^T tiles are in memory
     // dK = scale dS^T Q and dV, rows inside the document.
     const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * kD;
 #pragma unroll
@@ -296,6 +332,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     }
 }
 
+template <bool kStoreDs>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                                     const __grid_constant__ CUtensorMap tdo,
@@ -324,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x < 32) produce(p, b, &tq, &tdo, &tk, &tv, smem);
     } else {
         regs_inc<240>();
-        consume(p, b, smem, wg - 1);
+        consume<kStoreDs>(p, b, smem, wg - 1);
     }
 }
 
@@ -355,40 +392,69 @@ size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
+// The workspace, in order: d_o, delta, the key-tile list, then either (dS through memory) the
+// documents' pair bases, the query-tile list and the dS^T tiles, or (dQ by atomics) dQ's fp32
+// sums.
+struct Layout {
+    size_t d_o = 0, delta = 0, key_list = 0, pair_base = 0, dq_list = 0, ds = 0, dq_acc = 0;
+    size_t total = 0;
+};
+
+Layout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
+    const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
+    Layout l;
+    size_t at = 0;
+    auto take = [&](size_t& field, size_t bytes) {
+        field = at;
+        at += align256(bytes);
+    };
+    take(l.d_o, sizeof(bf16) * rows * kD);
+    take(l.delta, sizeof(float) * rows);
+    take(l.key_list, 16 + 8 * static_cast<size_t>(max_key_tiles(a) + key_levels(a)));
+    if (ds_mode) {
+        take(l.pair_base, sizeof(int64_t) * static_cast<size_t>(a.num_docs));
+        take(l.dq_list, attention_ds_dq_workspace_bytes(a));
+        take(l.ds, attention_ds_tile_bytes(a));
+    } else {
+        take(l.dq_acc, sizeof(float) * rows * kD);
+    }
+    l.total = at;
+    return l;
+}
+
 }  // namespace
 
-size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a) {
-    const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
-    return align256(sizeof(bf16) * rows * kD) + align256(sizeof(float) * rows) +
-           align256(sizeof(float) * rows * kD) + 16 + 8 * static_cast<size_t>(max_key_tiles(a)) +
-           8 * static_cast<size_t>(key_levels(a));
+size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
+                                                      size_t ds_budget) {
+    return layout_of(a, attention_ds_tile_bytes(a) <= ds_budget).total;
 }
 
 cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
                                            const bf16* dy, const bf16* o, const float* lse,
                                            const GatedAttentionArgs& a, void* workspace,
-                                           size_t workspace_bytes, cudaStream_t stream) {
+                                           size_t workspace_bytes, cudaStream_t stream,
+                                           size_t ds_budget) {
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
     if (a.tokens == 0) return cudaSuccess;
-    if (workspace_bytes < gated_attention_backward_wgmma_workspace_bytes(a) ||
-        !cuda::aligned16(workspace) || !cuda::aligned16(dy) || !cuda::aligned16(o) ||
-        !cuda::aligned16(dq) || !cuda::aligned16(dk) || !cuda::aligned16(dv) ||
-        max_key_tiles(a) * a.kv_heads > INT32_MAX || a.tokens > INT32_MAX / 2 ||
-        a.q_heads * kD > INT32_MAX) {
+    const bool ds_mode = attention_ds_tile_bytes(a) <= ds_budget;
+    const Layout l = layout_of(a, ds_mode);
+    if (workspace_bytes < l.total || !cuda::aligned16(workspace) || !cuda::aligned16(dy) ||
+        !cuda::aligned16(o) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
+        !cuda::aligned16(dv) || max_key_tiles(a) * a.kv_heads > INT32_MAX ||
+        a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
     const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
     auto* ws = static_cast<unsigned char*>(workspace);
-    auto* d_o = reinterpret_cast<bf16*>(ws);
-    ws += align256(sizeof(bf16) * rows * kD);
-    auto* delta = reinterpret_cast<float*>(ws);
-    ws += align256(sizeof(float) * rows);
-    auto* dq_acc = reinterpret_cast<float*>(ws);
-    ws += align256(sizeof(float) * rows * kD);
-    int* count = reinterpret_cast<int*>(ws);
-    auto* tiles = reinterpret_cast<int2*>(ws + 16);
-    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_key_tiles(a));
+    auto* d_o = reinterpret_cast<bf16*>(ws + l.d_o);
+    auto* delta = reinterpret_cast<float*>(ws + l.delta);
+    int* count = reinterpret_cast<int*>(ws + l.key_list);
+    auto* tiles = reinterpret_cast<int2*>(ws + l.key_list + 16);
+    int* per_level = reinterpret_cast<int*>(ws + l.key_list + 16 + 8 * max_key_tiles(a));
     int* offsets = per_level + key_levels(a);
+    auto* pair_base = reinterpret_cast<int64_t*>(ws + l.pair_base);
+    auto* ds = reinterpret_cast<bf16*>(ws + l.ds);
+    auto* dq_acc = reinterpret_cast<float*>(ws + l.dq_acc);
 
     if (cudaError_t e = attention_gate_backward(d_o, delta, dgate, dy, o,
                                                 {a.gate, a.gate_token_stride, a.gate_head_stride},
@@ -396,7 +462,8 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
         e != cudaSuccess) {
         return e;
     }
-    if (cudaError_t e = cudaMemsetAsync(dq_acc, 0, sizeof(float) * rows * kD, stream);
+    if (cudaError_t e = ds_mode ? attention_ds_pair_base(pair_base, a, stream)
+                                : cudaMemsetAsync(dq_acc, 0, sizeof(float) * rows * kD, stream);
         e != cudaSuccess) {
         return e;
     }
@@ -413,28 +480,32 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
             return e;
         }
     }
-    Params p{tiles,
-             count,
-             a.cu_seqlens,
-             lse,
-             delta,
-             dq_acc,
-             dk,
-             dv,
-             static_cast<int>(a.q_heads),
-             static_cast<int>(a.kv_heads),
-             static_cast<int>(a.q_heads / a.kv_heads),
-             a.scale,
-             a.scale * kLog2e};
+    const Params p{tiles,
+                   count,
+                   a.cu_seqlens,
+                   lse,
+                   delta,
+                   ds_mode ? nullptr : dq_acc,
+                   ds_mode ? ds : nullptr,
+                   pair_base,
+                   dk,
+                   dv,
+                   static_cast<int>(a.q_heads),
+                   static_cast<int>(a.kv_heads),
+                   static_cast<int>(a.q_heads / a.kv_heads),
+                   a.scale,
+                   a.scale * kLog2e};
+    auto* kernel =
+        ds_mode ? attention_backward_wgmma_kernel<true> : attention_backward_wgmma_kernel<false>;
     if (cudaError_t e =
-            cudaFuncSetAttribute(attention_backward_wgmma_kernel,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
         e != cudaSuccess) {
         return e;
     }
     const auto blocks = static_cast<unsigned>(max_key_tiles(a) * a.kv_heads);
-    attention_backward_wgmma_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tq, tdo, tk, tv, p);
+    kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tq, tdo, tk, tv, p);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (ds_mode) return attention_ds_dq(dq, ds, pair_base, a, ws + l.dq_list, stream);
     const int64_t n4 = static_cast<int64_t>(rows) * kD / 4;
     const auto fblocks = static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096));
     dq_finish_kernel<<<fblocks, 256, 0, stream>>>(dq, dq_acc, n4, a.scale);

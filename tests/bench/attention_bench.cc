@@ -77,17 +77,23 @@ TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]
                     },
                     10),
                 0, fwd_flops, ceil);
-            const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a);
-            DeviceBuffer<char> bws(bwsb);
-            row(("wgmma attention backward" + shape).c_str(),
-                median_ms(
-                    [&] {
-                        return gated_attention_backward_wgmma(
-                            bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
-                            bf16_ptr(dy), bf16_ptr(o), lse.get(), a, bws.get(), bwsb, nullptr);
-                    },
-                    10),
-                0, 2.5 * fwd_flops, ceil);
+            // The default (dS tiles through memory, deterministic) and, with no budget for
+            // them, dQ summed by atomics.
+            for (const size_t budget : {kAttentionDsBudget, size_t{0}}) {
+                const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a, budget);
+                DeviceBuffer<char> bws(bwsb);
+                row(((budget > 0 ? "wgmma attention backward" : "  its dQ by atomics") + shape)
+                        .c_str(),
+                    median_ms(
+                        [&] {
+                            return gated_attention_backward_wgmma(
+                                bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(dqg) + kHeadDim,
+                                bf16_ptr(dy), bf16_ptr(o), lse.get(), a, bws.get(), bwsb, nullptr,
+                                budget);
+                        },
+                        10),
+                    0, 2.5 * fwd_flops, ceil);
+            }
         }
         row(("flash attention backward" + shape).c_str(),
             median_ms(

@@ -137,14 +137,17 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             // This forward's o and lse into the backwards, against the fp32 chain.
             const AttentionGrads gr = attention_grads(rng, p, cu);
             DeviceBuffer<uint16_t> d_dy(gr.dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
-            // Every backward this build has: the wgmma one, cuDNN's (the default where built)
-            // and the handwritten mma.sync kernel (the default elsewhere).
-            enum class Bwd { kWgmma, kCudnn, kHandwritten };
-            for (const Bwd bwd : {Bwd::kWgmma, Bwd::kCudnn, Bwd::kHandwritten}) {
+            // Every backward this build has: the wgmma one (the default; dS tiles through
+            // memory, and with no budget for them dQ by atomics), cuDNN's and the handwritten
+            // mma.sync kernel.
+            enum class Bwd { kWgmma, kWgmmaAtomics, kCudnn, kHandwritten };
+            for (const Bwd bwd :
+                 {Bwd::kWgmma, Bwd::kWgmmaAtomics, Bwd::kCudnn, Bwd::kHandwritten}) {
                 if (bwd == Bwd::kCudnn && !kHaveCudnn) continue;
-                const std::string name = bwd == Bwd::kWgmma   ? "wgmma"
-                                         : bwd == Bwd::kCudnn ? "cuDNN"
-                                                              : "handwritten";
+                const std::string name = bwd == Bwd::kWgmma          ? "wgmma"
+                                         : bwd == Bwd::kWgmmaAtomics ? "wgmma atomics"
+                                         : bwd == Bwd::kCudnn        ? "cuDNN"
+                                                                     : "handwritten";
                 INFO(name << " backward");
                 d_dq.poison();
                 d_dk.poison();
@@ -161,36 +164,33 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                     INFO(st.ToString());
                     REQUIRE(st.ok());
 #endif
-                } else if (bwd == Bwd::kWgmma) {
-                    const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a);
+                } else if (bwd == Bwd::kWgmma || bwd == Bwd::kWgmmaAtomics) {
+                    const size_t budget = bwd == Bwd::kWgmma ? kAttentionDsBudget : 0;
+                    const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a, budget);
                     DeviceBuffer<char> bws(bwsb);
                     bws.poison();
-                    REQUIRE(gated_attention_backward_wgmma(
-                                bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d,
-                                bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb,
-                                nullptr) == cudaSuccess);
+                    auto run = [&](__nv_bfloat16* dk, size_t bytes) {
+                        return gated_attention_backward_wgmma(
+                            bf16_ptr(d_dq), dk, bf16_ptr(d_dv), bf16_ptr(d_dqg) + d, bf16_ptr(d_dy),
+                            bf16_ptr(d_o), d_lse.get(), a, bws.get(), bytes, nullptr, budget);
+                    };
+                    REQUIRE(run(bf16_ptr(d_dk), bwsb) == cudaSuccess);
                     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                    // Run again: dK and dV (no atomics) the same bits, dQ (summed by atomics)
-                    // the same within fp32 rounding of the sums.
-                    const auto dk1 = d_dk.download(), dv1 = d_dv.download();
-                    const auto dq1 = to_float(d_dq.download());
-                    REQUIRE(gated_attention_backward_wgmma(
-                                bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d,
-                                bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb,
-                                nullptr) == cudaSuccess);
+                    // Run again: dK and dV the same bits; dQ too with its dS tiles through
+                    // memory, within fp32 rounding of the sums where atomics add it.
+                    const auto dk1 = d_dk.download(), dv1 = d_dv.download(), dq1 = d_dq.download();
+                    REQUIRE(run(bf16_ptr(d_dk), bwsb) == cudaSuccess);
                     CHECK(d_dk.download() == dk1);
                     CHECK(d_dv.download() == dv1);
-                    CHECK(rel_err(to_float(d_dq.download()), dq1) < 1e-3);
-                    CHECK(gated_attention_backward_wgmma(
-                              bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_dqg) + d,
-                              bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a, bws.get(), bwsb - 1,
-                              nullptr) == cudaErrorInvalidValue);
+                    if (bwd == Bwd::kWgmma) {
+                        CHECK(d_dq.download() == dq1);
+                    } else {
+                        CHECK(rel_err(to_float(d_dq.download()), to_float(dq1)) < 1e-3);
+                    }
+                    CHECK(run(bf16_ptr(d_dk), bwsb - 1) == cudaErrorInvalidValue);
                     // dk / dv are stored in 4-byte pairs and dq converted 4 at a time: a
                     // misaligned output is refused before any launch.
-                    CHECK(gated_attention_backward_wgmma(
-                              bf16_ptr(d_dq), bf16_ptr(d_dk) + 1, bf16_ptr(d_dv),
-                              bf16_ptr(d_dqg) + d, bf16_ptr(d_dy), bf16_ptr(d_o), d_lse.get(), a,
-                              bws.get(), bwsb, nullptr) == cudaErrorInvalidValue);
+                    CHECK(run(bf16_ptr(d_dk) + 1, bwsb) == cudaErrorInvalidValue);
                 } else {
                     const size_t bwsb = gated_attention_backward_workspace_bytes(a);
                     DeviceBuffer<char> bws(bwsb);

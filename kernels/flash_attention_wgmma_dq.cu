@@ -1,0 +1,258 @@
+// dQ = scale * dS K from the dS^T tiles the wgmma backward left in memory (see
+// flash_attention_wgmma_dq.h).
+//
+// One block of 3 warpgroups per (64-row query tile t of a document, two query heads of one kv
+// group), listed with the most key tiles first. Warpgroup 0, thread 0 is the producer: per key
+// tile k = 0 .. t, the K tile (TMA, 4 chunks of 64 columns) and the two heads' dS^T tiles (1-D
+// bulk copies of 8 KiB, already swizzled) into a three-stage ring. Warpgroups 1 and 2 each own
+// one head: dQ (64 x 256 fp32, 128 registers per thread) += dS K as 4 wgmma m64n256k16 with A =
+// dS^T read transposed and B = K read N-major, the next tile's loads in flight meanwhile. The
+// two heads share each K tile (a block per head read K twice as often). Each query row's dQ is
+// one block's sum over the key tiles in order: no atomics, the same bits every run.
+#include "kernels/flash_attention_wgmma_dq.h"
+
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/hopper.cuh"
+#include "kernels/flash_attention_wgmma_tile.cuh"
+
+namespace deltatune {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace hopper;
+using namespace wgmma_attention;
+
+constexpr int kThreads = 384;
+constexpr int kTile = 64;
+constexpr int kKBytes = kTile * kD * 2;      // 32 KiB: a K tile
+constexpr int kChunkBytes = kTile * 128;     // 8 KiB: one 64-column chunk of it
+constexpr int kDsBytes = kTile * kTile * 2;  // 8 KiB: a dS^T tile
+constexpr int kRing = 3;
+constexpr int kStageBytes = kKBytes + 2 * kDsBytes;
+constexpr int kOffBars = kRing * kStageBytes;
+constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
+
+struct Params {
+    const int2* tiles;  // (document, query tile), most key tiles first
+    const int* tile_count;
+    const int32_t* cu;
+    const int64_t* pair_base;
+    const bf16* ds;
+    bf16* dq;
+    int q_heads, kv_heads, group, pairs;  // pairs: blocks per kv group (two heads each)
+    float scale;
+};
+
+struct Block {
+    int doc = 0, t = 0, doc_begin = 0, doc_end = 0, kvh = 0, h0 = 0, heads = 0;  // 0: no work
+    __device__ int64_t ds_at(const Params& p, int k, int w) const {
+        const int64_t pair = p.pair_base[doc] + static_cast<int64_t>(t) * (t + 1) / 2 + k;
+        return (pair * p.q_heads + h0 + w) * (kTile * kTile);
+    }
+};
+
+__device__ __forceinline__ Block block_of(const Params& p) {
+    Block b;
+    const int per_tile = p.kv_heads * p.pairs;
+    const int idx = static_cast<int>(blockIdx.x) / per_tile;
+    const int rem = static_cast<int>(blockIdx.x) % per_tile;
+    if (idx >= *p.tile_count) return b;
+    const int2 tile = p.tiles[idx];
+    b.doc = tile.x;
+    b.t = tile.y;
+    b.doc_begin = p.cu[tile.x];
+    b.doc_end = p.cu[tile.x + 1];
+    b.kvh = rem / p.pairs;
+    b.h0 = b.kvh * p.group + 2 * (rem % p.pairs);
+    b.heads = min(2, p.group - 2 * (rem % p.pairs));
+    return b;
+}
+
+__device__ __forceinline__ uint64_t* bars_at(unsigned char* smem) {
+    return reinterpret_cast<uint64_t*>(smem + kOffBars);  // full[kRing], then empty[kRing]
+}
+
+__device__ __forceinline__ void produce(const Params& p, const Block& b, const CUtensorMap* tk,
+                                        unsigned char* smem) {
+    uint64_t* full = bars_at(smem);
+    uint64_t* empty = full + kRing;
+    for (int k = 0; k <= b.t; ++k) {
+        const int s = k % kRing;
+        if (k >= kRing) mbar_wait(&empty[s], ((k / kRing) - 1) & 1);
+        unsigned char* stage = smem + s * kStageBytes;
+        mbar_arrive_expect_tx(&full[s], kKBytes + b.heads * kDsBytes);
+        for (int c = 0; c < kChunks; ++c) {
+            tma_load_2d(stage + c * kChunkBytes, tk, b.kvh * kD + c * kChunkCols,
+                        b.doc_begin + k * kTile, &full[s]);
+        }
+        for (int w = 0; w < b.heads; ++w) {
+            bulk_load(stage + kKBytes + w * kDsBytes, p.ds + b.ds_at(p, k, w), kDsBytes, &full[s]);
+        }
+    }
+}
+
+__device__ __forceinline__ void consume(const Params& p, const Block& b, unsigned char* smem,
+                                        int w) {
+    const int tid = threadIdx.x & 127;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    uint64_t* full = bars_at(smem);
+    uint64_t* empty = full + kRing;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int k = 0; k <= b.t; ++k) {
+        const int s = k % kRing;
+        mbar_wait(&full[s], (k / kRing) & 1);
+        const uint32_t k_base = smem_addr(smem + s * kStageBytes);
+        const uint32_t ds_base = k_base + kKBytes + w * kDsBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+            wgmma_m64n256k16_ss_ta_tb(acc, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
+                                      sw128_desc(k_base + kk * 2048, kChunkBytes, 1024), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous key tile's products are done: its stage is free
+        if (k > 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[(k - 1) % kRing]);
+        }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    const int h = b.h0 + w;
+    const int q0 = b.doc_begin + b.t * kTile;
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+        const int row = q0 + 16 * warp + g + 8 * hi;
+        if (row >= b.doc_end) continue;
+        bf16* out = p.dq + (static_cast<int64_t>(row) * p.q_heads + h) * kD + 2 * c;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            *reinterpret_cast<uint32_t*>(out + 8 * j) =
+                pack_bf16(acc[4 * j + 2 * hi] * p.scale, acc[4 * j + 2 * hi + 1] * p.scale);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_ds_dq_kernel(const __grid_constant__ CUtensorMap tk, const Params p) {
+    const Block b = block_of(p);
+    if (b.heads == 0) return;  // past the list's end
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = align1024(smem_raw);
+    if (threadIdx.x == 0) {
+        uint64_t* full = bars_at(smem);
+        for (int i = 0; i < kRing; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&full[kRing + i], 4 * b.heads);  // empty: the consuming warps
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    // Registers as in the other wgmma kernels: 24 + 2 x 240 = 3 x 168.
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dec<24>();
+        if (threadIdx.x == 0) produce(p, b, &tk, smem);
+    } else if (wg - 1 < b.heads) {
+        regs_inc<240>();
+        consume(p, b, smem, wg - 1);
+    }
+}
+
+// pair_base[d] = the (query tile, key tile <= query tile) pairs of the documents before d: one
+// block, each thread a run of documents, then a scan over the threads.
+__global__ void __launch_bounds__(256)
+    pair_base_kernel(int64_t* pair_base, const int32_t* cu, int num_docs) {
+    using Scan = cub::BlockScan<int64_t, 256>;
+    __shared__ typename Scan::TempStorage scan;
+    const int per = (num_docs + 255) / 256;
+    const int d0 = min(num_docs, static_cast<int>(threadIdx.x) * per);
+    const int d1 = min(num_docs, d0 + per);
+    auto pairs = [&](int d) {
+        const int64_t n = (cu[d + 1] - cu[d] + kTile - 1) / kTile;
+        return n * (n + 1) / 2;
+    };
+    int64_t sum = 0;
+    for (int d = d0; d < d1; ++d) sum += pairs(d);
+    int64_t run = 0;
+    Scan(scan).ExclusiveSum(sum, run);
+    for (int d = d0; d < d1; ++d) {
+        pair_base[d] = run;
+        run += pairs(d);
+    }
+}
+
+int64_t max_tiles(const GatedAttentionArgs& a) {
+    return (a.tokens + kTile - 1) / kTile + a.num_docs;
+}
+int64_t levels(const GatedAttentionArgs& a) {
+    return (a.tokens + kTile - 1) / kTile;
+}
+
+}  // namespace
+
+size_t attention_ds_tile_bytes(const GatedAttentionArgs& a) {
+    // sum_d n_d (n_d + 1) / 2 <= (sum_d n_d) (n_max + 1) / 2, n_d the 64-token tiles of document
+    // d, n_max those of the longest.
+    const int64_t longest = a.max_doc_tokens > 0 ? a.max_doc_tokens : a.tokens;
+    const int64_t n_max = (longest + kTile - 1) / kTile;
+    const int64_t pairs = (max_tiles(a) * (n_max + 1) + 1) / 2;
+    return static_cast<size_t>(pairs * a.q_heads) * kDsBytes;
+}
+
+cudaError_t attention_ds_pair_base(int64_t* pair_base, const GatedAttentionArgs& a,
+                                   cudaStream_t stream) {
+    if (a.num_docs == 0) return cudaSuccess;
+    pair_base_kernel<<<1, 256, 0, stream>>>(pair_base, a.cu_seqlens, static_cast<int>(a.num_docs));
+    return cudaGetLastError();
+}
+
+size_t attention_ds_dq_workspace_bytes(const GatedAttentionArgs& a) {
+    return 16 + 8 * static_cast<size_t>(max_tiles(a)) + 8 * static_cast<size_t>(levels(a));
+}
+
+cudaError_t attention_ds_dq(bf16* dq, const bf16* ds, const int64_t* pair_base,
+                            const GatedAttentionArgs& a, void* workspace, cudaStream_t stream) {
+    auto* ws = static_cast<unsigned char*>(workspace);
+    int* count = reinterpret_cast<int*>(ws);
+    auto* tiles = reinterpret_cast<int2*>(ws + 16);
+    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_tiles(a));
+    list_tiles_kernel<kTile, false><<<1, 1024, 0, stream>>>(
+        tiles, count, count + 1, per_level, per_level + levels(a), a.cu_seqlens,
+        static_cast<int>(a.num_docs), static_cast<int>(levels(a)));
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    CUtensorMap tk;
+    if (cudaError_t e = tensor_map_sw128(&tk, a.k, a.tokens, a.kv_heads * kD, kTile);
+        e != cudaSuccess) {
+        return e;
+    }
+    const int group = static_cast<int>(a.q_heads / a.kv_heads);
+    const Params p{tiles,
+                   count,
+                   a.cu_seqlens,
+                   pair_base,
+                   ds,
+                   dq,
+                   static_cast<int>(a.q_heads),
+                   static_cast<int>(a.kv_heads),
+                   group,
+                   (group + 1) / 2,
+                   a.scale};
+    if (cudaError_t e = cudaFuncSetAttribute(
+            attention_ds_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+        e != cudaSuccess) {
+        return e;
+    }
+    const auto blocks = static_cast<unsigned>(max_tiles(a) * a.kv_heads * p.pairs);
+    attention_ds_dq_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tk, p);
+    return cudaGetLastError();
+}
+
+}  // namespace deltatune

@@ -31,6 +31,20 @@ void output_gate_forward_ref(T* y, const T* o, const T* gate, int64_t n);
 template <typename T>
 void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T* gate, int64_t n);
 
+// The wgmma backward's dS tiles (flash_attention_wgmma_dq.h): 8 KiB per 64 x 64 tile of
+// (query, key) pairs and query head. An upper bound on their bytes for `tokens` in `num_docs`
+// documents none longer than `max_doc_tokens` (n_d 64-token tiles per document: the
+// sum_d n_d (n_d + 1) / 2 tile pairs are at most (sum_d n_d) (n_max + 1) / 2), and the budget up
+// to which they go through memory (above it dQ is summed with atomics instead). The memory
+// planner counts them too.
+constexpr size_t kAttentionDsBudget = size_t{4} << 30;
+inline size_t attention_ds_tile_bound(int64_t tokens, int64_t num_docs, int64_t max_doc_tokens,
+                                      int64_t q_heads) {
+    const int64_t tiles = (tokens + 63) / 64 + num_docs;
+    const int64_t n_max = ((max_doc_tokens > 0 ? max_doc_tokens : tokens) + 63) / 64;
+    return static_cast<size_t>((tiles * (n_max + 1) + 1) / 2 * q_heads) * 8192;
+}
+
 #if DELTATUNE_HAVE_CUDA
 // CUDA flash attention with the output gate fused (flash_attention.cu): bf16 in and out, fp32
 // softmax and accumulation, tensor-core (mma.sync) tiles, no (tokens x tokens) matrix in memory.

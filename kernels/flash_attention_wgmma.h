@@ -44,7 +44,6 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
 // every output deterministic. Otherwise dQ is summed over key tiles in fp32 by atomic additions
 // and its bits may differ from run to run (within fp32 rounding of the sums). a.max_doc_tokens,
 // when given, must bound every document. dq, dk, dv, dy and o 16-byte aligned.
-constexpr size_t kAttentionDsBudget = size_t{4} << 30;
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget = kAttentionDsBudget);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,

@@ -156,40 +156,6 @@ __device__ __forceinline__ int swizzled(int row, int col) {
     return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
 }
 
-// Adds this warp's 16 rows of a 64 x 128 fp32 accumulator (the wgmma m64n128 layout) into
-// global fp32 rows: `rows` is the warp's first row, `row_step` floats apart; rows from `valid`
-// on are skipped. 32 columns at a time go through the warp's 2 KiB of shared memory `buf` (16
-// rows x 32 fp32, 16-byte units swizzled by row) so that each reduction instruction adds 4
-// whole 128-byte rows: 8-byte reductions straight from the accumulator layout ran the backward
-// at half the speed.
-__device__ __forceinline__ void add_rows(float* rows, int64_t row_step, int valid,
-                                         const float (&acc)[64], unsigned char* buf) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-#pragma unroll
-    for (int ch = 0; ch < 4; ++ch) {
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-            const int j = 4 * ch + jj;
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {
-                const int r = g + 8 * hi;
-                const int unit = (2 * jj + (c >> 1)) ^ (r & 7);
-                *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (c & 1) * 8) =
-                    make_float2(acc[4 * j + 2 * hi], acc[4 * j + 2 * hi + 1]);
-            }
-        }
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int rr = lane / 8 + 4 * i, u = lane % 8;
-            const float4 v =
-                *reinterpret_cast<const float4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
-            if (rr < valid) red_add_v4(rows + rr * row_step + 32 * ch + 4 * u, v);
-        }
-        __syncwarp();  // the buffer is rewritten by the next chunk
-    }
-}
-
 // kStoreDs: each step's dS^T tile goes to memory for flash_attention_wgmma_dq.cu (one bulk
 // copy from shared memory, issued by the first consumer thread); otherwise dQ's partial is
 // computed here and added to the fp32 sums.
@@ -205,6 +171,18 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     float dk[64], dv[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
+    // dV += P^T dO and dK += dS^T Q for this warpgroup's half of head_dim, one group.
+    auto issue_dkdv = [&](uint32_t q_base, uint32_t do_base) {
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+            const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
+            wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
+                                      sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
+            wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
+                                      sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
+        }
+        wgmma_commit();
+    };
     mbar_wait(bar.kv_full, 0);
     for (int s = 0; s < b.steps; ++s) {
         const int st = s % kBwdStages;
@@ -270,15 +248,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
             fence_regs(dk);
             fence_regs(dv);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kTile / 16; ++kk) {
-                const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
-                wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
-                                          sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
-                wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
-                                          sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
-            }
-            wgmma_commit();
+            issue_dkdv(q_base, do_base);
         } else {
             float dq[64];
             fence_regs(dk);
@@ -292,15 +262,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
                     kk > 0);
             }
             wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < kTile / 16; ++kk) {
-                const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
-                wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
-                                          sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
-                wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
-                                          sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
-            }
-            wgmma_commit();
+            issue_dkdv(q_base, do_base);
             wgmma_wait<1>();
             fence_regs(dq);
             add_rows(

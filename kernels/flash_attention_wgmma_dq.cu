@@ -199,12 +199,7 @@ int64_t levels(const GatedAttentionArgs& a) {
 }  // namespace
 
 size_t attention_ds_tile_bytes(const GatedAttentionArgs& a) {
-    // sum_d n_d (n_d + 1) / 2 <= (sum_d n_d) (n_max + 1) / 2, n_d the 64-token tiles of document
-    // d, n_max those of the longest.
-    const int64_t longest = a.max_doc_tokens > 0 ? a.max_doc_tokens : a.tokens;
-    const int64_t n_max = (longest + kTile - 1) / kTile;
-    const int64_t pairs = (max_tiles(a) * (n_max + 1) + 1) / 2;
-    return static_cast<size_t>(pairs * a.q_heads) * kDsBytes;
+    return attention_ds_tile_bound(a.tokens, a.num_docs, a.max_doc_tokens, a.q_heads);
 }
 
 cudaError_t attention_ds_pair_base(int64_t* pair_base, const GatedAttentionArgs& a,

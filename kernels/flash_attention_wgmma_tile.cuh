@@ -1,6 +1,7 @@
-// The tile arithmetic of the wgmma attention forward (flash_attention_wgmma.cu): tile
-// constants, the two products of a key tile as wgmma, the masked online softmax of one tile of
-// scores, the consumer warpgroups' turns, and the fast sigmoid of the gate.
+// The tile arithmetic of the wgmma attention kernels: tile constants, the forward's two products
+// of a key tile as wgmma, the masked online softmax of one tile of scores, the consumer
+// warpgroups' turns and the fast sigmoid of the gate (flash_attention_wgmma.cu); the backward's
+// staged fp32 reductions (flash_attention_wgmma_backward.cu); the work lists of both.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -123,6 +124,40 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, in
 __device__ __forceinline__ void to_bf16_pairs(uint32_t (&pa)[16], const float (&sc)[32]) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) pa[i] = pack_bf16(sc[2 * i], sc[2 * i + 1]);
+}
+
+// Adds this warp's 16 rows of a 64 x 128 fp32 accumulator (the wgmma m64n128 layout) into
+// global fp32 rows: `rows` is the warp's first row, `row_step` floats apart; rows from `valid`
+// on are skipped. 32 columns at a time go through the warp's 2 KiB of shared memory `buf` (16
+// rows x 32 fp32, 16-byte units swizzled by row) so that each reduction instruction adds 4
+// whole 128-byte rows: 8-byte reductions straight from the accumulator layout ran the backward
+// at half the speed.
+__device__ __forceinline__ void add_rows(float* rows, int64_t row_step, int valid,
+                                         const float (&acc)[64], unsigned char* buf) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int ch = 0; ch < 4; ++ch) {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            const int j = 4 * ch + jj;
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+                const int r = g + 8 * hi;
+                const int unit = (2 * jj + (c >> 1)) ^ (r & 7);
+                *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (c & 1) * 8) =
+                    make_float2(acc[4 * j + 2 * hi], acc[4 * j + 2 * hi + 1]);
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int rr = lane / 8 + 4 * i, u = lane % 8;
+            const float4 v =
+                *reinterpret_cast<const float4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
+            if (rr < valid) red_add_v4(rows + rr * row_step + 32 * ch + 4 * u, v);
+        }
+        __syncwarp();  // the buffer is rewritten by the next chunk
+    }
 }
 
 // One block lists every (document, tile of kRows tokens) pair by descending work: the forward's

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/attention.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/qwen35_gpu_model.h"
 
@@ -96,19 +97,31 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     const int64_t big = std::max(biggest_layer, embed);
     const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
     const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
+    // A full-attention layer's backward also holds the wgmma kernels' workspace: d_o and the dS
+    // tiles (for one document of T tokens, the most they can take; past the budget, dQ's fp32
+    // sums instead).
+    int64_t attention_ws = 0;
+    if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
+        c.layer_types.end()) {
+        const int64_t hq = c.num_attention_heads, d = c.head_dim;
+        const auto ds = static_cast<int64_t>(attention_ds_tile_bound(T, 1, T, hq));
+        attention_ws = 2 * T * hq * d + 4 * T * hq +
+                       (ds <= static_cast<int64_t>(kAttentionDsBudget) ? ds : 4 * T * hq * d);
+    }
     const int64_t layer_phase =
-        2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act);
+        2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act) + attention_ws;
     const MemoryPlan::Item phase =
         head_phase >= layer_phase
             ? MemoryPlan::Item{absl::StrCat("embedding/LM head phase (gathered bf16 units ",
                                             gib(2 * 2 * big), " + unsharded fp32 gradient ",
                                             gib(4 * big), " + cross-entropy chunk ", gib(ce), ")"),
                                head_phase}
-            : MemoryPlan::Item{absl::StrCat("layer backward phase (gathered bf16 layers ",
-                                            gib(2 * 2 * biggest_layer),
-                                            " + unsharded fp32 gradient ", gib(4 * biggest_layer),
-                                            " + recomputed activations ", gib(biggest_act), ")"),
-                               layer_phase};
+            : MemoryPlan::Item{
+                  absl::StrCat("layer backward phase (gathered bf16 layers ",
+                               gib(2 * 2 * biggest_layer), " + unsharded fp32 gradient ",
+                               gib(4 * biggest_layer), " + recomputed activations ",
+                               gib(biggest_act), " + attention workspace ", gib(attention_ws), ")"),
+                  layer_phase};
     plan.items = {
         {"fp32 master weights + AdamW moments (shard)", 12 * shard},
         {"bf16 parameters (shard)", 2 * shard},

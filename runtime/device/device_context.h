@@ -23,8 +23,9 @@ class CudnnAttention;  // kernels/cudnn_attention.h
 
 // The attention core that serves head_dim 256 on sm_90 in this build and environment:
 //   "wgmma" (the default): kernels/flash_attention_wgmma.cu forward (wgmma + TMA, the gate
-//     fused) and kernels/flash_attention_wgmma_backward.cu backward (its dq summed with
-//     atomics); on packed batches each is faster than cuDNN's SDPA with the gate's pass;
+//     fused) and kernels/flash_attention_wgmma_backward.cu backward (deterministic where the
+//     batch's dS tiles fit its 4 GiB budget, else dq summed with atomics); each faster than
+//     cuDNN's SDPA with the gate's passes on packed batches;
 //   "cudnn" (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
 //   "flash" (DELTATUNE_ATTENTION=flash): kernels/flash_attention.cu both ways, handwritten on
 //     mma.sync and bitwise deterministic.

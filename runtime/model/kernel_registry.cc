@@ -121,7 +121,8 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
                              "kernels/flash_attention_wgmma.cu forward + "
                              "kernels/flash_attention_wgmma_backward.cu (sm_90a)",
                              "wgmma + TMA both ways, the gate fused: faster than cuDNN's SDPA with "
-                             "the gate's passes on packed batches (dq summed with atomics)"});
+                             "the gate's passes on packed batches; the backward deterministic "
+                             "while its dS tiles fit 4 GiB"});
             continue;
         }
         r.ops.push_back(

@@ -42,6 +42,12 @@ inline size_t attention_ds_tile_bound(int64_t tokens, int64_t num_docs, int64_t 
                                       int64_t q_heads) {
     const int64_t tiles = (tokens + 63) / 64 + num_docs;
     const int64_t n_max = ((max_doc_tokens > 0 ? max_doc_tokens : tokens) + 63) / 64;
+    // Past 2^62 bytes (no memory holds that) the bound saturates rather than wraps.
+    if (static_cast<double>(tiles) * static_cast<double>(n_max + 1) * 0.5 *
+            static_cast<double>(q_heads) * 8192.0 >
+        0x1p62) {
+        return size_t{1} << 62;
+    }
     return static_cast<size_t>((tiles * (n_max + 1) + 1) / 2 * q_heads) * 8192;
 }
 

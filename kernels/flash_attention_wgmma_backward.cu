@@ -2,8 +2,10 @@
 //
 // Passes: attention_gate_backward forms d_o = dy * sigmoid(gate), dgate and delta = rowsum(d_o o);
 // list_tiles_kernel lists the (document, key tile of 64) pairs with the most query tiles first;
-// the main kernel runs one block per (key tile, kv head); dq_finish_kernel scales the fp32 dQ
-// sums into bf16.
+// the main kernel runs one block per (key tile, kv head); then dQ either comes from the dS^T
+// tiles the main kernel stored (flash_attention_wgmma_dq.cu: no atomics, the default while the
+// tiles fit kAttentionDsBudget) or, past the budget, from fp32 sums the main kernel added into,
+// which dq_finish_kernel scales into bf16.
 //
 // Main kernel, one block of 3 warpgroups per (key tile, kv head), keys k0 .. k0 + 63 of one
 // document. K and V stay in shared memory; the block steps over the group's query heads and the
@@ -16,11 +18,11 @@
 //     P^T = exp2(S^T scale log2 e - lse) (causal mask on the diagonal tile) and
 //     dS^T = P^T (dP^T - delta), written as bf16 into shared 64 x 64 tiles. Once both halves are
 //     there, warpgroup w owns head_dim columns 128 w .. + 127 of
-//       dV += P^T dO and dK += dS^T Q (64 x 128 fp32 accumulators each, across all steps),
-//       dQ = dS K, whose 64 x 128 fp32 partial is added to a global fp32 sum (red.global.add,
-//       staged through shared memory so that each instruction adds whole 128-byte rows: 8-byte
-//       reductions straight from the accumulator layout ran the backward at half the speed).
-//     These are the only atomics, so dQ's bits depend on the order the key tiles' blocks add in.
+//       dV += P^T dO and dK += dS^T Q (64 x 128 fp32 accumulators each, across all steps);
+//     and dS^T leaves for memory as one 8 KiB bulk copy (kStoreDs), or warpgroup w computes
+//       dQ = dS K for its columns and adds the 64 x 128 fp32 partial to the global sums
+//       (red.global.add, staged through shared memory so that each instruction adds whole
+//       128-byte rows), whose bits then depend on the order the key tiles' blocks add in.
 //     Registers: 24 for the producer warpgroup, 240 for the consumers.
 // dK (times the scale) and dV are stored as bf16 for the keys inside the document.
 #include <algorithm>
@@ -402,7 +404,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     const Layout l = layout_of(a, ds_mode);
     if (workspace_bytes < l.total || !cuda::aligned16(workspace) || !cuda::aligned16(dy) ||
         !cuda::aligned16(o) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
-        !cuda::aligned16(dv) || max_key_tiles(a) * a.kv_heads > INT32_MAX ||
+        !cuda::aligned16(dv) || max_key_tiles(a) * a.q_heads > INT32_MAX ||
         a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }

@@ -190,11 +190,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Two fp32 added to global memory at `p` (8-byte aligned) as one reduction, no return value.
-__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
 // D (64 x 256, fp32) += A B: A (64 x 16, bf16) from registers (a[0..3], the accumulator layout
 // of a previous product packed in pairs), B (16 x 256) from shared memory, N-major (transposed).
 __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const uint32_t (&a)[4],

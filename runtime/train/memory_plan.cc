@@ -97,16 +97,17 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     const int64_t big = std::max(biggest_layer, embed);
     const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
     const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
-    // A full-attention layer's backward also holds the wgmma kernels' workspace: d_o and the dS
-    // tiles (for one document of T tokens, the most they can take; past the budget, dQ's fp32
-    // sums instead).
+    // A full-attention layer's backward also holds the wgmma kernels' workspace: d_o and either
+    // the dS tiles or dQ's fp32 sums. The tiles' bound depends on the batch's documents, which
+    // the plan does not know: the most any batch of T tokens can take (T documents of up to T
+    // tokens), up to the budget past which the sums serve instead.
     int64_t attention_ws = 0;
     if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
         c.layer_types.end()) {
         const int64_t hq = c.num_attention_heads, d = c.head_dim;
-        const auto ds = static_cast<int64_t>(attention_ds_tile_bound(T, 1, T, hq));
-        attention_ws = 2 * T * hq * d + 4 * T * hq +
-                       (ds <= static_cast<int64_t>(kAttentionDsBudget) ? ds : 4 * T * hq * d);
+        const size_t ds = std::min(attention_ds_tile_bound(T, T, T, hq), kAttentionDsBudget);
+        attention_ws =
+            2 * T * hq * d + 4 * T * hq + std::max(static_cast<int64_t>(ds), 4 * T * hq * d);
     }
     const int64_t layer_phase =
         2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act) + attention_ws;

@@ -3,6 +3,7 @@
 // hold its fp32 optimizer state, 4 can (benchmark.md's memory target).
 #include <catch2/catch.hpp>
 
+#include "kernels/attention.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 
@@ -84,6 +85,28 @@ TEST_CASE("the automatic policy skips recomputation where it fits", "[memory_pla
     WARN("27B-slice, no recompute: "
          << plan_memory(qwen_27b(8), MemoryPlanInput{1, 8192, RecomputePolicy::kNone, 1024})
                 .describe());
+}
+
+TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[memory_plan]") {
+    // A small vocabulary, so that the layer phase is the larger one and the plan describes it.
+    Qwen35Config c = qwen_27b(8);
+    c.vocab_size = 1024;
+    MemoryPlanInput in;
+    in.tokens_per_batch = 8192;
+    in.recompute = RecomputePolicy::kNone;
+    const MemoryPlan with = plan_memory(c, in);
+    // d_o (96 MiB) and delta, and the dS tiles at their budget: a batch of 8192 tokens can need
+    // more (many documents and one long one) than the 4 GiB past which dQ's sums serve.
+    CHECK(with.describe().find("attention workspace 4.1 GiB") != std::string::npos);
+    // 1024 tokens: at most (16 + 1024) x 17 / 2 tile pairs, under the budget.
+    in.tokens_per_batch = 1024;
+    CHECK(plan_memory(c, in).describe().find("attention workspace 1.6 GiB") != std::string::npos);
+    // The bound saturates instead of wrapping for absurd sizes.
+    CHECK(attention_ds_tile_bound(int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40, 64) ==
+          size_t{1} << 62);
+    // One document of 8192 tokens, 24 heads: (128 + 1) x 129 / 2 rounded up = 8321 tile pairs
+    // of 8 KiB, at least the 128 x 129 / 2 = 8256 there are.
+    CHECK(attention_ds_tile_bound(8192, 1, 8192, 24) == size_t{8321} * 24 * 8192);
 }
 
 TEST_CASE("recompute names resolve to the GPU model's policy", "[memory_plan]") {

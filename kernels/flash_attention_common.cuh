@@ -223,9 +223,7 @@ constexpr size_t kDkdvSmem = sizeof(bf16) * kStride * (2 * kBwdKeys + 4 * kBwdQu
                              2 * kBwdQueries * (sizeof(int64_t) + 2 * sizeof(float));
 constexpr size_t kDqSmem = sizeof(bf16) * kStride * (2 * kDqRows + 4 * kDqKeys);
 
-inline size_t align256(size_t n) {
-    return (n + 255) / 256 * 256;
-}
+using cuda::align256;
 
 template <typename Kernel>
 inline cudaError_t set_smem(Kernel kernel, size_t bytes) {

@@ -33,8 +33,6 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-constexpr int kThreads = 384;
-constexpr int kConsumerWarps = 8;
 constexpr int kStagingBytes = 8 * 2048;  // the epilogue's: 2 KiB per consumer warp
 constexpr int kSmemBytes =
     1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
@@ -129,14 +127,14 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
             if (ring >= kStages) mbar_wait(&b.k_empty[s], parity);
             mbar_arrive_expect_tx(&b.k_full[s], kKvBytes);
             for (int c = 0; c < kChunks; ++c) {
-                tma_load_2d(k_stage(smem, s) + c * kBn * 128, tk, kvh * kD + c * kChunkCols, j0,
-                            &b.k_full[s]);
+                tma_load_2d(k_stage(smem, s) + c * kTileChunkBytes, tk, kvh * kD + c * kChunkCols,
+                            j0, &b.k_full[s]);
             }
             if (ring >= kStages) mbar_wait(&b.v_empty[s], parity);
             mbar_arrive_expect_tx(&b.v_full[s], kKvBytes);
             for (int c = 0; c < kChunks; ++c) {
-                tma_load_2d(v_stage(smem, s) + c * kBn * 128, tv, kvh * kD + c * kChunkCols, j0,
-                            &b.v_full[s]);
+                tma_load_2d(v_stage(smem, s) + c * kTileChunkBytes, tv, kvh * kD + c * kChunkCols,
+                            j0, &b.v_full[s]);
             }
         }
         w = atomicAdd(p.next_item, 1);
@@ -370,18 +368,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-// Tiles: at most one partial tile per document beyond tokens / kBm full ones.
-int64_t max_tiles(const GatedAttentionArgs& a) {
-    return (a.tokens + kBm - 1) / kBm + a.num_docs;
-}
-int64_t levels(const GatedAttentionArgs& a) {
-    return (a.tokens + kBm - 1) / kBm;
-}
-
 }  // namespace
 
 size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a) {
-    return 16 + 8 * static_cast<size_t>(max_tiles(a)) + 8 * static_cast<size_t>(levels(a));
+    return tile_list_bytes(a, kBm);
 }
 
 cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,
@@ -392,20 +382,15 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     // Items are counted in int32 by the blocks' atomic counter, which runs up to items + blocks.
     if (workspace_bytes < gated_attention_forward_wgmma_workspace_bytes(a) ||
         !cuda::aligned16(workspace) || !cuda::aligned16(y) || !cuda::aligned16(o) ||
-        max_tiles(a) * a.q_heads > INT32_MAX - 65536 || a.tokens > INT32_MAX / 2 ||
+        tile_list_capacity(a, kBm) * a.q_heads > INT32_MAX - 65536 || a.tokens > INT32_MAX / 2 ||
         a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
-    auto* ws = static_cast<unsigned char*>(workspace);
-    int* count = reinterpret_cast<int*>(ws);
-    int* next_item = count + 1;
-    int2* tiles = reinterpret_cast<int2*>(ws + 16);
-    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_tiles(a));
-    int* offsets = per_level + levels(a);
-    list_tiles_kernel<kBm, false>
-        <<<1, 1024, 0, stream>>>(tiles, count, next_item, per_level, offsets, a.cu_seqlens,
-                                 static_cast<int>(a.num_docs), static_cast<int>(levels(a)));
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    TileList list;
+    if (cudaError_t e = build_tile_list<kBm, false>(workspace, a, stream, &list);
+        e != cudaSuccess) {
+        return e;
+    }
 
     CUtensorMap tq, tk, tv;
     if (cudaError_t e = tensor_map_sw128(&tq, a.q, a.tokens, a.q_heads * kD, kBm); e != cudaSuccess)
@@ -416,9 +401,9 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     if (cudaError_t e = tensor_map_sw128(&tv, a.v, a.tokens, a.kv_heads * kD, kBn);
         e != cudaSuccess)
         return e;
-    Params p{tiles,
-             count,
-             next_item,
+    Params p{list.tiles,
+             list.count,
+             list.next_item,
              a.cu_seqlens,
              y,
              o,
@@ -442,7 +427,7 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
         return e;
     }
     const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min(max_blocks, sms) : sms,
-                                             max_tiles(a) * a.q_heads);
+                                             tile_list_capacity(a, kBm) * a.q_heads);
     attention_forward_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(
         tq, tk, tv, p);
     return cudaGetLastError();

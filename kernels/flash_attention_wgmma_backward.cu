@@ -42,12 +42,10 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-constexpr int kThreads = 384;
-constexpr int kConsumerWarps = 8;
-constexpr int kTile = 64;                   // keys per block, query rows per step
-constexpr int kTileBytes = kTile * kD * 2;  // 32 KiB: a K, V, Q or d_o tile
-constexpr int kChunkBytes = kTile * 128;    // 8 KiB: one 64-column chunk of such a tile
-constexpr int kPBytes = kTile * kTile * 2;  // 8 KiB: P^T or dS^T
+constexpr int kTile = kBn;            // keys per block, query rows per step
+constexpr int kTileBytes = kKvBytes;  // a K, V, Q or d_o tile
+constexpr int kChunkBytes = kTileChunkBytes;
+constexpr int kPBytes = kDsTileBytes;  // P^T or dS^T
 constexpr int kBwdStages = 2;
 constexpr int kOffV = kTileBytes;           // K at 0
 constexpr int kOffStages = 2 * kTileBytes;  // per stage: Q, then d_o
@@ -243,9 +241,8 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         if constexpr (kStoreDs) {
             if (storer) {
                 const int t = (q0 - b.doc_begin) / kTile;
-                const int64_t pair =
-                    p.pair_base[b.doc] + static_cast<int64_t>(t) * (t + 1) / 2 + b.m;
-                bulk_store(p.ds + (pair * p.q_heads + h) * (kTile * kTile), smem + kOffDs, kPBytes);
+                bulk_store(p.ds + ds_tile_at(p.pair_base[b.doc], t, b.m, p.q_heads, h),
+                           smem + kOffDs, kPBytes);
             }
             fence_regs(dk);
             fence_regs(dv);
@@ -341,20 +338,11 @@ __global__ void dq_finish_kernel(bf16* dq, const float* dq_acc, int64_t n4, floa
     }
 }
 
-int64_t max_key_tiles(const GatedAttentionArgs& a) {
-    return (a.tokens + kTile - 1) / kTile + a.num_docs;
-}
-int64_t key_levels(const GatedAttentionArgs& a) {
-    return (a.tokens + kTile - 1) / kTile;
-}
 struct MapOf {
     CUtensorMap* map;
     const bf16* base;
     int64_t cols;
 };
-size_t align256(size_t n) {
-    return (n + 255) / 256 * 256;
-}
 
 // The workspace, in order: d_o, delta, the key-tile list, then either (dS through memory) the
 // documents' pair bases, the query-tile list and the dS^T tiles, or (dQ by atomics) dQ's fp32
@@ -370,11 +358,11 @@ Layout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
     size_t at = 0;
     auto take = [&](size_t& field, size_t bytes) {
         field = at;
-        at += align256(bytes);
+        at += cuda::align256(bytes);
     };
     take(l.d_o, sizeof(bf16) * rows * kD);
     take(l.delta, sizeof(float) * rows);
-    take(l.key_list, 16 + 8 * static_cast<size_t>(max_key_tiles(a) + key_levels(a)));
+    take(l.key_list, tile_list_bytes(a, kTile));
     if (ds_mode) {
         take(l.pair_base, sizeof(int64_t) * static_cast<size_t>(a.num_docs));
         take(l.dq_list, attention_ds_dq_workspace_bytes(a));
@@ -404,7 +392,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     const Layout l = layout_of(a, ds_mode);
     if (workspace_bytes < l.total || !cuda::aligned16(workspace) || !cuda::aligned16(dy) ||
         !cuda::aligned16(o) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
-        !cuda::aligned16(dv) || max_key_tiles(a) * a.q_heads > INT32_MAX ||
+        !cuda::aligned16(dv) || tile_list_capacity(a, kTile) * a.q_heads > INT32_MAX ||
         a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
     }
@@ -412,10 +400,6 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     auto* ws = static_cast<unsigned char*>(workspace);
     auto* d_o = reinterpret_cast<bf16*>(ws + l.d_o);
     auto* delta = reinterpret_cast<float*>(ws + l.delta);
-    int* count = reinterpret_cast<int*>(ws + l.key_list);
-    auto* tiles = reinterpret_cast<int2*>(ws + l.key_list + 16);
-    int* per_level = reinterpret_cast<int*>(ws + l.key_list + 16 + 8 * max_key_tiles(a));
-    int* offsets = per_level + key_levels(a);
     auto* pair_base = reinterpret_cast<int64_t*>(ws + l.pair_base);
     auto* ds = reinterpret_cast<bf16*>(ws + l.ds);
     auto* dq_acc = reinterpret_cast<float*>(ws + l.dq_acc);
@@ -431,10 +415,11 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
         e != cudaSuccess) {
         return e;
     }
-    list_tiles_kernel<kTile, true>
-        <<<1, 1024, 0, stream>>>(tiles, count, count + 1, per_level, offsets, a.cu_seqlens,
-                                 static_cast<int>(a.num_docs), static_cast<int>(key_levels(a)));
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    TileList keys;
+    if (cudaError_t e = build_tile_list<kTile, true>(ws + l.key_list, a, stream, &keys);
+        e != cudaSuccess) {
+        return e;
+    }
 
     CUtensorMap tq, tdo, tk, tv;
     const int64_t q_cols = a.q_heads * kD, kv_cols = a.kv_heads * kD;
@@ -444,8 +429,8 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
             return e;
         }
     }
-    const Params p{tiles,
-                   count,
+    const Params p{keys.tiles,
+                   keys.count,
                    a.cu_seqlens,
                    lse,
                    delta,
@@ -466,7 +451,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
         e != cudaSuccess) {
         return e;
     }
-    const auto blocks = static_cast<unsigned>(max_key_tiles(a) * a.kv_heads);
+    const auto blocks = static_cast<unsigned>(tile_list_capacity(a, kTile) * a.kv_heads);
     kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tq, tdo, tk, tv, p);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     if (ds_mode) return attention_ds_dq(dq, ds, pair_base, a, ws + l.dq_list, stream);

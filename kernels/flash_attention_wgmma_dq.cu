@@ -27,11 +27,10 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-constexpr int kThreads = 384;
-constexpr int kTile = 64;
-constexpr int kKBytes = kTile * kD * 2;      // 32 KiB: a K tile
-constexpr int kChunkBytes = kTile * 128;     // 8 KiB: one 64-column chunk of it
-constexpr int kDsBytes = kTile * kTile * 2;  // 8 KiB: a dS^T tile
+constexpr int kTile = kBn;
+constexpr int kKBytes = kKvBytes;  // a K tile
+constexpr int kChunkBytes = kTileChunkBytes;
+constexpr int kDsBytes = kDsTileBytes;  // a dS^T tile
 constexpr int kRing = 3;
 constexpr int kStageBytes = kKBytes + 2 * kDsBytes;
 constexpr int kOffBars = kRing * kStageBytes;
@@ -51,8 +50,7 @@ struct Params {
 struct Block {
     int doc = 0, t = 0, doc_begin = 0, doc_end = 0, kvh = 0, h0 = 0, heads = 0;  // 0: no work
     __device__ int64_t ds_at(const Params& p, int k, int w) const {
-        const int64_t pair = p.pair_base[doc] + static_cast<int64_t>(t) * (t + 1) / 2 + k;
-        return (pair * p.q_heads + h0 + w) * (kTile * kTile);
+        return ds_tile_at(p.pair_base[doc], t, k, p.q_heads, h0 + w);
     }
 };
 
@@ -189,13 +187,6 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-int64_t max_tiles(const GatedAttentionArgs& a) {
-    return (a.tokens + kTile - 1) / kTile + a.num_docs;
-}
-int64_t levels(const GatedAttentionArgs& a) {
-    return (a.tokens + kTile - 1) / kTile;
-}
-
 }  // namespace
 
 size_t attention_ds_tile_bytes(const GatedAttentionArgs& a) {
@@ -210,27 +201,24 @@ cudaError_t attention_ds_pair_base(int64_t* pair_base, const GatedAttentionArgs&
 }
 
 size_t attention_ds_dq_workspace_bytes(const GatedAttentionArgs& a) {
-    return 16 + 8 * static_cast<size_t>(max_tiles(a)) + 8 * static_cast<size_t>(levels(a));
+    return tile_list_bytes(a, kTile);
 }
 
 cudaError_t attention_ds_dq(bf16* dq, const bf16* ds, const int64_t* pair_base,
                             const GatedAttentionArgs& a, void* workspace, cudaStream_t stream) {
-    auto* ws = static_cast<unsigned char*>(workspace);
-    int* count = reinterpret_cast<int*>(ws);
-    auto* tiles = reinterpret_cast<int2*>(ws + 16);
-    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * max_tiles(a));
-    list_tiles_kernel<kTile, false><<<1, 1024, 0, stream>>>(
-        tiles, count, count + 1, per_level, per_level + levels(a), a.cu_seqlens,
-        static_cast<int>(a.num_docs), static_cast<int>(levels(a)));
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    TileList queries;
+    if (cudaError_t e = build_tile_list<kTile, false>(workspace, a, stream, &queries);
+        e != cudaSuccess) {
+        return e;
+    }
     CUtensorMap tk;
     if (cudaError_t e = tensor_map_sw128(&tk, a.k, a.tokens, a.kv_heads * kD, kTile);
         e != cudaSuccess) {
         return e;
     }
     const int group = static_cast<int>(a.q_heads / a.kv_heads);
-    const Params p{tiles,
-                   count,
+    const Params p{queries.tiles,
+                   queries.count,
                    a.cu_seqlens,
                    pair_base,
                    ds,
@@ -245,7 +233,7 @@ cudaError_t attention_ds_dq(bf16* dq, const bf16* ds, const int64_t* pair_base,
         e != cudaSuccess) {
         return e;
     }
-    const auto blocks = static_cast<unsigned>(max_tiles(a) * a.kv_heads * p.pairs);
+    const auto blocks = static_cast<unsigned>(tile_list_capacity(a, kTile) * a.kv_heads * p.pairs);
     attention_ds_dq_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tk, p);
     return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/common/hopper.cuh"
 
 namespace deltatune::wgmma_attention {
@@ -20,8 +21,13 @@ constexpr int kBn = 64;                   // keys per tile
 constexpr int kChunkCols = 64;            // columns per 128-byte swizzled chunk
 constexpr int kChunks = kD / kChunkCols;  // 4
 constexpr int kQBytes = kBm * kD * 2;     // 64 KiB
-constexpr int kKvBytes = kBn * kD * 2;    // 32 KiB (K or V tile)
+constexpr int kKvBytes = kBn * kD * 2;  // 32 KiB: 64 rows of head_dim (K, V; the backward's Q, d_o)
+constexpr int kTileChunkBytes = kBn * 128;   // 8 KiB: one 64-column chunk of such a tile
+constexpr int kDsTileBytes = kBn * kBn * 2;  // 8 KiB: a 64 x 64 bf16 tile (P^T, dS^T)
 constexpr int kStages = 2;
+// Every wgmma attention kernel: a producer warpgroup and two consumer warpgroups.
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -194,6 +200,47 @@ __global__ void list_tiles_kernel(int2* tiles, int* count, int* next_item, int* 
             tiles[offsets[level] + atomicAdd(&per_level[level], 1)] = make_int2(d, m);
         }
     }
+}
+
+// A (document, tile) list in device workspace, built by list_tiles_kernel: tiles of `rows`
+// tokens, at most (tokens / rows rounded up) + num_docs of them, over as many levels as a
+// document of `tokens` has tiles; 16 bytes of counters (count, next_item) first.
+inline int64_t tile_list_capacity(const GatedAttentionArgs& a, int rows) {
+    return (a.tokens + rows - 1) / rows + a.num_docs;
+}
+inline int64_t tile_list_levels(const GatedAttentionArgs& a, int rows) {
+    return (a.tokens + rows - 1) / rows;
+}
+inline size_t tile_list_bytes(const GatedAttentionArgs& a, int rows) {
+    return 16 + 8 * static_cast<size_t>(tile_list_capacity(a, rows) + tile_list_levels(a, rows));
+}
+struct TileList {
+    int* count;      // entries listed
+    int* next_item;  // zeroed: a persistent kernel's counter
+    int2* tiles;     // (document, tile), most work first
+};
+// Lists a's tiles into `workspace` (tile_list_bytes(a, kRows), 16-byte aligned) on `stream`.
+template <int kRows, bool kByRemaining>
+cudaError_t build_tile_list(void* workspace, const GatedAttentionArgs& a, cudaStream_t stream,
+                            TileList* list) {
+    auto* ws = static_cast<unsigned char*>(workspace);
+    *list = TileList{reinterpret_cast<int*>(ws), reinterpret_cast<int*>(ws) + 1,
+                     reinterpret_cast<int2*>(ws + 16)};
+    int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * tile_list_capacity(a, kRows));
+    const int64_t levels = tile_list_levels(a, kRows);
+    list_tiles_kernel<kRows, kByRemaining><<<1, 1024, 0, stream>>>(
+        list->tiles, list->count, list->next_item, per_level, per_level + levels, a.cu_seqlens,
+        static_cast<int>(a.num_docs), static_cast<int>(levels));
+    return cudaGetLastError();
+}
+
+// Element offset of the backward's dS^T tile for query tile t and key tile k <= t (64-token
+// tiles from the document's start) of query head h, the document's tile pairs starting at
+// pair_base (flash_attention_wgmma_dq.h has the layout): written by the main backward kernel,
+// read by the dQ pass.
+__device__ __forceinline__ int64_t ds_tile_at(int64_t pair_base, int t, int k, int q_heads, int h) {
+    const int64_t pair = pair_base + static_cast<int64_t>(t) * (t + 1) / 2 + k;
+    return (pair * q_heads + h) * (kBn * kBn);
 }
 
 }  // namespace deltatune::wgmma_attention

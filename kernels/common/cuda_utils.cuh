@@ -133,6 +133,11 @@ inline bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// n rounded up to 256: where workspace regions start.
+inline size_t align256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
 // dw[c] += sum over p of partials[p * cols + c]: the second, deterministic pass of every
 // weight-gradient reduction (the first pass writes one row of partials per block). A block
 // covers 32 columns with 32 rows of threads: thread row y sums parts y, y + 32, ... (coalesced

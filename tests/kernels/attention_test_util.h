@@ -89,6 +89,32 @@ inline AttentionCase attention_case(std::mt19937& rng, const std::vector<int32_t
     return p;
 }
 
+// A case's inputs on the device, its forward outputs (poisoned, to catch unwritten elements) and
+// the arguments over them; max_doc_tokens 0 leaves the longest document unknown.
+struct AttentionDeviceCase {
+    DeviceBuffer<uint16_t> q, k, v, qg;
+    DeviceBuffer<int32_t> cu;
+    DeviceBuffer<uint16_t> y, o;
+    DeviceBuffer<float> lse;
+    GatedAttentionArgs args;
+    AttentionDeviceCase(const AttentionCase& p, const std::vector<int32_t>& cu_seqlens,
+                        int64_t max_doc_tokens)
+        : q(p.q.bits),
+          k(p.k.bits),
+          v(p.v.bits),
+          qg(p.qg.bits),
+          cu(cu_seqlens),
+          y(p.o_ref.size()),
+          o(p.o_ref.size()),
+          lse(p.lse_ref.size()),
+          args(gated_attention_args(q, k, v, qg, cu, p.num_docs, p.tokens, p.q_heads, p.kv_heads,
+                                    p.scale, max_doc_tokens)) {
+        y.poison();
+        o.poison();
+        lse.poison();
+    }
+};
+
 // A random upstream gradient dy of y and the fp32 chain back from it: the gate first, then
 // attention with d_o.
 struct AttentionGrads {

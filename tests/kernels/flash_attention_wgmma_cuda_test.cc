@@ -86,16 +86,8 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
             const size_t qn = p.o_ref.size(), kvn = p.k.f.size();
             const std::vector<float>&o_ref = p.o_ref, &lse_ref = p.lse_ref, &y_ref = p.y_ref;
 
-            DeviceBuffer<uint16_t> d_q(p.q.bits), d_k(p.k.bits), d_v(p.v.bits), d_qg(p.qg.bits);
-            DeviceBuffer<int32_t> d_cu(cu);
-            DeviceBuffer<uint16_t> d_y(qn), d_o(qn);
-            DeviceBuffer<float> d_lse(lse_ref.size());
-            d_y.poison();
-            d_o.poison();
-            d_lse.poison();
-            const GatedAttentionArgs a =
-                gated_attention_args(d_q, d_k, d_v, d_qg, d_cu, num_docs, tokens, hq, hkv, p.scale,
-                                     *std::max_element(lengths.begin(), lengths.end()));
+            AttentionDeviceCase dc(p, cu, *std::max_element(lengths.begin(), lengths.end()));
+            auto& [d_q, d_k, d_v, d_qg, d_cu, d_y, d_o, d_lse, a] = dc;
             const size_t wsb = gated_attention_forward_wgmma_workspace_bytes(a);
             DeviceBuffer<char> ws(wsb);
             ws.poison();

@@ -43,7 +43,6 @@ int cuda_device_count(std::string* why_not) {
 
 namespace {
 
-// OK when the variable `name` is unset or holds `a` or `b`; otherwise InvalidArgument naming it.
 // OK when the variable is unset or one of `choices`; else an error naming it and them.
 absl::Status check_env_choice(const char* name, std::initializer_list<std::string_view> choices) {
     const char* env = std::getenv(name);

@@ -3,7 +3,8 @@
 // gate's passes around it, on the 8192-token packed batch of kernels_bench.cc and on benchmark.md's
 // two SDPA rows (6 documents of 1,250 tokens; one 8192-token document). FLOPs count causal (query,
 // key) pairs only: 4 * head_dim per pair and head forward, 2.5x that backward. `kernels_bench
-// "[attention_bench]"` runs this alone.
+// "[attention_bench]"` runs this alone, `kernels_bench "[attention_wgmma_bench]"` only the wgmma
+// kernels' rows.
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -25,13 +26,15 @@ namespace {
 using namespace cudatest;
 using namespace bench;
 
-TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]") {
+// ours_only: the wgmma kernels' rows alone, against the nominal ceilings (seconds instead of a
+// minute of device time, for trying a change to them; hidden: only runs when named).
+void attention_bench(bool ours_only) {
     if (!have_gpu()) return;
     std::mt19937 rng(7);  // the same packed batch as kernels_bench.cc's
     Ceilings ceil;
     cublasHandle_t blas = nullptr;
     REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
-    measure_ceilings(blas, ceil);
+    if (!ours_only) measure_ceilings(blas, ceil);
     cublasDestroy(blas);
     const auto lengths = ultrachat_like_lengths(rng);
     std::printf("batch: %lld tokens in %zu documents\n", static_cast<long long>(kTokens),
@@ -59,13 +62,16 @@ TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]
             1.0f / 16, *std::max_element(docs.begin(), docs.end()));
         const size_t wsb = gated_attention_backward_workspace_bytes(a);
         DeviceBuffer<char> ws(wsb);
-        row(("flash attention forward" + shape).c_str(),
-            median_ms(
-                [&] {
-                    return gated_attention_forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a, nullptr);
-                },
-                10),
-            0, fwd_flops, ceil);
+        if (!ours_only) {
+            row(("flash attention forward" + shape).c_str(),
+                median_ms(
+                    [&] {
+                        return gated_attention_forward(bf16_ptr(y), bf16_ptr(o), lse.get(), a,
+                                                       nullptr);
+                    },
+                    10),
+                0, fwd_flops, ceil);
+        }
         {
             const size_t wwsb = gated_attention_forward_wgmma_workspace_bytes(a);
             DeviceBuffer<char> wws(wwsb);
@@ -95,6 +101,7 @@ TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]
                     0, 2.5 * fwd_flops, ceil);
             }
         }
+        if (ours_only) continue;
         row(("flash attention backward" + shape).c_str(),
             median_ms(
                 [&] {
@@ -158,6 +165,13 @@ TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]
             ceil);
 #endif
     }
+}
+
+TEST_CASE("attention benchmark on Qwen3.5-27B shapes", "[bench][attention_bench]") {
+    attention_bench(false);
+}
+TEST_CASE("wgmma attention benchmark alone", "[.][bench][attention_wgmma_bench]") {
+    attention_bench(true);
 }
 #endif
 

@@ -218,7 +218,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
             float pv[2], dsv[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                float pr = exp2f(sc[i + e] * p.scale_log2 - lse2[col + e]);
+                float pr = ex2_ftz(sc[i + e] * p.scale_log2 - lse2[col + e]);
                 if (diagonal && q0 + col + e < key) pr = 0.0f;
                 pv[e] = pr;
                 dsv[e] = pr * (dp[i + e] - lse2[kTile + col + e]);

@@ -59,6 +59,15 @@ __device__ __forceinline__ void turn_pass(int cw) {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - cw) : "memory");
 }
 
+// 2^x on the multi-function unit, results below 2^-126 flushed to 0 (probabilities that small
+// vanish against the row's maximum, 2^0, in any sum): exp2f adds a rescaling for denormal
+// results around each of these, which the softmax runs 4096 times per tile and warpgroup.
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // S (64 x 64) = Q K^T for this warpgroup's 64 rows: 16 wgmma over head_dim, both from shared
 // memory.
 __device__ __forceinline__ void issue_scores(float (&sc)[32], uint32_t q_base, uint32_t k_base) {
@@ -111,13 +120,13 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, in
     // Rows that have seen no key yet (-inf) keep exp2 away from -inf - -inf.
     const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
     const float base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-    const float2 alpha = make_float2(exp2f(st.m_lo - base_lo), exp2f(st.m_hi - base_hi));
+    const float2 alpha = make_float2(ex2_ftz(st.m_lo - base_lo), ex2_ftz(st.m_hi - base_hi));
     st.m_lo = mn_lo;
     st.m_hi = mn_hi;
     float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-        sc[i] = exp2f(sc[i] - ((i & 2) ? base_hi : base_lo));
+        sc[i] = ex2_ftz(sc[i] - ((i & 2) ? base_hi : base_lo));
         if (i & 2) {
             sum_hi += sc[i];
         } else {

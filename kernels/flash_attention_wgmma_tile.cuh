@@ -99,40 +99,48 @@ struct RowState {
 __device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, int j0, bool diagonal,
                                                int row_lo, int c, float scale_log2) {
     const int row_hi = row_lo + 8;
-    float tmax_lo = -INFINITY, tmax_hi = -INFINITY;
+    // The mask only on diagonal tiles (a uniform branch): comparing every key with its row cost
+    // three instructions per score on every tile, and the softmax sits on the critical path.
+    if (diagonal) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const int key = j0 + 8 * (i / 4) + 2 * c + (i & 1);
-        const int row = (i & 2) ? row_hi : row_lo;
-        const float v = (diagonal && key > row) ? -INFINITY : sc[i] * scale_log2;
-        sc[i] = v;
-        if (i & 2) {
-            tmax_hi = fmaxf(tmax_hi, v);
-        } else {
-            tmax_lo = fmaxf(tmax_lo, v);
+        for (int i = 0; i < 32; ++i) {
+            const int key = j0 + 8 * (i / 4) + 2 * c + (i & 1);
+            if (key > ((i & 2) ? row_hi : row_lo)) sc[i] = -INFINITY;
         }
     }
+    // Maxima and sums over 4 partials per row: chains of 4 dependent instructions, not 16.
+    // The maximum is taken unscaled (scale > 0 keeps it where it is).
+    float part[2][4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) part[k / 4][k % 4] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        float& m = part[(i >> 1) & 1][(i & 1) + 2 * ((i >> 2) & 1)];
+        m = fmaxf(m, sc[i]);
+    }
+    float tmax_lo = fmaxf(fmaxf(part[0][0], part[0][1]), fmaxf(part[0][2], part[0][3]));
+    float tmax_hi = fmaxf(fmaxf(part[1][0], part[1][1]), fmaxf(part[1][2], part[1][3]));
     tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 1));
     tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 2));
     tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 1));
     tmax_hi = fmaxf(tmax_hi, __shfl_xor_sync(0xffffffffu, tmax_hi, 2));
-    const float mn_lo = fmaxf(st.m_lo, tmax_lo), mn_hi = fmaxf(st.m_hi, tmax_hi);
+    const float mn_lo = fmaxf(st.m_lo, tmax_lo * scale_log2);
+    const float mn_hi = fmaxf(st.m_hi, tmax_hi * scale_log2);
     // Rows that have seen no key yet (-inf) keep exp2 away from -inf - -inf.
     const float base_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
     const float base_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
     const float2 alpha = make_float2(ex2_ftz(st.m_lo - base_lo), ex2_ftz(st.m_hi - base_hi));
     st.m_lo = mn_lo;
     st.m_hi = mn_hi;
-    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) part[k / 4][k % 4] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-        sc[i] = ex2_ftz(sc[i] - ((i & 2) ? base_hi : base_lo));
-        if (i & 2) {
-            sum_hi += sc[i];
-        } else {
-            sum_lo += sc[i];
-        }
+        sc[i] = ex2_ftz(fmaf(sc[i], scale_log2, -((i & 2) ? base_hi : base_lo)));  // one FFMA
+        part[(i >> 1) & 1][(i & 1) + 2 * ((i >> 2) & 1)] += sc[i];
     }
+    const float sum_lo = (part[0][0] + part[0][1]) + (part[0][2] + part[0][3]);
+    const float sum_hi = (part[1][0] + part[1][1]) + (part[1][2] + part[1][3]);
     st.l_lo = st.l_lo * alpha.x + sum_lo;
     st.l_hi = st.l_hi * alpha.y + sum_hi;
     return alpha;

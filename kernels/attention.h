@@ -66,13 +66,16 @@ struct GatedAttentionArgs {
     int64_t gate_token_stride = 0, gate_head_stride = 0;
     const int32_t* cu_seqlens = nullptr;  // (num_docs + 1), device
     int64_t num_docs = 0, tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
-    float scale = 0.0f;  // head_dim^-1/2 for Qwen3.5
+    // head_dim^-1/2 for Qwen3.5; must be positive and finite (the wgmma forward takes each row's
+    // maximum before scaling, and 0 or NaN would make masked scores NaN).
+    float scale = 0.0f;
     // Longest document (host-known upper bound; 0 = unknown). cudnn_attention.cc sizes its plans
     // by it; the handwritten kernels need no bound.
     int64_t max_doc_tokens = 0;
 };
 
-// head_dim 256 (Qwen3.5's only full-attention head size), q_heads a multiple of kv_heads.
+// head_dim 256 (Qwen3.5's only full-attention head size), q_heads a multiple of kv_heads, scale
+// positive and finite, inputs present and 16-byte aligned.
 bool gated_attention_supported(const GatedAttentionArgs& a);
 
 // o: (tokens, q_heads, head_dim) ungated attention output, saved for backward;

@@ -175,7 +175,7 @@ bool gated_attention_supported(const GatedAttentionArgs& a) {
            a.q_heads <= 65535 && a.num_docs > 0 && a.tokens >= 0 && a.q && a.k && a.v && a.gate &&
            a.cu_seqlens && a.gate_token_stride % 8 == 0 && a.gate_head_stride % 8 == 0 &&
            cuda::aligned16(a.q) && cuda::aligned16(a.k) && cuda::aligned16(a.v) &&
-           cuda::aligned16(a.gate);
+           cuda::aligned16(a.gate) && a.scale > 0.0f && a.scale < INFINITY;
 }
 
 cudaError_t gated_attention_forward(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,

@@ -49,6 +49,28 @@ std::string where_wrong(const std::vector<float>& o, const std::vector<float>& o
     return out + " ]";
 }
 
+// Host-side argument checks: no GPU needed (the pointers are never dereferenced).
+TEST_CASE("gated attention rejects a scale that is not positive and finite", "[kernels]") {
+    alignas(16) static const uint16_t data[16] = {};
+    static const int32_t cu[2] = {0, 1};
+    GatedAttentionArgs a;
+    a.q = a.k = a.v = a.gate = reinterpret_cast<const __nv_bfloat16*>(data);
+    a.gate_token_stride = 512;
+    a.gate_head_stride = 256;
+    a.cu_seqlens = cu;
+    a.num_docs = 1;
+    a.tokens = 1;
+    a.q_heads = a.kv_heads = 1;
+    a.head_dim = 256;
+    a.scale = 1.0f / 16;
+    CHECK(gated_attention_supported(a));
+    for (const float bad : {0.0f, -1.0f / 16, INFINITY, NAN}) {
+        a.scale = bad;
+        INFO("scale " << bad);
+        CHECK_FALSE(gated_attention_supported(a));
+    }
+}
+
 TEST_CASE("gated flash attention CUDA forward and backward match the reference",
           "[kernels][cuda]") {
     if (!have_gpu()) return;

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
+#include <random>
 #include <string>
 
 #include "kernels/attention.h"
@@ -212,8 +214,71 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
         }
     }
 }
+
+// The work lists at scale: tens of thousands of documents (a warp per document lists them), and
+// more 64-token tile levels than list_tiles_kernel's 1024 threads scan at once (the offsets carry
+// from one chunk of levels to the next). A lost or doubled tile leaves poisoned rows or the
+// wrong sums; the backward runs with its dS tiles through memory and with atomics.
+TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[kernels][cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(321);
+    std::vector<int32_t> lengths = {1500};  // 24 key tiles
+    std::uniform_int_distribution<int32_t> len(50, 200);
+    for (int i = 0; i < 100; ++i) lengths.push_back(len(rng));
+    int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+    while (tokens < 70000) {  // 70000 / 64 > 1024 levels; one-token documents keep it cheap
+        lengths.push_back(1);
+        ++tokens;
+    }
+    std::shuffle(lengths.begin(), lengths.end(), rng);
+    const auto cu = awkward_cu_seqlens(lengths);
+    const AttentionCase p = attention_case(rng, cu, 1, 1);
+    const size_t qn = p.o_ref.size(), kvn = p.k.f.size();
+    AttentionDeviceCase dc(p, cu, 1500);
+    auto& [d_q, d_k, d_v, d_qg, d_cu, d_y, d_o, d_lse, a] = dc;
+    INFO("tokens = " << tokens << ", docs = " << lengths.size());
+    const size_t wsb = gated_attention_forward_wgmma_workspace_bytes(a);
+    DeviceBuffer<char> ws(wsb);
+    ws.poison();
+    REQUIRE(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a, ws.get(),
+                                          wsb, nullptr) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(noted("wgmma lists: o worst row", worst_row_err(to_float(d_o.download()), p.o_ref)) <
+          0.05);
+    CHECK(noted("wgmma lists: y worst row", worst_row_err(to_float(d_y.download()), p.y_ref)) <
+          0.05);
+    const AttentionGrads gr = attention_grads(rng, p, cu);
+    DeviceBuffer<uint16_t> d_dy(gr.dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
+    // The bound on dS tiles counts every document at the longest one's length: past the
+    // default budget here, so the default runs dQ by atomics; a budget that holds the bound
+    // sends the tiles through memory.
+    const size_t bound = attention_ds_tile_bound(a.tokens, a.num_docs, 1500, 1);
+    for (const size_t budget : {kAttentionDsBudget, bound}) {
+        INFO("dS budget " << budget << " of a bound of " << bound);
+        const size_t bwsb = gated_attention_backward_wgmma_workspace_bytes(a, budget);
+        DeviceBuffer<char> bws(bwsb);
+        bws.poison();
+        d_dq.poison();
+        d_dk.poison();
+        d_dv.poison();
+        REQUIRE(gated_attention_backward_wgmma(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
+                                               bf16_ptr(d_dqg) + 256, bf16_ptr(d_dy), bf16_ptr(d_o),
+                                               d_lse.get(), a, bws.get(), bwsb, nullptr,
+                                               budget) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(noted("wgmma lists: dq worst row",
+                    worst_row_err(to_float(d_dq.download()), gr.dq_ref)) < 0.25);
+        CHECK(noted("wgmma lists: dk worst row",
+                    worst_row_err(to_float(d_dk.download()), gr.dk_ref)) < 0.25);
+        CHECK(noted("wgmma lists: dv worst row",
+                    worst_row_err(to_float(d_dv.download()), gr.dv_ref)) < 0.25);
+    }
+}
 #else
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
+    WARN("skipped: built without CUDA");
+}
+TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[kernels][cuda]") {
     WARN("skipped: built without CUDA");
 }
 #endif

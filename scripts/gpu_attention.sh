@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One short device run for work on the wgmma attention kernels (bundle with
+#   BUNDLE_DAEMON=0 BUNDLE_TESTS="kernels_tests kernels_bench" scripts/gpu_bundle.sh
+# and carry .device-build): their [cuda] tests, each under a timeout (a barrier miscount hangs
+# rather than fails), then their benchmark rows alone. About a minute of device time; full logs
+# in $OUT when set.
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+LOG=${OUT:-/tmp}/gpu_attention.log
+: > "$LOG"
+for name in "wgmma gated attention forward matches the reference" \
+            "wgmma attention lists past 1024 tile levels and 50k documents"; do
+  out=$(timeout 120 "$B/bin/kernels_tests" "$name" 2>&1); rc=$?
+  echo "$out" >> "$LOG"
+  printf '%-6s %s: %s\n' "$([[ $rc == 0 ]] && echo ok || echo "FAIL($rc)")" "$name" \
+    "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
+done
+grep -E "^worst wgmma" "$LOG" | sort -u
+timeout 120 "$B/bin/kernels_bench" "[attention_wgmma_bench]" 2>&1 | grep -E "wgmma attention"

@@ -364,10 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        regs_dec<24>();
+        regs_dec<kProducerRegs>();
         if (threadIdx.x == 0) produce(p, &tq, &tk, &tv, smem, items);
     } else {
-        regs_inc<240>();
+        regs_inc<kConsumerRegs>();
         consume(p, smem, wg - 1);
     }
 }

@@ -313,15 +313,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    // Registers: the producer warpgroup gives its back, the consumers take them (24 + 2 x 240
-    // per thread = the 168 x 3 that the launch bound gives: setmaxnreg.inc waits until the
-    // block's own pool can serve it, so the sum may not exceed it).
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        regs_dec<24>();
+        regs_dec<kProducerRegs>();
         if (threadIdx.x < 32) produce(p, b, &tq, &tdo, &tk, &tv, smem);
     } else {
-        regs_inc<240>();
+        regs_inc<kConsumerRegs>();
         consume<kStoreDs>(p, b, smem, wg - 1);
     }
 }

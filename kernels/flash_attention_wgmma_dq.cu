@@ -153,13 +153,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    // Registers as in the other wgmma kernels: 24 + 2 x 240 = 3 x 168.
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        regs_dec<24>();
+        regs_dec<kProducerRegs>();
         if (threadIdx.x == 0) produce(p, b, &tk, smem);
     } else if (wg - 1 < b.heads) {
-        regs_inc<240>();
+        regs_inc<kConsumerRegs>();
         consume(p, b, smem, wg - 1);
     }
 }

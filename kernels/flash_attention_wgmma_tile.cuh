@@ -30,6 +30,13 @@ constexpr int kStages = 2;
 // Every wgmma attention kernel: a producer warpgroup and two consumer warpgroups.
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
+// Registers per thread after setmaxnreg: the producer warpgroup gives its back, the consumers
+// take them. setmaxnreg.inc waits until the block's own pool (the launch bound's 168 per thread
+// for one block of kThreads) can serve it, so the sum may not pass it (32 + 2 x 240 hung).
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + 2 * 128 * kConsumerRegs <= kThreads * 168,
+              "setmaxnreg would wait forever for registers the block does not have");
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -108,16 +115,17 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, in
             if (key > ((i & 2) ? row_hi : row_lo)) sc[i] = -INFINITY;
         }
     }
-    // Maxima and sums over 4 partials per row: chains of 4 dependent instructions, not 16.
-    // The maximum is taken unscaled (scale > 0 keeps it where it is).
+    // Maxima and sums over 4 partials per row (score i: row hi when i & 2): chains of 4
+    // dependent instructions, not 16. The maximum is taken unscaled (scale > 0 keeps it where it
+    // is).
     float part[2][4];
+    auto part_of = [&](int i) -> float& {
+        return part[(i >> 1) & 1][(i & 1) + 2 * ((i >> 2) & 1)];
+    };
 #pragma unroll
     for (int k = 0; k < 8; ++k) part[k / 4][k % 4] = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        float& m = part[(i >> 1) & 1][(i & 1) + 2 * ((i >> 2) & 1)];
-        m = fmaxf(m, sc[i]);
-    }
+    for (int i = 0; i < 32; ++i) part_of(i) = fmaxf(part_of(i), sc[i]);
     float tmax_lo = fmaxf(fmaxf(part[0][0], part[0][1]), fmaxf(part[0][2], part[0][3]));
     float tmax_hi = fmaxf(fmaxf(part[1][0], part[1][1]), fmaxf(part[1][2], part[1][3]));
     tmax_lo = fmaxf(tmax_lo, __shfl_xor_sync(0xffffffffu, tmax_lo, 1));
@@ -137,7 +145,7 @@ __device__ __forceinline__ float2 softmax_tile(float (&sc)[32], RowState& st, in
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         sc[i] = ex2_ftz(fmaf(sc[i], scale_log2, -((i & 2) ? base_hi : base_lo)));  // one FFMA
-        part[(i >> 1) & 1][(i & 1) + 2 * ((i >> 2) & 1)] += sc[i];
+        part_of(i) += sc[i];
     }
     const float sum_lo = (part[0][0] + part[0][1]) + (part[0][2] + part[0][3]);
     const float sum_hi = (part[1][0] + part[1][1]) + (part[1][2] + part[1][3]);
@@ -210,9 +218,11 @@ __global__ void __launch_bounds__(kListThreads)
     }
     for (int i = threadIdx.x; i < levels; i += kListThreads) per_level[i] = 0;
     __syncthreads();
+    auto tiles_of = [&](int d) { return (cu[d + 1] - cu[d] + kRows - 1) / kRows; };
+    auto level_of = [](int n, int m) { return kByRemaining ? n - 1 - m : m; };
     for (int d = warp; d < num_docs; d += kWarps) {
-        const int n = (cu[d + 1] - cu[d] + kRows - 1) / kRows;
-        for (int m = lane; m < n; m += 32) atomicAdd(&per_level[kByRemaining ? n - 1 - m : m], 1);
+        const int n = tiles_of(d);
+        for (int m = lane; m < n; m += 32) atomicAdd(&per_level[level_of(n, m)], 1);
     }
     __syncthreads();
     for (int top = 0; top < levels; top += kListThreads) {  // top: levels counted from the highest
@@ -230,9 +240,9 @@ __global__ void __launch_bounds__(kListThreads)
     }
     if (threadIdx.x == 0) *count = placed;
     for (int d = warp; d < num_docs; d += kWarps) {
-        const int n = (cu[d + 1] - cu[d] + kRows - 1) / kRows;
+        const int n = tiles_of(d);
         for (int m = lane; m < n; m += 32) {
-            const int level = kByRemaining ? n - 1 - m : m;
+            const int level = level_of(n, m);
             tiles[offsets[level] + atomicAdd(&per_level[level], 1)] = make_int2(d, m);
         }
     }

@@ -15,15 +15,18 @@
 
 namespace deltatune::hopper {
 
-// The first 1024-byte boundary at or after `p`: where 128-byte-swizzled tiles must start (the
-// dynamic shared memory is allocated 1024 bytes larger for it).
-__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
-    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) &
-                                            ~uintptr_t{1023});
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The first 1024-byte boundary at or after `p` (shared memory): where 128-byte-swizzled tiles
+// must start (the dynamic shared memory is allocated 1024 bytes larger for it). An offset from
+// `p` rather than an integer made back into a pointer, so that the compiler still knows the
+// result points into shared memory: plain loads and stores through it become LDS / STS, not
+// generic LD / ST (slower, and tracked like global memory accesses).
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+    const uint32_t a = smem_addr(p);
+    return p + (((a + 1023u) & ~1023u) - a);
 }
 
 // Descriptor of a 128B-swizzled operand at shared address `addr`: `lbo` and `sbo` in bytes.

@@ -33,7 +33,11 @@ constexpr int kChunkBytes = kTileChunkBytes;
 constexpr int kDsBytes = kDsTileBytes;  // a dS^T tile
 constexpr int kRing = 3;
 constexpr int kStageBytes = kKBytes + 2 * kDsBytes;
-constexpr int kOffBars = kRing * kStageBytes;
+// The epilogue's: each consumer warp's 16 rows of bf16 dQ (16 x 512 bytes), so that they leave
+// as whole 512-byte rows (16 bytes a lane) instead of 4-byte pieces of 8 rows at a time.
+constexpr int kWarpStagingBytes = 16 * kD * 2;
+constexpr int kOffStaging = kRing * kStageBytes;
+constexpr int kOffBars = kOffStaging + kConsumerWarps * kWarpStagingBytes;
 constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
 
 struct Params {
@@ -123,17 +127,28 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     }
     wgmma_wait<0>();
     fence_regs(acc);
+    // The thread holds rows g and g + 8, columns 8 j + 2 c (+1) for j < 32: staged as 4-byte
+    // stores into 16-byte units swizzled by the row (unit j ^ (row % 8): the 8 rows of one store
+    // fall in different banks), then read back a row per instruction, lane l its unit l.
+    unsigned char* buf = smem + kOffStaging + (4 * w + warp) * kWarpStagingBytes;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int at = (j ^ g) * 16 + 4 * c;
+        *reinterpret_cast<uint32_t*>(buf + g * 512 + at) =
+            pack_bf16(acc[4 * j] * p.scale, acc[4 * j + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(buf + (g + 8) * 512 + at) =
+            pack_bf16(acc[4 * j + 2] * p.scale, acc[4 * j + 3] * p.scale);
+    }
+    __syncwarp();
     const int h = b.h0 + w;
-    const int q0 = b.doc_begin + b.t * kTile;
+    const int row0 = b.doc_begin + b.t * kTile + 16 * warp;
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-        const int row = q0 + 16 * warp + g + 8 * hi;
-        if (row >= b.doc_end) continue;
-        bf16* out = p.dq + (static_cast<int64_t>(row) * p.q_heads + h) * kD + 2 * c;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            *reinterpret_cast<uint32_t*>(out + 8 * j) =
-                pack_bf16(acc[4 * j + 2 * hi] * p.scale, acc[4 * j + 2 * hi + 1] * p.scale);
+    for (int rr = 0; rr < 16; ++rr) {
+        const int row = row0 + rr;
+        if (row < b.doc_end) {
+            *reinterpret_cast<uint4*>(p.dq + (static_cast<int64_t>(row) * p.q_heads + h) * kD +
+                                      8 * lane) =
+                *reinterpret_cast<const uint4*>(buf + rr * 512 + (lane ^ (rr & 7)) * 16);
         }
     }
 }

@@ -276,21 +276,14 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         if (lane == 0) mbar_arrive(&bar.empty[st]);
     }
     if (kStoreDs && w == 0 && tid == 0) bulk_wait();  // the dS^T tiles are in memory
-    // dK = scale dS^T Q and dV, rows inside the document.
+    // dK = scale dS^T Q and dV, rows inside the document, through the warp's staging buffer
+    // (free here: add_rows is done with it).
     const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * kD;
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-        const int key = b.k0 + row_lo + 8 * hi;
-        if (key >= b.doc_end) continue;
-        const int64_t off = key * kv_stride + b.kvh * kD + 128 * w + 2 * c;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            *reinterpret_cast<uint32_t*>(p.dk + off + 8 * j) =
-                pack_bf16(dk[4 * j + 2 * hi] * p.scale, dk[4 * j + 2 * hi + 1] * p.scale);
-            *reinterpret_cast<uint32_t*>(p.dv + off + 8 * j) =
-                pack_bf16(dv[4 * j + 2 * hi], dv[4 * j + 2 * hi + 1]);
-        }
-    }
+    const int64_t first = (b.k0 + 16 * warp) * kv_stride + b.kvh * kD + 128 * w;
+    const int valid = b.doc_end - (b.k0 + 16 * warp);
+    unsigned char* const buf = smem + kOffStaging + (4 * w + warp) * 2048;
+    store_rows_bf16(p.dk + first, kv_stride, valid, dk, p.scale, buf);
+    store_rows_bf16(p.dv + first, kv_stride, valid, dv, 1.0f, buf);
 }
 
 template <bool kStoreDs>

@@ -194,6 +194,37 @@ __device__ __forceinline__ void add_rows(float* rows, int64_t row_step, int vali
     }
 }
 
+// Stores this warp's 16 rows of a 64 x 128 fp32 accumulator (the wgmma m64n128 layout) times
+// `scale` as bf16 global rows: `rows` is the warp's first row, `row_step` elements apart; rows
+// from `valid` on are skipped. 64 columns at a time go through the warp's 2 KiB of shared memory
+// `buf` (16 rows x 128 bytes, 16-byte units swizzled by row) so that each store instruction
+// writes 4 whole 128-byte row pieces rather than 4 bytes of 8 rows.
+__device__ __forceinline__ void store_rows_bf16(__nv_bfloat16* rows, int64_t row_step, int valid,
+                                                const float (&acc)[64], float scale,
+                                                unsigned char* buf) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch) {
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            const int j = 8 * ch + jj;
+            const int at = ((jj ^ g) * 16) + 4 * c;  // rows g and g + 8: the same row % 8
+            *reinterpret_cast<uint32_t*>(buf + g * 128 + at) =
+                pack_bf16(acc[4 * j] * scale, acc[4 * j + 1] * scale);
+            *reinterpret_cast<uint32_t*>(buf + (g + 8) * 128 + at) =
+                pack_bf16(acc[4 * j + 2] * scale, acc[4 * j + 3] * scale);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int rr = lane / 8 + 4 * i, u = lane % 8;
+            const uint4 v = *reinterpret_cast<const uint4*>(buf + rr * 128 + ((u ^ (rr & 7)) * 16));
+            if (rr < valid) *reinterpret_cast<uint4*>(rows + rr * row_step + 64 * ch + 8 * u) = v;
+        }
+        __syncwarp();  // the buffer is rewritten by the next chunk
+    }
+}
+
 // One block lists every (document, tile of kRows tokens) pair by descending work: the forward's
 // item grows with the tile index m (keys up to the tile), the backward's shrinks with it (query
 // tiles from the diagonal on), so the level of tile m of a document of n tiles is m, or n - 1 - m

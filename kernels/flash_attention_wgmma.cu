@@ -33,7 +33,7 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-constexpr int kStagingBytes = 8 * 2048;  // the epilogue's: 2 KiB per consumer warp
+constexpr int kStagingBytes = kConsumerWarps * kWarpStagingBytes;  // the epilogue's
 constexpr int kSmemBytes =
     1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
 
@@ -304,18 +304,11 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             }
         }
         const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
-        unsigned char* buf = smem + kQBytes + 2 * kStages * kKvBytes + (4 * cw + warp) * 2048;
+        unsigned char* buf =
+            smem + kQBytes + 2 * kStages * kKvBytes + (4 * cw + warp) * kWarpStagingBytes;
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch) {
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                const int j = 8 * ch + jj;
-                const int unit = ((jj ^ g) * 16) + 4 * c;  // rows g and g + 8: same row % 8
-                *reinterpret_cast<uint32_t*>(buf + g * 128 + unit) =
-                    pack_bf16(acc[4 * j] * inv_lo, acc[4 * j + 1] * inv_lo);
-                *reinterpret_cast<uint32_t*>(buf + (g + 8) * 128 + unit) =
-                    pack_bf16(acc[4 * j + 2] * inv_hi, acc[4 * j + 3] * inv_hi);
-            }
+            stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
             __syncwarp();
 #pragma unroll
             for (int i = 0; i < 4; ++i) {

@@ -53,7 +53,7 @@ constexpr int kOffP = kOffStages + kBwdStages * 2 * kTileBytes;
 constexpr int kOffDs = kOffP + kPBytes;
 constexpr int kOffRows = kOffDs + kPBytes;  // per stage: lse2[64], delta[64]
 constexpr int kOffStaging = kOffRows + kBwdStages * 2 * kTile * 4;  // 2 KiB per consumer warp
-constexpr int kOffBars = kOffStaging + kConsumerWarps * 2048;
+constexpr int kOffBars = kOffStaging + kConsumerWarps * kWarpStagingBytes;
 constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
 
 struct Params {
@@ -168,6 +168,9 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     const uint32_t k_base = smem_addr(smem), v_base = smem_addr(smem + kOffV);
     const uint32_t p_base = smem_addr(smem + kOffP), ds_base = smem_addr(smem + kOffDs);
     const int row_lo = 16 * warp + g;  // this thread's keys (S^T rows) and dQ rows: + 0 and + 8
+    // The warp's staging buffer (add_rows, then the dK / dV stores), found where it is used: held
+    // in a register across the steps it changed the main loop's code.
+    auto staging = [&] { return smem + kOffStaging + (4 * w + warp) * kWarpStagingBytes; };
     float dk[64], dv[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
@@ -266,8 +269,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
             fence_regs(dq);
             add_rows(
                 p.dq_acc + (static_cast<int64_t>(q0 + 16 * warp) * p.q_heads + h) * kD + 128 * w,
-                static_cast<int64_t>(p.q_heads) * kD, b.doc_end - (q0 + 16 * warp), dq,
-                smem + kOffStaging + (4 * w + warp) * 2048);
+                static_cast<int64_t>(p.q_heads) * kD, b.doc_end - (q0 + 16 * warp), dq, staging());
         }
         wgmma_wait<0>();
         fence_regs(dk);
@@ -281,9 +283,8 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * kD;
     const int64_t first = (b.k0 + 16 * warp) * kv_stride + b.kvh * kD + 128 * w;
     const int valid = b.doc_end - (b.k0 + 16 * warp);
-    unsigned char* const buf = smem + kOffStaging + (4 * w + warp) * 2048;
-    store_rows_bf16(p.dk + first, kv_stride, valid, dk, p.scale, buf);
-    store_rows_bf16(p.dv + first, kv_stride, valid, dv, 1.0f, buf);
+    store_rows_bf16(p.dk + first, kv_stride, valid, dk, p.scale, staging());
+    store_rows_bf16(p.dv + first, kv_stride, valid, dv, 1.0f, staging());
 }
 
 template <bool kStoreDs>

@@ -35,9 +35,9 @@ constexpr int kRing = 3;
 constexpr int kStageBytes = kKBytes + 2 * kDsBytes;
 // The epilogue's: each consumer warp's 16 rows of bf16 dQ (16 x 512 bytes), so that they leave
 // as whole 512-byte rows (16 bytes a lane) instead of 4-byte pieces of 8 rows at a time.
-constexpr int kWarpStagingBytes = 16 * kD * 2;
+constexpr int kDqWarpStagingBytes = 16 * kD * 2;
 constexpr int kOffStaging = kRing * kStageBytes;
-constexpr int kOffBars = kOffStaging + kConsumerWarps * kWarpStagingBytes;
+constexpr int kOffBars = kOffStaging + kConsumerWarps * kDqWarpStagingBytes;
 constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
 
 struct Params {
@@ -130,7 +130,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     // The thread holds rows g and g + 8, columns 8 j + 2 c (+1) for j < 32: staged as 4-byte
     // stores into 16-byte units swizzled by the row (unit j ^ (row % 8): the 8 rows of one store
     // fall in different banks), then read back a row per instruction, lane l its unit l.
-    unsigned char* buf = smem + kOffStaging + (4 * w + warp) * kWarpStagingBytes;
+    unsigned char* buf = smem + kOffStaging + (4 * w + warp) * kDqWarpStagingBytes;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
         const int at = (j ^ g) * 16 + 4 * c;

@@ -2,9 +2,9 @@
 # One short device run for work on the wgmma attention kernels (bundle with
 #   BUNDLE_DAEMON=0 BUNDLE_TESTS="kernels_tests kernels_bench" scripts/gpu_bundle.sh
 # and carry .device-build): their [cuda] tests, each under a timeout (a barrier miscount hangs
-# rather than fails), then their benchmark rows alone (alternating with a baseline's where
-# .device-build/bin/kernels_bench_base is one: `strip -o` it from a build of the baseline). About
-# a minute of device time; full logs in $OUT when set.
+# rather than fails), then their benchmark rows alone (alternating with those of the variants
+# copied in beside it, see below). About a minute of device time, plus one per variant; full logs
+# in $OUT when set.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -19,13 +19,17 @@ for name in "wgmma gated attention forward matches the reference" \
     "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
 done
 grep -E "^worst wgmma" "$LOG" | sort -u
-rows() { timeout 120 "$1" "[attention_wgmma_bench]" 2>&1 | grep -E "wgmma attention"; }
-if [[ -x $B/bin/kernels_bench_base ]]; then
-  # A/B: a baseline's bench binary copied in as kernels_bench_base; alternating runs, since
-  # machines and runs differ by a few percent (more than most single changes gain).
+rows() { timeout 120 "$1" "[attention_wgmma_bench]" 2>&1 | grep -E "wgmma attention|writing o"; }
+# Variants to compare: a baseline's bench binary copied in as kernels_bench_base, and any number
+# of others as kernels_bench_v_<name> (`strip -o` each from its build). Alternating runs, since
+# machines and runs differ by a few percent (more than most single changes gain).
+variants=()
+for f in "$B"/bin/kernels_bench_base "$B"/bin/kernels_bench_v_*; do [[ -x $f ]] && variants+=("$f"); done
+if (( ${#variants[@]} )); then
   for r in 1 2 3; do
-    echo "== base"; rows "$B/bin/kernels_bench_base"
-    echo "== this"; rows "$B/bin/kernels_bench"
+    for f in "${variants[@]}" "$B/bin/kernels_bench"; do
+      echo "== $(basename "$f")"; rows "$f"
+    done
   done
 else
   rows "$B/bin/kernels_bench"

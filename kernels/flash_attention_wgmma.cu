@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_index();
     if (wg == 0) {
         regs_dec<kProducerRegs>();
         if (threadIdx.x == 0) produce(p, &tq, &tk, &tv, smem, items);

@@ -176,13 +176,17 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.0f;
     // dV += P^T dO and dK += dS^T Q for this warpgroup's half of head_dim, one group.
     auto issue_dkdv = [&](uint32_t q_base, uint32_t do_base) {
+        // A: P^T, dS^T (K-major); B: this warpgroup's 128 columns of d_o, Q (MN-major).
+        const uint64_t pt_desc = sw128_desc(p_base, 16, 1024);
+        const uint64_t dst_desc = sw128_desc(ds_base, 16, 1024);
+        const uint64_t do_cols = sw128_desc(do_base + 2 * w * kChunkBytes, kChunkBytes, 1024);
+        const uint64_t q_cols = sw128_desc(q_base + 2 * w * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < kTile / 16; ++kk) {
-            const uint32_t b_at = 2 * w * kChunkBytes + kk * 2048;
-            wgmma_m64n128k16_ss_tb<0>(dv, sw128_desc(p_base + kk * 32, 16, 1024),
-                                      sw128_desc(do_base + b_at, kChunkBytes, 1024), 1);
-            wgmma_m64n128k16_ss_tb<0>(dk, sw128_desc(ds_base + kk * 32, 16, 1024),
-                                      sw128_desc(q_base + b_at, kChunkBytes, 1024), 1);
+            wgmma_m64n128k16_ss_tb<0>(dv, desc_at(pt_desc, kk * 32), desc_at(do_cols, kk * 2048),
+                                      1);
+            wgmma_m64n128k16_ss_tb<0>(dk, desc_at(dst_desc, kk * 32), desc_at(q_cols, kk * 2048),
+                                      1);
         }
         wgmma_commit();
     };
@@ -195,17 +199,21 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         // S^T and dP^T for queries 32 w .. + 31 of the tile.
         float sc[16], dp[16];
         wgmma_fence();
+        {  // A: K, V (K-major); B: this warpgroup's 32 rows of Q, d_o (K-major)
+            const uint64_t k_desc = sw128_desc(k_base, 16, 1024),
+                           v_desc = sw128_desc(v_base, 16, 1024);
+            const uint64_t q_rows = sw128_desc(q_base + 32 * w * 128, 16, 1024);
+            const uint64_t do_rows = sw128_desc(do_base + 32 * w * 128, 16, 1024);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-            const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
-            wgmma_m64n32k16_ss(sc, sw128_desc(k_base + at, 16, 1024),
-                               sw128_desc(q_base + at + 32 * w * 128, 16, 1024), kk > 0);
-        }
+            for (int kk = 0; kk < kD / 16; ++kk) {
+                const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
+                wgmma_m64n32k16_ss(sc, desc_at(k_desc, at), desc_at(q_rows, at), kk > 0);
+            }
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-            const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
-            wgmma_m64n32k16_ss(dp, sw128_desc(v_base + at, 16, 1024),
-                               sw128_desc(do_base + at + 32 * w * 128, 16, 1024), kk > 0);
+            for (int kk = 0; kk < kD / 16; ++kk) {
+                const uint32_t at = (kk / 4) * kChunkBytes + (kk % 4) * 32;
+                wgmma_m64n32k16_ss(dp, desc_at(v_desc, at), desc_at(do_rows, at), kk > 0);
+            }
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -256,12 +264,13 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
             fence_regs(dk);
             fence_regs(dv);
             wgmma_fence();
+            // A: dS^T read transposed (MN-major); B: this warpgroup's 128 columns of K.
+            const uint64_t ds_mn = sw128_desc(ds_base, kChunkBytes, 1024);
+            const uint64_t k_cols = sw128_desc(k_base + 2 * w * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
             for (int kk = 0; kk < kTile / 16; ++kk) {
-                wgmma_m64n128k16_ss_tb<1>(
-                    dq, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
-                    sw128_desc(k_base + 2 * w * kChunkBytes + kk * 2048, kChunkBytes, 1024),
-                    kk > 0);
+                wgmma_m64n128k16_ss_tb<1>(dq, desc_at(ds_mn, kk * 2048), desc_at(k_cols, kk * 2048),
+                                          kk > 0);
             }
             wgmma_commit();
             issue_dkdv(q_base, do_base);
@@ -307,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_index();
     if (wg == 0) {
         regs_dec<kProducerRegs>();
         if (threadIdx.x < 32) produce(p, b, &tq, &tdo, &tk, &tv, smem);

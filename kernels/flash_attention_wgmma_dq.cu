@@ -113,10 +113,12 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         const uint32_t k_base = smem_addr(smem + s * kStageBytes);
         const uint32_t ds_base = k_base + kKBytes + w * kDsBytes;
         wgmma_fence();
+        const uint64_t ds_desc = sw128_desc(ds_base, kChunkBytes, 1024);
+        const uint64_t k_desc = sw128_desc(k_base, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < kTile / 16; ++kk) {
-            wgmma_m64n256k16_ss_ta_tb(acc, sw128_desc(ds_base + kk * 2048, kChunkBytes, 1024),
-                                      sw128_desc(k_base + kk * 2048, kChunkBytes, 1024), 1);
+            wgmma_m64n256k16_ss_ta_tb(acc, desc_at(ds_desc, kk * 2048), desc_at(k_desc, kk * 2048),
+                                      1);
         }
         wgmma_commit();
         wgmma_wait<1>();  // the previous key tile's products are done: its stage is free
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_index();
     if (wg == 0) {
         regs_dec<kProducerRegs>();
         if (threadIdx.x == 0) produce(p, b, &tk, smem);

@@ -79,21 +79,23 @@ __device__ __forceinline__ float sigmoid_fast(float x) {
 // S (64 x 64) = Q K^T for this warpgroup's 64 rows: 16 wgmma over head_dim, both from shared
 // memory.
 __device__ __forceinline__ void issue_scores(float (&sc)[32], uint32_t q_base, uint32_t k_base) {
+    const uint64_t q_desc = sw128_desc(q_base, 16, 1024), k_desc = sw128_desc(k_base, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
         const uint32_t chunk = kk / 4, within = (kk % 4) * 32;
-        wgmma_m64n64k16_ss(sc, sw128_desc(q_base + chunk * kBm * 128 + within, 16, 1024),
-                           sw128_desc(k_base + chunk * kBn * 128 + within, 16, 1024), kk > 0);
+        wgmma_m64n64k16_ss(sc, desc_at(q_desc, chunk * kBm * 128 + within),
+                           desc_at(k_desc, chunk * kBn * 128 + within), kk > 0);
     }
 }
 
 // O (64 x 256) += P V, P (64 x 64) from registers.
 __device__ __forceinline__ void issue_pv(float (&acc)[128], const uint32_t (&pa)[16],
                                          uint32_t v_base) {
+    const uint64_t v_desc = sw128_desc(v_base, kBn * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < kBn / 16; ++kk) {
         const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        wgmma_m64n256k16_rs_tb(acc, a, sw128_desc(v_base + kk * 16 * 128, kBn * 128, 1024));
+        wgmma_m64n256k16_rs_tb(acc, a, desc_at(v_desc, kk * 16 * 128));
     }
 }
 

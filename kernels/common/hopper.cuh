@@ -38,6 +38,23 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
            (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 
+// threadIdx.x / 128, known to the compiler as the same across the warp (a shuffle from lane 0):
+// shared addresses and wgmma descriptors computed from it then stay in uniform registers
+// instead of being moved there (R2UR) before every wgmma.
+__device__ __forceinline__ int warpgroup_index() {
+    return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+}
+
+// sw128_desc(addr + off, lbo, sbo) from sw128_desc(addr, lbo, sbo), for `off` a multiple of 16
+// that keeps the address in shared memory: the start field (bits 0-13) holds address / 16 of an
+// address under 256 KiB, so off / 16 added to the low word never carries out of it. One add per
+// operand where building each descriptor took a mask, a shift and an or in both halves (ncu:
+// twice as many such instructions as wgmmas in the backward's S / dP loops).
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t off) {
+    const uint32_t lo = static_cast<uint32_t>(desc) + (off >> 4);
+    return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -31,6 +31,13 @@ cudaError_t attention_gate_backward(__nv_bfloat16* d_o, float* delta, __nv_bfloa
                                     const __nv_bfloat16* dy, const __nv_bfloat16* o,
                                     AttentionGateLayout g, int64_t tokens, int64_t q_heads,
                                     cudaStream_t stream);
+// The same from the gated output y = o * sigmoid(gate) instead of o (the wgmma forward saves
+// only y): dgate = dy * y * (1 - sigmoid), delta = sum_c d_o * (y / sigmoid) (equal to the
+// above in real numbers; each differs from it by bf16 roundings of the saved tensor).
+cudaError_t attention_gate_backward_from_y(__nv_bfloat16* d_o, float* delta, __nv_bfloat16* dgate,
+                                           const __nv_bfloat16* dy, const __nv_bfloat16* y,
+                                           AttentionGateLayout g, int64_t tokens, int64_t q_heads,
+                                           cudaStream_t stream);
 
 // From cu_seqlens (num_docs + 1, device): for batch slot i < slots, seq_len[i] = the length of
 // document i (0 for the slots past num_docs), and, for i <= slots, element offsets of its first

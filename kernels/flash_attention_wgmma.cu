@@ -15,7 +15,7 @@
 //     softmax overlaps the other's products. O is 128 fp32 registers per thread, hence
 //     setmaxnreg: consumers 240, the producer 24.
 // Epilogue, per warp and 64-column chunk: O / l rounded to bf16 staged in 2 KiB of shared
-// memory, written as whole rows of o and of y = o * sigmoid(gate); lse per row.
+// memory, written as whole rows of o (unless o is null) and of y = o * sigmoid(gate); lse per row.
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <algorithm>
@@ -325,7 +325,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
                     *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
                 if (row < it.q_end) {
                     const int64_t off = row * row_stride + it.h * kD + ch * kChunkCols + 8 * unit;
-                    *reinterpret_cast<uint4*>(p.o + off) = raw;
+                    if (p.o) *reinterpret_cast<uint4*>(p.o + off) = raw;
                     float of[8], gf[8], yf[8];
                     cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
                     const uint4 gr = gate[ch][i];
@@ -384,7 +384,7 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     if (a.tokens == 0) return cudaSuccess;
     // Items are counted in int32 by the blocks' atomic counter, which runs up to items + blocks.
     if (workspace_bytes < gated_attention_forward_wgmma_workspace_bytes(a) ||
-        !cuda::aligned16(workspace) || !cuda::aligned16(y) || !cuda::aligned16(o) ||
+        !cuda::aligned16(workspace) || !cuda::aligned16(y) || (o && !cuda::aligned16(o)) ||
         tile_list_capacity(a, kBm) * a.q_heads > INT32_MAX - 65536 || a.tokens > INT32_MAX / 2 ||
         a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;

@@ -24,9 +24,11 @@ namespace deltatune {
 // Device workspace of gated_attention_forward_wgmma (the tile list), from host-known sizes.
 size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a);
 
-// As gated_attention_forward; `workspace` (16-byte aligned) holds at least the bytes above; y
-// and o 16-byte aligned. cudaErrorInvalidValue for shapes gated_attention_supported rejects, a
-// short or misaligned workspace or output; cudaErrorNotSupported where the driver offers no
+// As gated_attention_forward, except that o may be null: then only y and lse are written, which
+// is all gated_attention_backward_wgmma needs (it takes y), saving a write of o and the memory
+// that would keep it. `workspace` (16-byte aligned) holds at least the bytes above; y, and o
+// when given, 16-byte aligned. cudaErrorInvalidValue for shapes gated_attention_supported rejects,
+// a short or misaligned workspace or output; cudaErrorNotSupported where the driver offers no
 // tensor-map encoder. `max_blocks` > 0 caps the persistent grid (tests: several items per
 // block); 0 means one block per SM.
 // Keys past a document's end are masked in the scores, so P is 0 there, but the product still
@@ -38,17 +40,20 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
                                           int max_blocks = 0);
 
 // The backward on wgmma + TMA (flash_attention_wgmma_backward.cu): same contract as
-// gated_attention_backward (attention.h). Where the batch's dS tiles (8 KiB per 64 x 64 tile of
-// (query, key) pairs and query head; attention_ds_tile_bytes, bounded by a.max_doc_tokens) fit in
-// `ds_budget` bytes of workspace, they go through memory and dQ is summed by a pass of its own:
-// every output deterministic. Otherwise dQ is summed over key tiles in fp32 by atomic additions
-// and its bits may differ from run to run (within fp32 rounding of the sums). a.max_doc_tokens,
-// when given, must bound every document. dq, dk, dv, dy and o 16-byte aligned.
+// gated_attention_backward (attention.h) except that it takes the gated output y (the forward's
+// y) where that takes o: dgate = dy * y * (1 - sigmoid(gate)) and the row terms
+// sum_c d_o * (y / sigmoid) equal o's in real numbers (attention_gate_backward_from_y). Where the
+// batch's dS tiles (8 KiB per 64 x 64 tile of (query, key) pairs and query head;
+// attention_ds_tile_bytes, bounded by a.max_doc_tokens) fit in `ds_budget` bytes of workspace, they
+// go through memory and dQ is summed by a pass of its own: every output deterministic. Otherwise dQ
+// is summed over key tiles in fp32 by atomic additions and its bits may differ from run to run
+// (within fp32 rounding of the sums). a.max_doc_tokens, when given, must bound every document. dq,
+// dk, dv, dy and y 16-byte aligned.
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget = kAttentionDsBudget);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                                            __nv_bfloat16* dgate, const __nv_bfloat16* dy,
-                                           const __nv_bfloat16* o, const float* lse,
+                                           const __nv_bfloat16* y, const float* lse,
                                            const GatedAttentionArgs& a, void* workspace,
                                            size_t workspace_bytes, cudaStream_t stream,
                                            size_t ds_budget = kAttentionDsBudget);

@@ -1,6 +1,7 @@
 // Gated varlen causal GQA attention backward on wgmma + TMA (see flash_attention_wgmma.h).
 //
-// Passes: attention_gate_backward forms d_o = dy * sigmoid(gate), dgate and delta = rowsum(d_o o);
+// Passes: attention_gate_backward_from_y forms d_o = dy * sigmoid(gate), dgate and
+// delta = rowsum(d_o y / sigmoid(gate)) (= rowsum(d_o o));
 // list_tiles_kernel lists the (document, key tile of 64) pairs with the most query tiles first;
 // the main kernel runs one block per (key tile, kv head); then dQ either comes from the dS^T
 // tiles the main kernel stored (flash_attention_wgmma_dq.cu: no atomics, the default while the
@@ -16,8 +17,10 @@
 //   warpgroups 1, 2: consumers. Per step, warpgroup w computes, for its 32 of the tile's queries,
 //     S^T = K Q^T and dP^T = V dO^T (64 keys x 32 queries, wgmma m64n32k16 over head_dim), then
 //     P^T = exp2(S^T scale log2 e - lse) (causal mask on the diagonal tile) and
-//     dS^T = P^T (dP^T - delta), written as bf16 into shared 64 x 64 tiles. Once both halves are
-//     there, warpgroup w owns head_dim columns 128 w .. + 127 of
+//     dS^T = P^T (dP^T - delta) (0 on a document's first row, which attends to one key: delta
+//     from y does not cancel dP there to the last bit, as delta from o did), written as bf16
+//     into shared 64 x 64 tiles. Once both halves are there, warpgroup w owns head_dim columns
+//     128 w .. + 127 of
 //       dV += P^T dO and dK += dS^T Q (64 x 128 fp32 accumulators each, across all steps);
 //     and dS^T leaves for memory as one 8 KiB bulk copy (kStoreDs), or warpgroup w computes
 //       dQ = dS K for its columns and adds the 64 x 128 fp32 partial to the global sums
@@ -221,6 +224,9 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         fence_regs(dp);
         const float* lse2 = lse2_at(smem, st);
         const bool diagonal = s % b.nq == 0;
+        // This thread holds the tile's query 0 (its elements i < 4, e = 0), and that is the
+        // document's first row: see below.
+        const bool first_row = q0 == b.doc_begin && w == 0 && c == 0;
         uint32_t pp[8], dsp[8];
 #pragma unroll
         for (int i = 0; i < 16; i += 2) {
@@ -233,6 +239,10 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
                 if (diagonal && q0 + col + e < key) pr = 0.0f;
                 pv[e] = pr;
                 dsv[e] = pr * (dp[i + e] - lse2[kTile + col + e]);
+                // A document's first row attends to one key: P = 1 and the softmax's gradient
+                // is exactly 0. Computed, dP - delta would leave y's rounding there (from o,
+                // which is v exactly on such a row, it cancelled to the last bit).
+                if (first_row && i < 4 && e == 0) dsv[e] = 0.0f;
             }
             pp[i / 2] = pack_bf16(pv[0], pv[1]);
             dsp[i / 2] = pack_bf16(dsv[0], dsv[1]);
@@ -382,7 +392,7 @@ size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& 
 }
 
 cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
-                                           const bf16* dy, const bf16* o, const float* lse,
+                                           const bf16* dy, const bf16* y, const float* lse,
                                            const GatedAttentionArgs& a, void* workspace,
                                            size_t workspace_bytes, cudaStream_t stream,
                                            size_t ds_budget) {
@@ -391,7 +401,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     const bool ds_mode = attention_ds_tile_bytes(a) <= ds_budget;
     const Layout l = layout_of(a, ds_mode);
     if (workspace_bytes < l.total || !cuda::aligned16(workspace) || !cuda::aligned16(dy) ||
-        !cuda::aligned16(o) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
+        !cuda::aligned16(y) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
         !cuda::aligned16(dv) || tile_list_capacity(a, kTile) * a.q_heads > INT32_MAX ||
         a.tokens > INT32_MAX / 2 || a.q_heads * kD > INT32_MAX) {
         return cudaErrorInvalidValue;
@@ -404,9 +414,9 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     auto* ds = reinterpret_cast<bf16*>(ws + l.ds);
     auto* dq_acc = reinterpret_cast<float*>(ws + l.dq_acc);
 
-    if (cudaError_t e = attention_gate_backward(d_o, delta, dgate, dy, o,
-                                                {a.gate, a.gate_token_stride, a.gate_head_stride},
-                                                a.tokens, a.q_heads, stream);
+    if (cudaError_t e = attention_gate_backward_from_y(
+            d_o, delta, dgate, dy, y, {a.gate, a.gate_token_stride, a.gate_head_stride}, a.tokens,
+            a.q_heads, stream);
         e != cudaSuccess) {
         return e;
     }

@@ -64,7 +64,6 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
     DT_ASSIGN_OR_RETURN(acts.k, x.dev.allocate(b2 * T * Hkv * D));
     DT_ASSIGN_OR_RETURN(acts.q_rstd, x.dev.allocate(f4 * T * Hq));
     DT_ASSIGN_OR_RETURN(acts.k_rstd, x.dev.allocate(f4 * T * Hkv));
-    DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));
     DT_ASSIGN_OR_RETURN(acts.lse, x.dev.allocate(f4 * T * Hq));
     DT_ASSIGN_OR_RETURN(acts.y, x.dev.allocate(b2 * T * Hq * D));
     Gemm& g = x.gemm();
@@ -80,12 +79,17 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         x.b.position_ids, T, Hkv, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
     const GatedAttentionArgs args = attention_args(x, acts);
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
+    // The wgmma backward takes y where the others take the ungated o: o is neither written nor
+    // kept (T x Hq x D bf16 less per layer, and a pass of writes less).
     if (use_fused(x, args) && attention_core_choice() == "wgmma") {
         const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
-            acts.y.as<bf16>(), acts.o.as<bf16>(), acts.lse.as<float>(), args, work.get(), ws, s));
-    } else if (use_fused(x, args) && cudnn) {
+            acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, work.get(), ws, s));
+        return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
+    }
+    DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));
+    if (use_fused(x, args) && cudnn) {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
         DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->forward_workspace_bytes(args));
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
@@ -125,8 +129,14 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
         const size_t ws = gated_attention_backward_wgmma_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_backward_wgmma(
-            dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate, dy.as<bf16>(), acts.o.as<bf16>(),
+            dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), dgate, dy.as<bf16>(), acts.y.as<bf16>(),
             acts.lse.as<float>(), args, work.get(), ws, s));
+    } else if (acts.o.get() == nullptr) {
+        // The core is chosen the same way both ways, so this is a bug, not an input error: fail
+        // rather than read an o that was never written.
+        return absl::InternalError(
+            "gpu_attention_backward: the forward kept y only (wgmma core), the backward's core "
+            "takes the ungated o");
     } else if (use_fused(x, args) && cudnn) {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
         DT_ASSIGN_OR_RETURN(const size_t ws, cudnn->backward_workspace_bytes(args));

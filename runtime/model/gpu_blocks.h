@@ -66,7 +66,8 @@ struct GpuAttentionActs {
     DeviceMemory k_raw, v;        // (T, Hkv, D) bf16
     DeviceMemory q, k;            // after q/k norm + RoPE: (T, Hq, D), (T, Hkv, D) bf16
     DeviceMemory q_rstd, k_rstd;  // (T, Hq), (T, Hkv) fp32
-    DeviceMemory o, lse, y;  // ungated output (T, Hq, D) bf16, (T, Hq) fp32, gated (T, Hq D) bf16
+    DeviceMemory lse, y;          // (T, Hq) fp32; gated output (T, Hq D) bf16
+    DeviceMemory o;  // ungated output (T, Hq, D) bf16: only for cores whose backward takes o
 };
 
 struct GpuGdnActs {

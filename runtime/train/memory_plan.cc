@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/attention.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_gpu_model.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -50,7 +51,11 @@ int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type) 
     } else {
         const int64_t qd = c.num_attention_heads * c.head_dim,
                       kvd = c.num_key_value_heads * c.head_dim;
-        elems += 3 * qd + 2 * kvd + qd + c.num_attention_heads * 2;  // q, gate, k, v, out, lse
+        // q_proj's [query | gate], q after norm + RoPE, the gated output y; k before and after
+        // norm + RoPE, v; lse and the q / k norms' rstd. The other cores' backwards also take the
+        // ungated o, which the wgmma core does not keep.
+        elems += 4 * qd + 3 * kvd + (attention_core_choice() == "wgmma" ? 0 : qd);
+        fp32 += 2 * c.num_attention_heads + c.num_key_value_heads;
     }
     return 2 * elems + 4 * fp32;
 }

@@ -2,8 +2,8 @@
 // and output_gate_forward_ref: one-token documents, empty documents, documents shorter than,
 // equal to and longer than a 128-row query tile and not multiples of the 64-key tile, GQA groups
 // of 1, 2, 3 and 6, the gate read in place from q_proj's interleaved layout, poisoned outputs
-// ([cuda]; skipped with a printed reason where no GPU is present). Its o and lse then go through
-// every backward of the build (the wgmma one, cuDNN's and the handwritten one); a
+// ([cuda]; skipped with a printed reason where no GPU is present). Its y (the wgmma backward) or o
+// (cuDNN's and the handwritten one) and lse then go through every backward of the build; a
 // grid of 1 and 3 blocks, each taking several items, must give the same bits.
 #include <catch2/catch.hpp>
 
@@ -123,12 +123,25 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                 CHECK(y2.download() == d_y.download());
                 CHECK(lse2.download() == d_lse.download());
             }
+            // Without o (what the model's training forward asks for: the wgmma backward takes
+            // y): the same y and lse bits.
+            {
+                DeviceBuffer<uint16_t> y2(qn);
+                DeviceBuffer<float> lse2(lse_ref.size());
+                y2.poison();
+                lse2.poison();
+                REQUIRE(gated_attention_forward_wgmma(bf16_ptr(y2), nullptr, lse2.get(), a,
+                                                      ws.get(), wsb, nullptr) == cudaSuccess);
+                CHECK(y2.download() == d_y.download());
+                CHECK(lse2.download() == d_lse.download());
+            }
             // A short workspace is refused, not overrun.
             CHECK(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a,
                                                 ws.get(), wsb - 1,
                                                 nullptr) == cudaErrorInvalidValue);
 
-            // This forward's o and lse into the backwards, against the fp32 chain.
+            // This forward's o (y for the wgmma backward) and lse into the backwards, against the
+            // fp32 chain.
             const AttentionGrads gr = attention_grads(rng, p, cu);
             DeviceBuffer<uint16_t> d_dy(gr.dy.bits), d_dq(qn), d_dk(kvn), d_dv(kvn), d_dqg(2 * qn);
             // Every backward this build has: the wgmma one (the default; dS tiles through
@@ -166,7 +179,7 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                     auto run = [&](__nv_bfloat16* dk, size_t bytes) {
                         return gated_attention_backward_wgmma(
                             bf16_ptr(d_dq), dk, bf16_ptr(d_dv), bf16_ptr(d_dqg) + d, bf16_ptr(d_dy),
-                            bf16_ptr(d_o), d_lse.get(), a, bws.get(), bytes, nullptr, budget);
+                            bf16_ptr(d_y), d_lse.get(), a, bws.get(), bytes, nullptr, budget);
                     };
                     REQUIRE(run(bf16_ptr(d_dk), bwsb) == cudaSuccess);
                     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -262,7 +275,7 @@ TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[ker
         d_dk.poison();
         d_dv.poison();
         REQUIRE(gated_attention_backward_wgmma(bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv),
-                                               bf16_ptr(d_dqg) + 256, bf16_ptr(d_dy), bf16_ptr(d_o),
+                                               bf16_ptr(d_dqg) + 256, bf16_ptr(d_dy), bf16_ptr(d_y),
                                                d_lse.get(), a, bws.get(), bwsb, nullptr,
                                                budget) == cudaSuccess);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

@@ -33,10 +33,12 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-// The epilogue loads the gate of its first kGateAhead 64-column chunks up front and each further
-// chunk's while the chunk kGateAhead before it is written: all 16 loads per thread in flight at
-// once (64 KiB per SM) made the first use wait longer (forward 2-3% slower on every shape).
+// The epilogue's gate: the first kGateAhead 64-column chunks are loaded while the last product
+// runs, each further chunk's while the chunk kGateAhead before it is written: all 16 loads per
+// thread in flight at once (64 KiB per SM) made the first use wait longer (forward 2-3% slower
+// on every shape than with 2 ahead; 1 ahead was slower again).
 constexpr int kGateAhead = 2;
+static_assert(kGateAhead >= 1 && kGateAhead <= kChunks);
 constexpr int kStagingBytes = kConsumerWarps * kWarpStagingBytes;  // the epilogue's
 constexpr int kSmemBytes =
     1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
@@ -252,29 +254,10 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             }
             to_bf16_pairs(pa, sc);
         }
-        // The last product, O += P_{nm-1} V_{nm-1}, then the tiles past this warpgroup's rows.
-        {
-            const int slot = ring + nm - 1;
-            const int vs = slot % kStages;
-            mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
-            turn_wait(cw);
-            fence_regs(acc);
-            fence_regs(pa);
-            wgmma_fence();
-            issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
-            wgmma_commit();
-            turn_pass(cw);
-            wgmma_wait<0>();
-            fence_regs(acc);
-            release(&b.v_empty[vs]);
-        }
-        skip_tiles(nm);
-        ring += n;
-
-        // Epilogue: the gate is loaded kGateAhead chunks ahead (one load behind each store cost
-        // a memory latency per 8 columns); per 64-column chunk, the warp stages
-        // its 16 rows of bf16 O in its own 2 KiB of shared memory (4-byte stores, swizzled:
-        // conflict-free) and writes o and y = o * sigmoid(gate) as whole 128-byte rows.
+        // The epilogue's gate, kGateAhead 64-column chunks ahead (one load behind each store
+        // cost a memory latency per 8 columns); the first chunks' loads are issued while the
+        // last product runs and the other warpgroup finishes the item (the scores' registers
+        // are free by then).
         const int64_t row_stride = static_cast<int64_t>(p.q_heads) * kD;
         const int warp_row0 = r0 + 16 * warp;
         uint4 gate[kChunks][4];
@@ -290,8 +273,30 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
                         : make_uint4(0, 0, 0, 0);
             }
         };
+        // The last product, O += P_{nm-1} V_{nm-1}, then the tiles past this warpgroup's rows.
+        {
+            const int slot = ring + nm - 1;
+            const int vs = slot % kStages;
+            mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
+            turn_wait(cw);
+            fence_regs(acc);
+            fence_regs(pa);
+            wgmma_fence();
+            issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
+            wgmma_commit();
+            turn_pass(cw);
 #pragma unroll
-        for (int ch = 0; ch < kGateAhead; ++ch) load_gate(ch);
+            for (int ch = 0; ch < kGateAhead; ++ch) load_gate(ch);
+            wgmma_wait<0>();
+            fence_regs(acc);
+            release(&b.v_empty[vs]);
+        }
+        skip_tiles(nm);
+        ring += n;
+
+        // Epilogue: per 64-column chunk, the warp stages its 16 rows of bf16 O in its own 2 KiB
+        // of shared memory (4-byte stores, swizzled: conflict-free) and writes o (when asked
+        // for) and y = o * sigmoid(gate) as whole 128-byte rows.
         // Row sums were kept per thread (2 of every 8 columns): add the quad's.
         float l_lo = st.l_lo, l_hi = st.l_hi;
         l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);

@@ -50,6 +50,9 @@ constexpr int kTileBytes = kKvBytes;  // a K, V, Q or d_o tile
 constexpr int kChunkBytes = kTileChunkBytes;
 constexpr int kPBytes = kDsTileBytes;  // P^T or dS^T
 constexpr int kBwdStages = 2;
+// A stage is full once its tiles' bytes have landed and 33 arrivals are in: lane 0's with the
+// expected bytes, and each producer lane's after storing its rows' lse and delta.
+constexpr int kFullArrivals = 33;
 constexpr int kOffV = kTileBytes;           // K at 0
 constexpr int kOffStages = 2 * kTileBytes;  // per stage: Q, then d_o
 constexpr int kOffP = kOffStages + kBwdStages * 2 * kTileBytes;
@@ -130,16 +133,19 @@ __device__ __forceinline__ void produce(const Params& p, const Block& b, const C
     }
     for (int s = 0; s < b.steps; ++s) {
         const int st = s % kBwdStages;
-        if (s >= kBwdStages) mbar_wait(&bar.empty[st], ((s / kBwdStages) - 1) & 1);
         const int h = b.head(s, p.group), q0 = b.q0(s);
-        float* lse2 = lse2_at(smem, st);
-        for (int r = lane; r < kTile; r += 32) {
-            const int q = q0 + r;
+        // The rows' terms are loaded before the stage is free and stored after its tiles are
+        // asked for: stored first, they had held each step's TMA behind a global load.
+        float lse_r[kTile / 32], delta_r[kTile / 32];
+#pragma unroll
+        for (int i = 0; i < kTile / 32; ++i) {
+            const int q = q0 + lane + 32 * i;
             const bool in = q < b.doc_end;
             const int64_t at = static_cast<int64_t>(q) * p.q_heads + h;
-            lse2[r] = in ? p.lse[at] * kLog2e : INFINITY;
-            lse2[kTile + r] = in ? p.delta[at] : 0.0f;
+            lse_r[i] = in ? p.lse[at] * kLog2e : INFINITY;
+            delta_r[i] = in ? p.delta[at] : 0.0f;
         }
+        if (s >= kBwdStages) mbar_wait(&bar.empty[st], ((s / kBwdStages) - 1) & 1);
         if (lane == 0) {
             unsigned char* qs = q_at(smem, st);
             mbar_arrive_expect_tx(&bar.full[st], 2 * kTileBytes);
@@ -148,9 +154,14 @@ __device__ __forceinline__ void produce(const Params& p, const Block& b, const C
                 tma_load_2d(qs + c * kChunkBytes, tq, col, q0, &bar.full[st]);
                 tma_load_2d(qs + kTileBytes + c * kChunkBytes, tdo, col, q0, &bar.full[st]);
             }
-        } else {
-            mbar_arrive(&bar.full[st]);
         }
+        float* lse2 = lse2_at(smem, st);
+#pragma unroll
+        for (int i = 0; i < kTile / 32; ++i) {
+            lse2[lane + 32 * i] = lse_r[i];
+            lse2[kTile + lane + 32 * i] = delta_r[i];
+        }
+        mbar_arrive(&bar.full[st]);  // all 32 lanes, after their stores (see kFullArrivals)
     }
 }
 
@@ -320,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const Bars bar = bars_at(smem);
         mbar_init(bar.kv_full, 1);
         for (int i = 0; i < kBwdStages; ++i) {
-            mbar_init(&bar.full[i], 32);
+            mbar_init(&bar.full[i], kFullArrivals);
             mbar_init(&bar.empty[i], kConsumerWarps);
         }
         mbar_fence_init();

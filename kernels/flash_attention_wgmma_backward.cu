@@ -204,6 +204,9 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         }
         wgmma_commit();
     };
+    // The document's first tile pair for the dS tiles' addresses, read once: read per step, it
+    // held the storer's bulk copy, and with it its warp's next wgmma, behind a global load.
+    const int64_t pair_base = kStoreDs ? p.pair_base[b.doc] : 0;
     mbar_wait(bar.kv_full, 0);
     for (int s = 0; s < b.steps; ++s) {
         const int st = s % kBwdStages;
@@ -273,8 +276,8 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
         if constexpr (kStoreDs) {
             if (storer) {
                 const int t = (q0 - b.doc_begin) / kTile;
-                bulk_store(p.ds + ds_tile_at(p.pair_base[b.doc], t, b.m, p.q_heads, h),
-                           smem + kOffDs, kPBytes);
+                bulk_store(p.ds + ds_tile_at(pair_base, t, b.m, p.q_heads, h), smem + kOffDs,
+                           kPBytes);
             }
             fence_regs(dk);
             fence_regs(dv);

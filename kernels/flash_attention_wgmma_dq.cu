@@ -53,8 +53,11 @@ struct Params {
 
 struct Block {
     int doc = 0, t = 0, doc_begin = 0, doc_end = 0, kvh = 0, h0 = 0, heads = 0;  // 0: no work
+    // The document's first tile pair, read once: read per key tile, it held each stage's dS
+    // loads behind a global load (the barrier waits between are memory clobbers).
+    int64_t pair_base = 0;
     __device__ int64_t ds_at(const Params& p, int k, int w) const {
-        return ds_tile_at(p.pair_base[doc], t, k, p.q_heads, h0 + w);
+        return ds_tile_at(pair_base, t, k, p.q_heads, h0 + w);
     }
 };
 
@@ -72,6 +75,7 @@ __device__ __forceinline__ Block block_of(const Params& p) {
     b.kvh = rem / p.pairs;
     b.h0 = b.kvh * p.group + 2 * (rem % p.pairs);
     b.heads = min(2, p.group - 2 * (rem % p.pairs));
+    b.pair_base = p.pair_base[tile.x];
     return b;
 }
 

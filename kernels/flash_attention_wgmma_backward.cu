@@ -13,7 +13,7 @@
 // query tiles of 64 rows from the diagonal one to the document's end.
 //   warpgroup 0, warp 0: the producer. Per step: Q and d_o of the tile by TMA into a two-stage
 //     ring, lse (in log2 units, +inf for rows past the document: P = 0 there) and delta by the
-//     warp's lanes; the stage's "full" mbarrier takes the 32 lanes' arrivals and the bytes.
+//     warp's lanes; the stage's "full" mbarrier takes the bytes and 33 arrivals (kFullArrivals).
 //   warpgroups 1, 2: consumers. Per step, warpgroup w computes, for its 32 of the tile's queries,
 //     S^T = K Q^T and dP^T = V dO^T (64 keys x 32 queries, wgmma m64n32k16 over head_dim), then
 //     P^T = exp2(S^T scale log2 e - lse) (causal mask on the diagonal tile) and

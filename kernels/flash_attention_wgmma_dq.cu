@@ -105,7 +105,7 @@ __device__ __forceinline__ void produce(const Params& p, const Block& b, const C
 __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigned char* smem,
                                         int w) {
     const int tid = threadIdx.x & 127;
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int warp = tid >> 5, lane = tid & 31;
     uint64_t* full = bars_at(smem);
     uint64_t* empty = full + kRing;
     float acc[128];
@@ -133,17 +133,12 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
     }
     wgmma_wait<0>();
     fence_regs(acc);
-    // The thread holds rows g and g + 8, columns 8 j + 2 c (+1) for j < 32: staged as 4-byte
-    // stores into 16-byte units swizzled by the row (unit j ^ (row % 8): the 8 rows of one store
-    // fall in different banks), then read back a row per instruction, lane l its unit l.
+    // The warp's 16 rows staged as 512-byte rows, 4 chunks side by side (stage_bf16_chunk: unit
+    // j of a row at (j ^ row % 8) * 16), then read back a row per instruction, lane l its unit l.
     unsigned char* buf = smem + kOffStaging + (4 * w + warp) * kDqWarpStagingBytes;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        const int at = (j ^ g) * 16 + 4 * c;
-        *reinterpret_cast<uint32_t*>(buf + g * 512 + at) =
-            pack_bf16(acc[4 * j] * p.scale, acc[4 * j + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(buf + (g + 8) * 512 + at) =
-            pack_bf16(acc[4 * j + 2] * p.scale, acc[4 * j + 3] * p.scale);
+    for (int ch = 0; ch < kChunks; ++ch) {
+        stage_bf16_chunk<kD * 2>(buf + ch * 128, acc, ch, p.scale, p.scale, lane);
     }
     __syncwarp();
     const int h = b.h0 + w;

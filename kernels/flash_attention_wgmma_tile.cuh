@@ -200,12 +200,13 @@ __device__ __forceinline__ void add_rows(float* rows, int64_t row_step, int vali
 constexpr int kWarpStagingBytes = 16 * 128;
 
 // Stages one 64-column chunk `ch` of this warp's 16 accumulator rows as bf16 in its staging
-// buffer `buf`, for the forward's and the backward's epilogues. The wgmma layout: acc[4 j] and
-// acc[4 j + 1] are row g, columns 8 j + 2 c and + 1; acc[4 j + 2], acc[4 j + 3] row g + 8. Row g
-// is scaled by s_lo, row g + 8 by s_hi. The buffer holds 16 rows of 128 bytes, the 16-byte unit u
-// of row r at r * 128 + (u ^ r % 8) * 16 (the 8 rows of one 4-byte store fall in different
-// banks), which is where the caller reads it back after a __syncwarp.
-template <int N>
+// buffer `buf`, for the forward's and the backward's epilogues and the dQ pass's. The wgmma
+// layout: acc[4 j] and acc[4 j + 1] are row g, columns 8 j + 2 c and + 1; acc[4 j + 2],
+// acc[4 j + 3] row g + 8. Row g is scaled by s_lo, row g + 8 by s_hi. The buffer holds 16 rows of
+// kRowBytes (one chunk, 128, or several side by side), the chunk's 16-byte unit u of row r at
+// r * kRowBytes + (u ^ r % 8) * 16 (the 8 rows of one 4-byte store fall in different banks),
+// which is where the caller reads it back after a __syncwarp.
+template <int kRowBytes = 128, int N>
 __device__ __forceinline__ void stage_bf16_chunk(unsigned char* buf, const float (&acc)[N], int ch,
                                                  float s_lo, float s_hi, int lane) {
     const int g = lane >> 2, c = lane & 3;
@@ -213,9 +214,9 @@ __device__ __forceinline__ void stage_bf16_chunk(unsigned char* buf, const float
     for (int jj = 0; jj < 8; ++jj) {
         const int j = 8 * ch + jj;
         const int at = ((jj ^ g) * 16) + 4 * c;  // rows g and g + 8: the same row % 8
-        *reinterpret_cast<uint32_t*>(buf + g * 128 + at) =
+        *reinterpret_cast<uint32_t*>(buf + g * kRowBytes + at) =
             pack_bf16(acc[4 * j] * s_lo, acc[4 * j + 1] * s_lo);
-        *reinterpret_cast<uint32_t*>(buf + (g + 8) * 128 + at) =
+        *reinterpret_cast<uint32_t*>(buf + (g + 8) * kRowBytes + at) =
             pack_bf16(acc[4 * j + 2] * s_hi, acc[4 * j + 3] * s_hi);
     }
 }

@@ -31,6 +31,63 @@ namespace {
 using namespace cudatest;
 using namespace bench;
 
+// Embedding: ids spread evenly, and ids drawn as text's are (Zipf: rank r with weight 1 / (r + 1),
+// the most frequent token about 8% of the batch), where one id's rows make runs of hundreds.
+void embedding_rows(std::mt19937& rng, const Ceilings& ceil) {
+    const size_t th = static_cast<size_t>(kTokens * kHidden);
+    std::vector<double> zipf(static_cast<size_t>(kVocab));
+    for (size_t r = 0; r < zipf.size(); ++r) zipf[r] = 1.0 / static_cast<double>(r + 1);
+    std::discrete_distribution<int32_t> text_id(zipf.begin(), zipf.end());
+    DeviceBuffer<uint16_t> table(
+        Bf16Fill{static_cast<size_t>(static_cast<size_t>(kVocab * kHidden)), 1.0f});
+    DeviceBuffer<uint16_t> out(th), dout(Bf16Fill{static_cast<size_t>(th), 1.0f});
+    DeviceBuffer<float> dtable(static_cast<size_t>(kVocab * kHidden));
+    REQUIRE(cudaMemset(dtable.get(), 0, dtable.size() * 4) == cudaSuccess);
+    const size_t wsb = embedding_backward_workspace_bytes(kTokens, kHidden);
+    DeviceBuffer<char> ws(wsb);
+    for (bool text : {false, true}) {
+        std::vector<int32_t> ids(kTokens);
+        for (auto& id : ids) id = text ? text_id(rng) : static_cast<int32_t>(rng() % 32000);
+        std::vector<int32_t> uniq = ids;
+        std::sort(uniq.begin(), uniq.end());
+        const double unique =
+            static_cast<double>(std::unique(uniq.begin(), uniq.end()) - uniq.begin());
+        DeviceBuffer<int32_t> d_ids(ids);
+        if (!text) {
+            row("embedding forward",
+                median_ms(
+                    [&] {
+                        return embedding_forward(bf16_ptr(out), bf16_ptr(table), d_ids.get(),
+                                                 kTokens, kHidden, nullptr);
+                    },
+                    20),
+                2.0 * 2 * th, 0, ceil);
+        }
+        // As the GPU model runs it: the ids' order sorted on the host with the batch.
+        std::vector<int32_t> sorted_ids(ids.size()), sorted_tokens(ids.size());
+        embedding_id_order(ids.data(), kTokens, sorted_ids.data(), sorted_tokens.data());
+        DeviceBuffer<int32_t> d_sorted_ids(sorted_ids), d_sorted_tokens(sorted_tokens);
+        const double bytes = 2.0 * th + 2 * 4 * unique * kHidden;
+        row(text ? "embedding backward (text-like ids)" : "embedding backward (even ids)",
+            median_ms(
+                [&] {
+                    return embedding_backward_sorted(dtable.get(), bf16_ptr(dout),
+                                                     d_sorted_ids.get(), d_sorted_tokens.get(),
+                                                     kTokens, kHidden, ws.get(), wsb, nullptr);
+                },
+                20),
+            bytes, 0, ceil);
+        row(text ? "  sorting on the device (text-like)" : "  sorting on the device (even)",
+            median_ms(
+                [&] {
+                    return embedding_backward(dtable.get(), bf16_ptr(dout), d_ids.get(), kTokens,
+                                              kHidden, kVocab, ws.get(), wsb, nullptr);
+                },
+                20),
+            bytes, 0, ceil);
+    }
+}
+
 TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
     if (!have_gpu()) return;
     std::mt19937 rng(7);
@@ -46,61 +103,7 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
     const size_t th = static_cast<size_t>(kTokens * kHidden);
     DeviceBuffer<int32_t> d_cu(cu), d_pos(pos);
 
-    {  // Embedding: ids spread evenly, and ids drawn as text's are (Zipf: rank r with weight
-       // 1 / (r + 1), the most frequent token about 8% of the batch), where one id's rows make
-       // runs of hundreds.
-        std::vector<double> zipf(static_cast<size_t>(kVocab));
-        for (size_t r = 0; r < zipf.size(); ++r) zipf[r] = 1.0 / static_cast<double>(r + 1);
-        std::discrete_distribution<int32_t> text_id(zipf.begin(), zipf.end());
-        DeviceBuffer<uint16_t> table(
-            Bf16Fill{static_cast<size_t>(static_cast<size_t>(kVocab * kHidden)), 1.0f});
-        DeviceBuffer<uint16_t> out(th), dout(Bf16Fill{static_cast<size_t>(th), 1.0f});
-        DeviceBuffer<float> dtable(static_cast<size_t>(kVocab * kHidden));
-        REQUIRE(cudaMemset(dtable.get(), 0, dtable.size() * 4) == cudaSuccess);
-        const size_t wsb = embedding_backward_workspace_bytes(kTokens, kHidden);
-        DeviceBuffer<char> ws(wsb);
-        for (bool text : {false, true}) {
-            std::vector<int32_t> ids(kTokens);
-            for (auto& id : ids) id = text ? text_id(rng) : static_cast<int32_t>(rng() % 32000);
-            std::vector<int32_t> uniq = ids;
-            std::sort(uniq.begin(), uniq.end());
-            const double unique =
-                static_cast<double>(std::unique(uniq.begin(), uniq.end()) - uniq.begin());
-            DeviceBuffer<int32_t> d_ids(ids);
-            if (!text) {
-                row("embedding forward",
-                    median_ms(
-                        [&] {
-                            return embedding_forward(bf16_ptr(out), bf16_ptr(table), d_ids.get(),
-                                                     kTokens, kHidden, nullptr);
-                        },
-                        20),
-                    2.0 * 2 * th, 0, ceil);
-            }
-            // As the GPU model runs it: the ids' order sorted on the host with the batch.
-            std::vector<int32_t> sorted_ids(ids.size()), sorted_tokens(ids.size());
-            embedding_id_order(ids.data(), kTokens, sorted_ids.data(), sorted_tokens.data());
-            DeviceBuffer<int32_t> d_sorted_ids(sorted_ids), d_sorted_tokens(sorted_tokens);
-            const double bytes = 2.0 * th + 2 * 4 * unique * kHidden;
-            row(text ? "embedding backward (text-like ids)" : "embedding backward (even ids)",
-                median_ms(
-                    [&] {
-                        return embedding_backward_sorted(dtable.get(), bf16_ptr(dout),
-                                                         d_sorted_ids.get(), d_sorted_tokens.get(),
-                                                         kTokens, kHidden, ws.get(), wsb, nullptr);
-                    },
-                    20),
-                bytes, 0, ceil);
-            row(text ? "  sorting on the device (text-like)" : "  sorting on the device (even)",
-                median_ms(
-                    [&] {
-                        return embedding_backward(dtable.get(), bf16_ptr(dout), d_ids.get(),
-                                                  kTokens, kHidden, kVocab, ws.get(), wsb, nullptr);
-                    },
-                    20),
-                bytes, 0, ceil);
-        }
-    }
+    embedding_rows(rng, ceil);
     {  // RMSNorm + residual.
         DeviceBuffer<uint16_t> x(Bf16Fill{static_cast<size_t>(th), 1.0f}),
             r(Bf16Fill{static_cast<size_t>(th), 1.0f}),

@@ -299,6 +299,18 @@ TEST_CASE("kernel benchmark on Qwen3.5-27B shapes", "[bench]") {
     }
     cublasDestroy(blas);
 }
+// The embedding rows alone (hidden: run by name, for trying a change to those kernels).
+TEST_CASE("embedding benchmark alone", "[.][bench][embedding_bench]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(7);  // the same ids as the full benchmark's
+    Ceilings ceil;
+    cublasHandle_t blas = nullptr;
+    REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+    measure_ceilings(blas, ceil);
+    cublasDestroy(blas);
+    (void)ultrachat_like_lengths(rng);  // drawn first in the full benchmark
+    embedding_rows(rng, ceil);
+}
 #endif
 
 }  // namespace

@@ -376,7 +376,9 @@ struct Layout {
     size_t total = 0;
 };
 
-Layout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
+// `ds_cap` caps the dS tiles' bytes (the planner's bound: their bound for unknown documents
+// passes any budget).
+Layout layout_of(const GatedAttentionArgs& a, bool ds_mode, size_t ds_cap = SIZE_MAX) {
     const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
     Layout l;
     size_t at = 0;
@@ -390,7 +392,7 @@ Layout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
     if (ds_mode) {
         take(l.pair_base, sizeof(int64_t) * static_cast<size_t>(a.num_docs));
         take(l.dq_list, attention_ds_dq_workspace_bytes(a));
-        take(l.ds, attention_ds_tile_bytes(a));
+        take(l.ds, std::min(attention_ds_tile_bytes(a), ds_cap));
     } else {
         take(l.dq_acc, sizeof(float) * rows * kD);
     }
@@ -403,6 +405,15 @@ Layout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget) {
     return layout_of(a, attention_ds_tile_bytes(a) <= ds_budget).total;
+}
+
+size_t gated_attention_backward_wgmma_workspace_bound(int64_t tokens, int64_t q_heads,
+                                                      size_t ds_budget) {
+    GatedAttentionArgs a;
+    a.tokens = a.num_docs = a.max_doc_tokens = tokens;
+    a.q_heads = q_heads;
+    a.head_dim = kD;
+    return std::max(layout_of(a, true, ds_budget).total, layout_of(a, false).total);
 }
 
 cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,

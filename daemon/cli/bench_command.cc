@@ -216,6 +216,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     MemoryPlanInput plan_in;
     plan_in.world_size = static_cast<int>(o.world);
     plan_in.tokens_per_batch = o.tokens;
+    plan_in.sm_version = ctx->sm_version();
     DT_ASSIGN_OR_RETURN(const Recompute recompute, resolve_recompute(o.recompute, c, plan_in));
     const auto t_init = std::chrono::steady_clock::now();
     DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));

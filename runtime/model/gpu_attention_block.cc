@@ -51,6 +51,10 @@ bool gpu_attention_fused(const Qwen35Config& c, int sm_version) {
     return c.head_dim == 256 && sm_version == 90;
 }
 
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version) {
+    return gpu_attention_fused(c, sm_version) && attention_core_choice() == "wgmma";
+}
+
 absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
                                    GpuAttentionActs& acts) {
     const int64_t T = x.b.tokens, H = x.c.hidden_size, D = x.c.head_dim;
@@ -81,7 +85,7 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
     // The wgmma backward takes y where the others take the ungated o: o is neither written nor
     // kept (T x Hq x D bf16 less per layer, and a pass of writes less).
-    if (use_fused(x, args) && attention_core_choice() == "wgmma") {
+    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version()) && gated_attention_supported(args)) {
         const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
@@ -125,7 +129,7 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     const GatedAttentionArgs args = attention_args(x, acts);
     bf16* dgate = dqg.as<bf16>() + D;
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
-    if (use_fused(x, args) && attention_core_choice() == "wgmma") {
+    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version()) && gated_attention_supported(args)) {
         const size_t ws = gated_attention_backward_wgmma_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_backward_wgmma(

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/attention.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_gpu_model.h"
@@ -12,7 +11,9 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/flash_attention_wgmma.h"
 #include "runtime/device/cuda_status.h"
+#include "runtime/model/gpu_blocks.h"
 #endif
 
 namespace deltatune {
@@ -37,7 +38,31 @@ int64_t layer_parameters(const Qwen35Config& c, LayerType type) {
 }
 
 // Bytes per token a layer saves for its backward (bf16 activations; fp32 statistics).
-int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type) {
+// Whether a full-attention layer keeps y alone (the wgmma core) or the ungated o too.
+bool attention_keeps_y_only(const Qwen35Config& c, const MemoryPlanInput& in) {
+#if DELTATUNE_HAVE_CUDA
+    return gpu_attention_keeps_y_only(c, in.sm_version);
+#else
+    (void)c, (void)in;
+    return false;  // no GPU model in this build
+#endif
+}
+
+// A full-attention layer's backward holds the wgmma kernels' workspace: d_o and either the dS
+// tiles or dQ's fp32 sums, sized by the kernels for a batch of T tokens in documents the plan
+// does not know.
+int64_t attention_workspace_bytes(const Qwen35Config& c, int64_t T) {
+#if DELTATUNE_HAVE_CUDA
+    return static_cast<int64_t>(
+        gated_attention_backward_wgmma_workspace_bound(T, c.num_attention_heads));
+#else
+    (void)c, (void)T;
+    return 0;  // no GPU model in this build
+#endif
+}
+
+int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type,
+                                         const MemoryPlanInput& in) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     int64_t elems = 2 * H + 3 * I + H;  // norm inputs/outputs, gate/up/act, down input
     int64_t fp32 = 0;
@@ -54,7 +79,7 @@ int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type) 
         // q_proj's [query | gate], q after norm + RoPE, the gated output y; k before and after
         // norm + RoPE, v; lse and the q / k norms' rstd. The other cores' backwards also take the
         // ungated o, which the wgmma core does not keep.
-        elems += 4 * qd + 3 * kvd + (attention_core_choice() == "wgmma" ? 0 : qd);
+        elems += 4 * qd + 3 * kvd + (attention_keeps_y_only(c, in) ? 0 : qd);
         fp32 += 2 * c.num_attention_heads + c.num_key_value_heads;
     }
     return 2 * elems + 4 * fp32;
@@ -87,7 +112,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     int64_t biggest_layer = 0, biggest_act = 0, all_act = 0;
     for (LayerType t : c.layer_types) {
         biggest_layer = std::max(biggest_layer, layer_parameters(c, t));
-        const int64_t act = layer_activation_bytes_per_token(c, t) * T;
+        const int64_t act = layer_activation_bytes_per_token(c, t, in) * T;
         biggest_act = std::max(biggest_act, act);
         all_act += act;
     }
@@ -102,17 +127,10 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     const int64_t big = std::max(biggest_layer, embed);
     const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
     const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
-    // A full-attention layer's backward also holds the wgmma kernels' workspace: d_o and either
-    // the dS tiles or dQ's fp32 sums. The tiles' bound depends on the batch's documents, which
-    // the plan does not know: the most any batch of T tokens can take (T documents of up to T
-    // tokens), up to the budget past which the sums serve instead.
     int64_t attention_ws = 0;
     if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
         c.layer_types.end()) {
-        const int64_t hq = c.num_attention_heads, d = c.head_dim;
-        const size_t ds = std::min(attention_ds_tile_bound(T, T, T, hq), kAttentionDsBudget);
-        attention_ws =
-            2 * T * hq * d + 4 * T * hq + std::max(static_cast<int64_t>(ds), 4 * T * hq * d);
+        attention_ws = attention_workspace_bytes(c, T);
     }
     const int64_t layer_phase =
         2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act) + attention_ws;

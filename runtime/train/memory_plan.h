@@ -30,6 +30,7 @@ struct MemoryPlanInput {
     int64_t tokens_per_batch = 8192;
     RecomputePolicy recompute = RecomputePolicy::kLayer;
     int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
+    int sm_version = 90;  // the GPU's (the H200's by default): which attention core serves
 };
 
 struct MemoryPlan {

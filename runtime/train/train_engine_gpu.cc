@@ -40,6 +40,7 @@ class GpuTrainEngine final : public TrainEngine {
         MemoryPlanInput plan_in;
         plan_in.world_size = o.world_size;
         plan_in.tokens_per_batch = o.tokens_per_batch;
+        plan_in.sm_version = e->ctx_->sm_version();
         DT_ASSIGN_OR_RETURN(const Recompute recompute,
                             resolve_recompute(o.recompute, model.config, plan_in));
         e->recompute_ = recompute_name(recompute);

@@ -3,9 +3,15 @@
 // hold its fp32 optimizer state, 4 can (benchmark.md's memory target).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/attention.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
+#if DELTATUNE_HAVE_CUDA
+#include "kernels/flash_attention_wgmma.h"
+#endif
 
 namespace deltatune {
 namespace {
@@ -108,6 +114,40 @@ TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[m
     // of 8 KiB, at least the 128 x 129 / 2 = 8256 there are.
     CHECK(attention_ds_tile_bound(8192, 1, 8192, 24) == size_t{8321} * 24 * 8192);
 }
+
+#if DELTATUNE_HAVE_CUDA
+// The plan reserves the kernels' own bound (host code: no GPU needed), which must cover the
+// workspace of every batch the kernels can be given: one long document, all one-token ones, one
+// long document among one-token ones (the most dS tiles under the budget), even splits.
+TEST_CASE("the planner's attention workspace covers every batch's", "[memory_plan]") {
+    for (const int64_t T : {1, 63, 1000, 8192, 20000}) {
+        const size_t bound = gated_attention_backward_wgmma_workspace_bound(T, 24);
+        std::vector<std::vector<int64_t>> batches = {{T}, std::vector<int64_t>(T, 1)};
+        for (const int64_t d : {T / 2, T / 64, T / 512}) {
+            if (d < 1 || d >= T) continue;
+            std::vector<int64_t> one_long(d, 1);
+            one_long.push_back(T - d);
+            batches.push_back(one_long);
+            std::vector<int64_t> even(d, T / d);
+            even.back() += T - (T / d) * d;
+            batches.push_back(even);
+        }
+        for (const auto& docs : batches) {
+            GatedAttentionArgs a;
+            a.tokens = T;
+            a.num_docs = static_cast<int64_t>(docs.size());
+            a.q_heads = 24, a.kv_heads = 4, a.head_dim = 256;
+            for (const int64_t max_doc :
+                 {*std::max_element(docs.begin(), docs.end()), int64_t{0}}) {
+                a.max_doc_tokens = max_doc;
+                INFO("T = " << T << ", " << docs.size() << " documents, max_doc_tokens "
+                            << max_doc);
+                CHECK(gated_attention_backward_wgmma_workspace_bytes(a) <= bound);
+            }
+        }
+    }
+}
+#endif
 
 TEST_CASE("recompute names resolve to the GPU model's policy", "[memory_plan]") {
     const MemoryPlanInput in;

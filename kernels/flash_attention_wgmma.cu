@@ -350,10 +350,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                                    const __grid_constant__ CUtensorMap tk,
                                    const __grid_constant__ CUtensorMap tv, const Params p) {
-    const int items = *p.tile_count * p.q_heads;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&tq) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&tk) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&tv) : "memory");
         const Bars b = bars_at(smem);
         mbar_init(b.q_full, 1);
         mbar_init(b.q_empty, kConsumerWarps);
@@ -366,6 +368,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
+    // Launched as the tile list's programmatic dependent: the list (and the zeroed item counter)
+    // is read only once that grid's writes are visible.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int items = *p.tile_count * p.q_heads;
     const int wg = warpgroup_index();
     if (wg == 0) {
         regs_dec<kProducerRegs>();
@@ -436,9 +442,17 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     }
     const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min(max_blocks, sms) : sms,
                                              tile_list_capacity(a, kBm) * a.q_heads);
-    attention_forward_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(
-        tq, tk, tv, p);
-    return cudaGetLastError();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmemBytes;
+    config.stream = stream;
+    cudaLaunchAttribute early;
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &early;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, attention_forward_wgmma_kernel, tq, tk, tv, p);
 }
 
 }  // namespace deltatune

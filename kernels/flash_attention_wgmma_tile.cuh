@@ -261,6 +261,9 @@ __global__ void __launch_bounds__(kListThreads)
     using Scan = cub::BlockScan<int, kListThreads>;
     __shared__ typename Scan::TempStorage scan;
     __shared__ int placed;  // tiles of the levels scanned so far
+    // The kernel that takes the list may be launched now (it waits for this grid's writes
+    // before reading them): its launch and set-up overlap the listing.
+    asm volatile("griddepcontrol.launch_dependents;");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     constexpr int kWarps = kListThreads / 32;
     if (threadIdx.x == 0) {

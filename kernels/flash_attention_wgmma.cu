@@ -33,12 +33,23 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-// The epilogue's gate: the first kGateAhead 64-column chunks are loaded while the last product
-// runs, each further chunk's while the chunk kGateAhead before it is written: all 16 loads per
-// thread in flight at once (64 KiB per SM) made the first use wait longer (forward 2-3% slower
-// on every shape than with 2 ahead; 1 ahead was slower again).
+// The epilogue's gate. Its first 64-column chunk (16 KiB for the item's 128 rows) is brought by
+// the producer's TMA into the staging buffers, idle until the epilogue (each warp's 2 KiB are
+// its own 16 rows, swizzled as the staging is), once the previous item's epilogue is done with
+// them: its loads from the warps, issued as the last product runs, were what the epilogue
+// waited on most (ncu: 5% of all consumer samples at the first use). The others are loaded by
+// the warps, kGateAhead chunks ahead: the first while the last product runs, each further one
+// while the chunk kGateAhead before it is written (all in flight at once made the first use
+// wait longer; 1 ahead was slower again).
 constexpr int kGateAhead = 2;
-static_assert(kGateAhead >= 1 && kGateAhead <= kChunks);
+static_assert(kGateAhead >= 1 && kGateAhead < kChunks);
+// The producer brings an item's first gate chunk once the item's first kGateAfterTiles key tiles
+// are on their way (waiting for the previous epilogue then delays no tile the consumers need).
+constexpr int kGateAfterTiles = 2;
+// The producer's gate loads need more than the 24 registers the backward's producers keep (it
+// spilled its item's fields); the consumers' O, scores and gate fit in 232.
+constexpr int kFwdProducerRegs = 32, kFwdConsumerRegs = 232;
+static_assert(kFwdProducerRegs * 128 + 2 * kFwdConsumerRegs * 128 <= 168 * kThreads);
 constexpr int kStagingBytes = kConsumerWarps * kWarpStagingBytes;  // the epilogue's
 constexpr int kSmemBytes =
     1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
@@ -78,7 +89,7 @@ __device__ __forceinline__ Item item_of(const Params& p, int w) {
 // brought (h = -1: none left), written by the producer before it arrives on q_full, so that
 // the consumers need not look it up in global memory again.
 struct Bars {
-    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty;
+    uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty, *gate_full, *gate_empty;
     Item* item;
 };
 
@@ -90,7 +101,13 @@ __device__ __forceinline__ Bars bars_at(unsigned char* smem) {
                 b + 2 + kStages,
                 b + 2 + 2 * kStages,
                 b + 2 + 3 * kStages,
-                reinterpret_cast<Item*>(b + 2 + 4 * kStages)};
+                b + 2 + 4 * kStages,
+                b + 3 + 4 * kStages,
+                reinterpret_cast<Item*>(b + 4 + 4 * kStages)};
+}
+
+__device__ __forceinline__ unsigned char* staging(unsigned char* smem) {
+    return smem + kQBytes + 2 * kStages * kKvBytes;
 }
 
 __device__ __forceinline__ unsigned char* k_stage(unsigned char* smem, int s) {
@@ -107,7 +124,7 @@ __device__ __forceinline__ unsigned char* v_stage(unsigned char* smem, int s) {
 // (after S_t) an iteration before it is done with V_t (after O += P_t V_t).
 __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
                                         const CUtensorMap* tk, const CUtensorMap* tv,
-                                        unsigned char* smem, int items) {
+                                        const CUtensorMap* tg, unsigned char* smem, int items) {
     const Bars b = bars_at(smem);
     int ring = 0;
     // The next item is taken once the current one's loads are all issued, and looked up before
@@ -122,11 +139,20 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
             return;
         }
         const int kvh = it.h / p.group;
+        // The first gate chunk into the staging buffers, once the previous item's epilogue has
+        // left them (every consumer warp arrives on gate_empty after its last staged write).
+        auto load_gate = [&] {
+            if (done > 0) mbar_wait(b.gate_empty, (done - 1) & 1);
+            mbar_arrive_expect_tx(b.gate_full, kStagingBytes);
+            tma_load_2d(staging(smem), tg, static_cast<int>(it.h * p.gate_head_stride), it.q0,
+                        b.gate_full);
+        };
         mbar_arrive_expect_tx(b.q_full, kQBytes);
         for (int c = 0; c < kChunks; ++c) {
             tma_load_2d(smem + c * kBm * 128, tq, it.h * kD + c * kChunkCols, it.q0, b.q_full);
         }
         for (int t = 0; t < it.n_tiles; ++t, ++ring) {
+            if (t == kGateAfterTiles) load_gate();
             const int s = ring % kStages;
             const uint32_t parity = ((ring / kStages) - 1) & 1;
             const int j0 = it.doc_begin + t * kBn;
@@ -143,6 +169,7 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
                             j0, &b.v_full[s]);
             }
         }
+        if (it.n_tiles <= kGateAfterTiles) load_gate();
         w = atomicAdd(p.next_item, 1);
     }
 }
@@ -205,6 +232,8 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             turn_pass(cw);
             skip_tiles(0);
             ring += n;
+            release(
+                b.gate_empty);  // after its turns: the other warpgroup is past the last epilogue
             continue;
         }
         const bool diagonal0 = it.doc_begin + kBn - 1 > r0;
@@ -286,7 +315,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             wgmma_commit();
             turn_pass(cw);
 #pragma unroll
-            for (int ch = 0; ch < kGateAhead; ++ch) load_gate(ch);
+            for (int ch = 1; ch <= kGateAhead; ++ch) load_gate(ch);
             wgmma_wait<0>();
             fence_regs(acc);
             release(&b.v_empty[vs]);
@@ -314,13 +343,21 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             }
         }
         const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
-        unsigned char* buf =
-            smem + kQBytes + 2 * kStages * kKvBytes + (4 * cw + warp) * kWarpStagingBytes;
+        unsigned char* buf = staging(smem) + (4 * cw + warp) * kWarpStagingBytes;
+        // The first gate chunk, from where the producer's TMA put it (the same swizzle as the
+        // staging's), before O's first chunk is staged over it.
+        mbar_wait(b.gate_full, done & 1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int rr = lane / 8 + 4 * i, unit = lane % 8;
+            gate[0][i] = *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
+        }
+        __syncwarp();
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch) {
             stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
             __syncwarp();
-            if (ch + kGateAhead < kChunks) load_gate(ch + kGateAhead);
+            if (ch + kGateAhead + 1 < kChunks) load_gate(ch + kGateAhead + 1);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int rr = lane / 8 + 4 * i;  // row within the warp's 16
@@ -342,6 +379,10 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             }
             __syncwarp();  // the buffer is rewritten by the next chunk
         }
+        // The staging buffer is free for the next item's gate chunk (a TMA write: the staged
+        // writes must be ordered before it).
+        fence_proxy_async_smem();
+        release(b.gate_empty);
     }
 }
 
@@ -349,13 +390,15 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
 __global__ void __launch_bounds__(kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                                    const __grid_constant__ CUtensorMap tk,
-                                   const __grid_constant__ CUtensorMap tv, const Params p) {
+                                   const __grid_constant__ CUtensorMap tv,
+                                   const __grid_constant__ CUtensorMap tg, const Params p) {
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(&tq) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(&tk) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(&tv) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&tg) : "memory");
         const Bars b = bars_at(smem);
         mbar_init(b.q_full, 1);
         mbar_init(b.q_empty, kConsumerWarps);
@@ -365,6 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_init(&b.v_full[i], 1);
             mbar_init(&b.v_empty[i], kConsumerWarps);
         }
+        mbar_init(b.gate_full, 1);
+        mbar_init(b.gate_empty, kConsumerWarps);
         mbar_fence_init();
     }
     __syncthreads();
@@ -374,10 +419,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int items = *p.tile_count * p.q_heads;
     const int wg = warpgroup_index();
     if (wg == 0) {
-        regs_dec<kProducerRegs>();
-        if (threadIdx.x == 0) produce(p, &tq, &tk, &tv, smem, items);
+        regs_dec<kFwdProducerRegs>();
+        if (threadIdx.x == 0) produce(p, &tq, &tk, &tv, &tg, smem, items);
     } else {
-        regs_inc<kConsumerRegs>();
+        regs_inc<kFwdConsumerRegs>();
         consume(p, smem, wg - 1);
     }
 }
@@ -406,13 +451,18 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
         return e;
     }
 
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, tg;
     if (cudaError_t e = tensor_map_sw128(&tq, a.q, a.tokens, a.q_heads * kD, kBm); e != cudaSuccess)
         return e;
     if (cudaError_t e = tensor_map_sw128(&tk, a.k, a.tokens, a.kv_heads * kD, kBn);
         e != cudaSuccess)
         return e;
     if (cudaError_t e = tensor_map_sw128(&tv, a.v, a.tokens, a.kv_heads * kD, kBn);
+        e != cudaSuccess)
+        return e;
+    // The gate as rows of gate_token_stride elements (q_proj's interleaved rows: its gate halves
+    // are read, from a.gate on).
+    if (cudaError_t e = tensor_map_sw128(&tg, a.gate, a.tokens, a.gate_token_stride, kBm);
         e != cudaSuccess)
         return e;
     Params p{list.tiles,
@@ -452,7 +502,7 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     early.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &early;
     config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, attention_forward_wgmma_kernel, tq, tk, tv, p);
+    return cudaLaunchKernelEx(&config, attention_forward_wgmma_kernel, tq, tk, tv, tg, p);
 }
 
 }  // namespace deltatune

@@ -33,17 +33,15 @@ using bf16 = __nv_bfloat16;
 using namespace hopper;
 using namespace wgmma_attention;
 
-// The epilogue's gate. Its first 64-column chunk (16 KiB for the item's 128 rows) is brought by
-// the producer's TMA into the staging buffers, idle until the epilogue (each warp's 2 KiB are
-// its own 16 rows, swizzled as the staging is), once the previous item's epilogue is done with
-// them: its loads from the warps, issued as the last product runs, were what the epilogue
-// waited on most (ncu: 5% of all consumer samples at the first use). The others are loaded by
-// the warps, kGateAhead chunks ahead: the first while the last product runs, each further one
-// while the chunk kGateAhead before it is written (all in flight at once made the first use
-// wait longer; 1 ahead was slower again).
+// The epilogue's gate. Its first two 64-column chunks (16 KiB each for the item's 128 rows) are
+// brought by the producer's TMA, the first into the staging buffers, idle until the epilogue
+// (each warp's 2 KiB are its own 16 rows, swizzled as the staging is), the second into a buffer
+// of its own, once the previous item's epilogue is done with them: the warps' own loads, issued
+// as the last product ran, were what the epilogue waited on most (ncu: 5% of all consumer
+// samples at the first use). The other two are loaded by the warps while the last product runs.
 constexpr int kGateAhead = 2;
-static_assert(kGateAhead >= 1 && kGateAhead < kChunks);
-// The producer brings an item's first gate chunk once the item's first kGateAfterTiles key tiles
+static_assert(kGateAhead >= 1 && 2 + kGateAhead <= kChunks);
+// The producer brings an item's first gate chunks once the item's first kGateAfterTiles key tiles
 // are on their way (waiting for the previous epilogue then delays no tile the consumers need).
 constexpr int kGateAfterTiles = 2;
 // The producer's gate loads need more than the 24 registers the backward's producers keep (it
@@ -51,8 +49,11 @@ constexpr int kGateAfterTiles = 2;
 constexpr int kFwdProducerRegs = 32, kFwdConsumerRegs = 232;
 static_assert(kFwdProducerRegs * 128 + 2 * kFwdConsumerRegs * 128 <= 168 * kThreads);
 constexpr int kStagingBytes = kConsumerWarps * kWarpStagingBytes;  // the epilogue's
-constexpr int kSmemBytes =
-    1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + 128;  // + alignment, barriers
+// The gate's second chunk has a buffer of its own (the staging's size) in what shared memory is
+// left.
+constexpr int kGateBytes = kStagingBytes;
+constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + kGateBytes +
+                           128;  // + alignment, barriers
 
 struct Params {
     const int2* tiles;  // (document, query tile) longest-first
@@ -94,7 +95,8 @@ struct Bars {
 };
 
 __device__ __forceinline__ Bars bars_at(unsigned char* smem) {
-    auto* b = reinterpret_cast<uint64_t*>(smem + kQBytes + 2 * kStages * kKvBytes + kStagingBytes);
+    auto* b = reinterpret_cast<uint64_t*>(smem + kQBytes + 2 * kStages * kKvBytes + kStagingBytes +
+                                          kGateBytes);
     return Bars{b,
                 b + 1,
                 b + 2,
@@ -108,6 +110,9 @@ __device__ __forceinline__ Bars bars_at(unsigned char* smem) {
 
 __device__ __forceinline__ unsigned char* staging(unsigned char* smem) {
     return smem + kQBytes + 2 * kStages * kKvBytes;
+}
+__device__ __forceinline__ unsigned char* gate_chunk1(unsigned char* smem) {
+    return staging(smem) + kStagingBytes;
 }
 
 __device__ __forceinline__ unsigned char* k_stage(unsigned char* smem, int s) {
@@ -143,9 +148,10 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
         // left them (every consumer warp arrives on gate_empty after its last staged write).
         auto load_gate = [&] {
             if (done > 0) mbar_wait(b.gate_empty, (done - 1) & 1);
-            mbar_arrive_expect_tx(b.gate_full, kStagingBytes);
-            tma_load_2d(staging(smem), tg, static_cast<int>(it.h * p.gate_head_stride), it.q0,
-                        b.gate_full);
+            mbar_arrive_expect_tx(b.gate_full, kStagingBytes + kGateBytes);
+            const int col = static_cast<int>(it.h * p.gate_head_stride);
+            tma_load_2d(staging(smem), tg, col, it.q0, b.gate_full);
+            tma_load_2d(gate_chunk1(smem), tg, col + kChunkCols, it.q0, b.gate_full);
         };
         mbar_arrive_expect_tx(b.q_full, kQBytes);
         for (int c = 0; c < kChunks; ++c) {
@@ -315,7 +321,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             wgmma_commit();
             turn_pass(cw);
 #pragma unroll
-            for (int ch = 1; ch <= kGateAhead; ++ch) load_gate(ch);
+            for (int ch = 2; ch < 2 + kGateAhead; ++ch) load_gate(ch);
             wgmma_wait<0>();
             fence_regs(acc);
             release(&b.v_empty[vs]);
@@ -357,7 +363,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         for (int ch = 0; ch < kChunks; ++ch) {
             stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
             __syncwarp();
-            if (ch + kGateAhead + 1 < kChunks) load_gate(ch + kGateAhead + 1);
+            if (ch + kGateAhead + 2 < kChunks) load_gate(ch + kGateAhead + 2);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int rr = lane / 8 + 4 * i;  // row within the warp's 16
@@ -370,7 +376,11 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
                     if (p.o) *reinterpret_cast<uint4*>(p.o + off) = raw;
                     float of[8], gf[8], yf[8];
                     cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
-                    const uint4 gr = gate[ch][i];
+                    const uint4 gr =
+                        ch == 1 ? *reinterpret_cast<const uint4*>(
+                                      gate_chunk1(smem) + (4 * cw + warp) * kWarpStagingBytes +
+                                      rr * 128 + ((unit ^ (rr & 7)) * 16))
+                                : gate[ch][i];
                     cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
 #pragma unroll
                     for (int e = 0; e < 8; ++e) yf[e] = of[e] * sigmoid_fast(gf[e]);

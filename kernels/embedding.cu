@@ -345,17 +345,9 @@ cudaError_t embedding_backward_sorted(float* dtable, const __nv_bfloat16* dout,
                                                  tokens, hidden);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     auto* add_pieces = vec ? embedding_pieces_kernel<8> : embedding_pieces_kernel<1>;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kWarps * 32);
-    config.stream = stream;
-    cudaLaunchAttribute early;
-    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &early;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, add_pieces, dtable, static_cast<const float*>(pieces),
-                              static_cast<const int32_t*>(sorted_ids), tokens, hidden);
+    return cuda::launch_dependent(add_pieces, grid, dim3(kWarps * 32), 0, stream, dtable,
+                                  static_cast<const float*>(pieces),
+                                  static_cast<const int32_t*>(sorted_ids), tokens, hidden);
 }
 
 cudaError_t embedding_backward(float* dtable, const __nv_bfloat16* dout, const int32_t* ids,

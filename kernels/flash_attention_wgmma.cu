@@ -6,16 +6,18 @@
 //   warpgroup 0, thread 0: the producer. Per item: Q once the previous item's is released, then
 //     the K and V tiles of 64 keys through two-stage rings of their own (K_t is free after S_t,
 //     V_t only after O += P_t V_t), waiting for each stage's "empty" mbarrier (all 8 consumer
-//     warps done with it); TMA completes the stage's "full" mbarrier with the bytes it expects.
+//     warps done with it); TMA completes the stage's "full" mbarrier with the bytes it expects;
+//     and the item's first two 64-column chunks of the gate for the epilogue (kGateAhead).
 //   warpgroups 1, 2: consumers, 64 query rows each. Per key tile t: S_t = Q K_t^T (16 wgmma
 //     m64n64k16 from shared memory) issued together with O += P_{t-1} V_{t-1} (4 wgmma
 //     m64n256k16, P from registers: the accumulator layout of S is the A-operand layout), then
 //     the masked online softmax of S_t (exp2 of scores pre-scaled by scale * log2 e) runs while
 //     that product is in flight. The two warpgroups take turns issuing (named barriers), so one's
 //     softmax overlaps the other's products. O is 128 fp32 registers per thread, hence
-//     setmaxnreg: consumers 240, the producer 24.
+//     setmaxnreg: consumers 232, the producer 32.
 // Epilogue, per warp and 64-column chunk: O / l rounded to bf16 staged in 2 KiB of shared
 // memory, written as whole rows of o (unless o is null) and of y = o * sigmoid(gate); lse per row.
+// The kernel is the tile list's programmatic dependent (its launch and set-up overlap the list's).
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <algorithm>
@@ -405,10 +407,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&tq) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&tk) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&tv) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&tg) : "memory");
+        prefetch_tensormap(&tq);
+        prefetch_tensormap(&tk);
+        prefetch_tensormap(&tv);
+        prefetch_tensormap(&tg);
         const Bars b = bars_at(smem);
         mbar_init(b.q_full, 1);
         mbar_init(b.q_empty, kConsumerWarps);
@@ -502,17 +504,9 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     }
     const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min(max_blocks, sms) : sms,
                                              tile_list_capacity(a, kBm) * a.q_heads);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmemBytes;
-    config.stream = stream;
-    cudaLaunchAttribute early;
-    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &early;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, attention_forward_wgmma_kernel, tq, tk, tv, tg, p);
+    return cuda::launch_dependent(attention_forward_wgmma_kernel,
+                                  dim3(static_cast<unsigned>(blocks)), dim3(kThreads), kSmemBytes,
+                                  stream, tq, tk, tv, tg, p);
 }
 
 }  // namespace deltatune

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace deltatune::cuda {
 
@@ -169,6 +170,26 @@ inline cudaError_t column_partials_accumulate(float* dw, const float* partials, 
     column_partials_accumulate_kernel<<<(cols + kPartialsCols - 1) / kPartialsCols, block, 0,
                                         stream>>>(dw, partials, parts, cols);
     return cudaGetLastError();
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as the programmatic dependent of the
+// kernel before it on the stream: its blocks may start once every block of that kernel has run
+// griddepcontrol.launch_dependents (or exited), and must run griddepcontrol.wait before reading
+// what that kernel writes.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute early;
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &early;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace deltatune::cuda

@@ -3,6 +3,7 @@
 // G = q_heads / kv_heads), then the sigmoid output gate y = o * sigmoid(gate).
 // Gradient contract: all gradients are written (=).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -49,6 +50,67 @@ inline size_t attention_ds_tile_bound(int64_t tokens, int64_t num_docs, int64_t 
         return size_t{1} << 62;
     }
     return static_cast<size_t>((tiles * (n_max + 1) + 1) / 2 * q_heads) * 8192;
+}
+
+// Host-side sizes of the wgmma kernels' device workspaces (the kernels and the memory planner
+// share them; the plan is made in builds without CUDA too). A tile list
+// (flash_attention_wgmma_tile.cuh) of `rows`-token tiles: 16 bytes of counters, then 8 bytes per
+// tile (at most tokens / rows rounded up, plus one partial tile per document) and per level (as
+// many as a document of `tokens` has tiles).
+inline int64_t attention_tile_list_capacity(int64_t tokens, int64_t num_docs, int rows) {
+    return (tokens + rows - 1) / rows + num_docs;
+}
+inline int64_t attention_tile_list_levels(int64_t tokens, int rows) {
+    return (tokens + rows - 1) / rows;
+}
+inline size_t attention_tile_list_bytes(int64_t tokens, int64_t num_docs, int rows) {
+    return 16 + 8 * static_cast<size_t>(attention_tile_list_capacity(tokens, num_docs, rows) +
+                                        attention_tile_list_levels(tokens, rows));
+}
+
+// The wgmma backward's workspace (flash_attention_wgmma_backward.cu; head_dim 256, 64-row
+// tiles), in order, each part 256-byte aligned: d_o, delta, the key-tile list, then either (dS
+// through memory) the documents' pair bases, the dQ pass's query-tile list and the dS tiles (at
+// most `ds_cap` bytes of them), or (dQ by atomics) dQ's fp32 sums.
+struct AttentionBackwardLayout {
+    size_t d_o = 0, delta = 0, key_list = 0, pair_base = 0, dq_list = 0, ds = 0, dq_acc = 0;
+    size_t total = 0;
+};
+inline AttentionBackwardLayout attention_backward_layout(int64_t tokens, int64_t num_docs,
+                                                         int64_t max_doc_tokens, int64_t q_heads,
+                                                         bool ds_mode, size_t ds_cap = ~size_t{0}) {
+    constexpr size_t kHeadDim = 256;
+    constexpr int kTileRows = 64;
+    const size_t rows = static_cast<size_t>(tokens * q_heads);
+    AttentionBackwardLayout l;
+    size_t at = 0;
+    auto take = [&](size_t& field, size_t bytes) {
+        field = at;
+        at += (bytes + 255) / 256 * 256;
+    };
+    take(l.d_o, 2 * rows * kHeadDim);
+    take(l.delta, 4 * rows);
+    take(l.key_list, attention_tile_list_bytes(tokens, num_docs, kTileRows));
+    if (ds_mode) {
+        take(l.pair_base, 8 * static_cast<size_t>(num_docs));
+        take(l.dq_list, attention_tile_list_bytes(tokens, num_docs, kTileRows));
+        take(l.ds,
+             std::min(attention_ds_tile_bound(tokens, num_docs, max_doc_tokens, q_heads), ds_cap));
+    } else {
+        take(l.dq_acc, 4 * rows * kHeadDim);
+    }
+    l.total = at;
+    return l;
+}
+
+// The most that workspace can take for any batch of `tokens` tokens: its documents unknown, their
+// number and lengths are taken at their most (`tokens` each), the dS tiles at `ds_budget` when
+// their bound passes it. What the memory planner reserves for a full-attention layer's backward.
+inline size_t attention_backward_workspace_bound(int64_t tokens, int64_t q_heads,
+                                                 size_t ds_budget = kAttentionDsBudget) {
+    return std::max(
+        attention_backward_layout(tokens, tokens, tokens, q_heads, true, ds_budget).total,
+        attention_backward_layout(tokens, tokens, tokens, q_heads, false).total);
 }
 
 #if DELTATUNE_HAVE_CUDA

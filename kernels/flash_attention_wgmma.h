@@ -51,12 +51,6 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
 // dk, dv, dy and y 16-byte aligned.
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget = kAttentionDsBudget);
-// The most gated_attention_backward_wgmma_workspace_bytes can ask for any batch of `tokens`
-// tokens and q_heads heads (head_dim 256): its documents are not known, so their number and
-// lengths are taken at their most (`tokens` each), and the dS tiles at `ds_budget` when their
-// bound passes it. What the memory planner reserves for a full-attention layer's backward.
-size_t gated_attention_backward_wgmma_workspace_bound(int64_t tokens, int64_t q_heads,
-                                                      size_t ds_budget = kAttentionDsBudget);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
                                            __nv_bfloat16* dgate, const __nv_bfloat16* dy,
                                            const __nv_bfloat16* y, const float* lse,

@@ -368,36 +368,11 @@ struct MapOf {
     int64_t cols;
 };
 
-// The workspace, in order: d_o, delta, the key-tile list, then either (dS through memory) the
-// documents' pair bases, the query-tile list and the dS^T tiles, or (dQ by atomics) dQ's fp32
-// sums.
-struct Layout {
-    size_t d_o = 0, delta = 0, key_list = 0, pair_base = 0, dq_list = 0, ds = 0, dq_acc = 0;
-    size_t total = 0;
-};
-
-// `ds_cap` caps the dS tiles' bytes (the planner's bound: their bound for unknown documents
-// passes any budget).
-Layout layout_of(const GatedAttentionArgs& a, bool ds_mode, size_t ds_cap = SIZE_MAX) {
-    const size_t rows = static_cast<size_t>(a.tokens * a.q_heads);
-    Layout l;
-    size_t at = 0;
-    auto take = [&](size_t& field, size_t bytes) {
-        field = at;
-        at += cuda::align256(bytes);
-    };
-    take(l.d_o, sizeof(bf16) * rows * kD);
-    take(l.delta, sizeof(float) * rows);
-    take(l.key_list, tile_list_bytes(a, kTile));
-    if (ds_mode) {
-        take(l.pair_base, sizeof(int64_t) * static_cast<size_t>(a.num_docs));
-        take(l.dq_list, attention_ds_dq_workspace_bytes(a));
-        take(l.ds, std::min(attention_ds_tile_bytes(a), ds_cap));
-    } else {
-        take(l.dq_acc, sizeof(float) * rows * kD);
-    }
-    l.total = at;
-    return l;
+// The workspace: attention_backward_layout (attention.h), whose head_dim and tile rows are
+// these kernels'.
+static_assert(kD == 256 && kTile == 64);
+AttentionBackwardLayout layout_of(const GatedAttentionArgs& a, bool ds_mode) {
+    return attention_backward_layout(a.tokens, a.num_docs, a.max_doc_tokens, a.q_heads, ds_mode);
 }
 
 }  // namespace
@@ -405,15 +380,6 @@ Layout layout_of(const GatedAttentionArgs& a, bool ds_mode, size_t ds_cap = SIZE
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget) {
     return layout_of(a, attention_ds_tile_bytes(a) <= ds_budget).total;
-}
-
-size_t gated_attention_backward_wgmma_workspace_bound(int64_t tokens, int64_t q_heads,
-                                                      size_t ds_budget) {
-    GatedAttentionArgs a;
-    a.tokens = a.num_docs = a.max_doc_tokens = tokens;
-    a.q_heads = q_heads;
-    a.head_dim = kD;
-    return std::max(layout_of(a, true, ds_budget).total, layout_of(a, false).total);
 }
 
 cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* dgate,
@@ -424,7 +390,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
     if (a.tokens == 0) return cudaSuccess;
     const bool ds_mode = attention_ds_tile_bytes(a) <= ds_budget;
-    const Layout l = layout_of(a, ds_mode);
+    const AttentionBackwardLayout l = layout_of(a, ds_mode);
     if (workspace_bytes < l.total || !cuda::aligned16(workspace) || !cuda::aligned16(dy) ||
         !cuda::aligned16(y) || !cuda::aligned16(dq) || !cuda::aligned16(dk) ||
         !cuda::aligned16(dv) || tile_list_capacity(a, kTile) * a.q_heads > INT32_MAX ||

@@ -215,6 +215,7 @@ cudaError_t attention_ds_pair_base(int64_t* pair_base, const GatedAttentionArgs&
     return cudaGetLastError();
 }
 
+static_assert(kTile == 64);  // the dQ list attention_backward_layout makes room for
 size_t attention_ds_dq_workspace_bytes(const GatedAttentionArgs& a) {
     return tile_list_bytes(a, kTile);
 }

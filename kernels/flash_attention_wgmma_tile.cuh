@@ -306,13 +306,13 @@ __global__ void __launch_bounds__(kListThreads)
 // tokens, at most (tokens / rows rounded up) + num_docs of them, over as many levels as a
 // document of `tokens` has tiles; 16 bytes of counters (count, next_item) first.
 inline int64_t tile_list_capacity(const GatedAttentionArgs& a, int rows) {
-    return (a.tokens + rows - 1) / rows + a.num_docs;
+    return attention_tile_list_capacity(a.tokens, a.num_docs, rows);
 }
 inline int64_t tile_list_levels(const GatedAttentionArgs& a, int rows) {
-    return (a.tokens + rows - 1) / rows;
+    return attention_tile_list_levels(a.tokens, rows);
 }
 inline size_t tile_list_bytes(const GatedAttentionArgs& a, int rows) {
-    return 16 + 8 * static_cast<size_t>(tile_list_capacity(a, rows) + tile_list_levels(a, rows));
+    return attention_tile_list_bytes(a.tokens, a.num_docs, rows);
 }
 struct TileList {
     int* count;      // entries listed

@@ -3,6 +3,9 @@
 // attention with the sigmoid gate (for head_dim 256 the wgmma kernels both ways by default, see
 // attention_core_choice(); the generic kernel for other head dims), o_proj. Backward mirrors
 // forward.
+#include "runtime/device/device_context.h"
+#include "runtime/model/gpu_blocks.h"
+
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
@@ -46,14 +49,6 @@ bool use_fused(const GpuCtx& x, const GatedAttentionArgs& a) {
 }
 
 }  // namespace
-
-bool gpu_attention_fused(const Qwen35Config& c, int sm_version) {
-    return c.head_dim == 256 && sm_version == 90;
-}
-
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version) {
-    return gpu_attention_fused(c, sm_version) && attention_core_choice() == "wgmma";
-}
 
 absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
                                    GpuAttentionActs& acts) {
@@ -188,3 +183,15 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
 
 }  // namespace deltatune
 #endif
+
+namespace deltatune {
+
+bool gpu_attention_fused(const Qwen35Config& c, int sm_version) {
+    return c.head_dim == 256 && sm_version == 90;
+}
+
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version) {
+    return gpu_attention_fused(c, sm_version) && attention_core_choice() == "wgmma";
+}
+
+}  // namespace deltatune

@@ -6,6 +6,19 @@
 // activation gradient is written (=).
 #pragma once
 
+#include "runtime/model/qwen35_config.h"
+
+namespace deltatune {
+
+// True when the fused flash-attention kernel serves this config on a GPU of `sm_version` (head_dim
+// 256 on sm_90). Plain host logic, in every build: the memory planner asks it too.
+bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
+// True when the wgmma core serves this config (fused, and attention_core_choice() "wgmma"): its
+// backward takes y, so the layer keeps y alone; the other cores' backwards take the ungated o too.
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version);
+
+}  // namespace deltatune
+
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_bf16.h>
 
@@ -87,12 +100,6 @@ struct GpuGdnActs {
     DeviceMemory rule_saved;
 };
 
-// True when the fused flash-attention kernel serves this config (head_dim 256 on sm_90).
-bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
-// True when the wgmma core serves this config (fused, and attention_core_choice() "wgmma"): its
-// backward takes y, so the layer keeps y alone; the other cores' backwards take the ungated o too.
-// The memory planner asks the same.
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version);
 // True when the fused GDN kernels (causal_conv1d, gated_delta_rule, gated_rmsnorm) serve this
 // config: linear key/value head dims 128 (gated_delta_rule_supported) on sm_90; otherwise the
 // block runs kernels/gdn_simple.cu.

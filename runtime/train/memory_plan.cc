@@ -4,16 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/attention.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/gpu_blocks.h"
 #include "runtime/model/qwen35_gpu_model.h"
 
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/flash_attention_wgmma.h"
 #include "runtime/device/cuda_status.h"
-#include "runtime/model/gpu_blocks.h"
 #endif
 
 namespace deltatune {
@@ -38,29 +38,6 @@ int64_t layer_parameters(const Qwen35Config& c, LayerType type) {
 }
 
 // Bytes per token a layer saves for its backward (bf16 activations; fp32 statistics).
-// Whether a full-attention layer keeps y alone (the wgmma core) or the ungated o too.
-bool attention_keeps_y_only(const Qwen35Config& c, const MemoryPlanInput& in) {
-#if DELTATUNE_HAVE_CUDA
-    return gpu_attention_keeps_y_only(c, in.sm_version);
-#else
-    (void)c, (void)in;
-    return false;  // no GPU model in this build
-#endif
-}
-
-// A full-attention layer's backward holds the wgmma kernels' workspace: d_o and either the dS
-// tiles or dQ's fp32 sums, sized by the kernels for a batch of T tokens in documents the plan
-// does not know.
-int64_t attention_workspace_bytes(const Qwen35Config& c, int64_t T) {
-#if DELTATUNE_HAVE_CUDA
-    return static_cast<int64_t>(
-        gated_attention_backward_wgmma_workspace_bound(T, c.num_attention_heads));
-#else
-    (void)c, (void)T;
-    return 0;  // no GPU model in this build
-#endif
-}
-
 int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type,
                                          const MemoryPlanInput& in) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
@@ -79,7 +56,7 @@ int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type,
         // q_proj's [query | gate], q after norm + RoPE, the gated output y; k before and after
         // norm + RoPE, v; lse and the q / k norms' rstd. The other cores' backwards also take the
         // ungated o, which the wgmma core does not keep.
-        elems += 4 * qd + 3 * kvd + (attention_keeps_y_only(c, in) ? 0 : qd);
+        elems += 4 * qd + 3 * kvd + (gpu_attention_keeps_y_only(c, in.sm_version) ? 0 : qd);
         fp32 += 2 * c.num_attention_heads + c.num_key_value_heads;
     }
     return 2 * elems + 4 * fp32;
@@ -130,7 +107,10 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     int64_t attention_ws = 0;
     if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
         c.layer_types.end()) {
-        attention_ws = attention_workspace_bytes(c, T);
+        // A full-attention layer's backward holds the wgmma kernels' workspace: d_o and either
+        // the dS tiles or dQ's fp32 sums, at their most for a batch of T tokens.
+        attention_ws =
+            static_cast<int64_t>(attention_backward_workspace_bound(T, c.num_attention_heads));
     }
     const int64_t layer_phase =
         2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act) + attention_ws;

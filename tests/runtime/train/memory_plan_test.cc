@@ -121,7 +121,7 @@ TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[m
 // long document among one-token ones (the most dS tiles under the budget), even splits.
 TEST_CASE("the planner's attention workspace covers every batch's", "[memory_plan]") {
     for (const int64_t T : {1, 63, 1000, 8192, 20000}) {
-        const size_t bound = gated_attention_backward_wgmma_workspace_bound(T, 24);
+        const size_t bound = attention_backward_workspace_bound(T, 24);
         std::vector<std::vector<int64_t>> batches = {{T}, std::vector<int64_t>(T, 1)};
         for (const int64_t d : {T / 2, T / 64, T / 512}) {
             if (d < 1 || d >= T) continue;

@@ -7,7 +7,7 @@
 //     the K and V tiles of 64 keys through two-stage rings of their own (K_t is free after S_t,
 //     V_t only after O += P_t V_t), waiting for each stage's "empty" mbarrier (all 8 consumer
 //     warps done with it); TMA completes the stage's "full" mbarrier with the bytes it expects;
-//     and the item's first two 64-column chunks of the gate for the epilogue (kGateAhead).
+//     and the item's first kGateTmaChunks 64-column chunks of the gate for the epilogue.
 //   warpgroups 1, 2: consumers, 64 query rows each. Per key tile t: S_t = Q K_t^T (16 wgmma
 //     m64n64k16 from shared memory) issued together with O += P_{t-1} V_{t-1} (4 wgmma
 //     m64n256k16, P from registers: the accumulator layout of S is the A-operand layout), then
@@ -40,9 +40,10 @@ using namespace wgmma_attention;
 // (each warp's 2 KiB are its own 16 rows, swizzled as the staging is), the second into a buffer
 // of its own, once the previous item's epilogue is done with them: the warps' own loads, issued
 // as the last product ran, were what the epilogue waited on most (ncu: 5% of all consumer
-// samples at the first use). The other two are loaded by the warps while the last product runs.
-constexpr int kGateAhead = 2;
-static_assert(kGateAhead >= 1 && 2 + kGateAhead <= kChunks);
+// samples at the first use). The other two are loaded by the warps while the last product runs
+// (all of theirs in flight together).
+constexpr int kGateTmaChunks = 2;
+static_assert(kGateTmaChunks == 2);  // one into the staging buffers, one into its own buffer
 // The producer brings an item's first gate chunks once the item's first kGateAfterTiles key tiles
 // are on their way (waiting for the previous epilogue then delays no tile the consumers need).
 constexpr int kGateAfterTiles = 2;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
             return;
         }
         const int kvh = it.h / p.group;
-        // The first gate chunk into the staging buffers, once the previous item's epilogue has
+        // The first two gate chunks into their buffers, once the previous item's epilogue has
         // left them (every consumer warp arrives on gate_empty after its last staged write).
         auto load_gate = [&] {
             if (done > 0) mbar_wait(b.gate_empty, (done - 1) & 1);
@@ -240,8 +241,8 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             turn_pass(cw);
             skip_tiles(0);
             ring += n;
-            release(
-                b.gate_empty);  // after its turns: the other warpgroup is past the last epilogue
+            // After its turns: the other warpgroup is past the last epilogue.
+            release(b.gate_empty);
             continue;
         }
         const bool diagonal0 = it.doc_begin + kBn - 1 > r0;
@@ -291,10 +292,8 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             }
             to_bf16_pairs(pa, sc);
         }
-        // The epilogue's gate, kGateAhead 64-column chunks ahead (one load behind each store
-        // cost a memory latency per 8 columns); the first chunks' loads are issued while the
-        // last product runs and the other warpgroup finishes the item (the scores' registers
-        // are free by then).
+        // The epilogue's gate chunks the producer does not bring: loaded while the last product
+        // runs and the other warpgroup finishes the item (the scores' registers are free by then).
         const int64_t row_stride = static_cast<int64_t>(p.q_heads) * kD;
         const int warp_row0 = r0 + 16 * warp;
         uint4 gate[kChunks][4];
@@ -323,7 +322,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
             wgmma_commit();
             turn_pass(cw);
 #pragma unroll
-            for (int ch = 2; ch < 2 + kGateAhead; ++ch) load_gate(ch);
+            for (int ch = kGateTmaChunks; ch < kChunks; ++ch) load_gate(ch);
             wgmma_wait<0>();
             fence_regs(acc);
             release(&b.v_empty[vs]);
@@ -365,7 +364,6 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         for (int ch = 0; ch < kChunks; ++ch) {
             stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
             __syncwarp();
-            if (ch + kGateAhead + 2 < kChunks) load_gate(ch + kGateAhead + 2);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int rr = lane / 8 + 4 * i;  // row within the warp's 16

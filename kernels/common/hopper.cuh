@@ -277,14 +277,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     }
 }
 
-// 2-D tensor tile (box of the map) at element coordinates (x, y) into shared `dst`, completing
-// on `bar` (which must expect the box's bytes). Rows past the tensor's end arrive as zeros.
 // Brings a tensor map (a __grid_constant__ parameter) into the descriptor cache ahead of its
 // first TMA.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// 2-D tensor tile (box of the map) at element coordinates (x, y) into shared `dst`, completing
+// on `bar` (which must expect the box's bytes). Rows past the tensor's end arrive as zeros.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y,
                                             uint64_t* bar) {
     asm volatile(

@@ -61,7 +61,8 @@ constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kStagingByt
 struct Params {
     const int2* tiles;  // (document, query tile) longest-first
     const int* tile_count;
-    int* next_item;  // items taken so far (zeroed by list_tiles_kernel)
+    int* next_item;  // items taken so far (zeroed by list_tiles_kernel and by the last block)
+    int* finished;   // blocks that have taken their last item
     const int32_t* cu;
     bf16* y;
     bf16* o;
@@ -144,6 +145,14 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
         *b.item = it;
         if (it.h < 0) {
             mbar_arrive(b.q_full);
+            // The last block to run out of items zeroes the counters (every block has taken its
+            // last index by then), so that the next forward on the same list starts afresh.
+            __threadfence();
+            if (atomicAdd(p.finished, 1) == static_cast<int>(gridDim.x) - 1) {
+                __threadfence();
+                *p.next_item = 0;
+                *p.finished = 0;
+            }
             return;
         }
         const int kvh = it.h / p.group;
@@ -443,23 +452,49 @@ size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a
     return tile_list_bytes(a, kBm);
 }
 
+namespace {
+
+bool forward_schedule_fits(const GatedAttentionArgs& a, const void* schedule, size_t bytes) {
+    // Items are counted in int32 by the blocks' atomic counter, which runs up to items + blocks.
+    return bytes >= gated_attention_forward_wgmma_workspace_bytes(a) && cuda::aligned16(schedule) &&
+           tile_list_capacity(a, kBm) * a.q_heads <= INT32_MAX - 65536 &&
+           a.tokens <= INT32_MAX / 2 && a.q_heads * kD <= INT32_MAX;
+}
+
+}  // namespace
+
+cudaError_t gated_attention_forward_wgmma_schedule(const GatedAttentionArgs& a, void* schedule,
+                                                   size_t schedule_bytes, cudaStream_t stream) {
+    if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
+    if (a.tokens == 0) return cudaSuccess;
+    if (!forward_schedule_fits(a, schedule, schedule_bytes)) return cudaErrorInvalidValue;
+    TileList list;
+    return build_tile_list<kBm, false>(schedule, a, stream, &list);
+}
+
 cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const GatedAttentionArgs& a,
                                           void* workspace, size_t workspace_bytes,
                                           cudaStream_t stream, int max_blocks) {
-    if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
-    if (a.tokens == 0) return cudaSuccess;
-    // Items are counted in int32 by the blocks' atomic counter, which runs up to items + blocks.
-    if (workspace_bytes < gated_attention_forward_wgmma_workspace_bytes(a) ||
-        !cuda::aligned16(workspace) || !cuda::aligned16(y) || (o && !cuda::aligned16(o)) ||
-        tile_list_capacity(a, kBm) * a.q_heads > INT32_MAX - 65536 || a.tokens > INT32_MAX / 2 ||
-        a.q_heads * kD > INT32_MAX) {
-        return cudaErrorInvalidValue;
-    }
-    TileList list;
-    if (cudaError_t e = build_tile_list<kBm, false>(workspace, a, stream, &list);
+    if (cudaError_t e =
+            gated_attention_forward_wgmma_schedule(a, workspace, workspace_bytes, stream);
         e != cudaSuccess) {
         return e;
     }
+    return gated_attention_forward_wgmma_scheduled(y, o, lse, a, workspace, workspace_bytes, stream,
+                                                   max_blocks);
+}
+
+cudaError_t gated_attention_forward_wgmma_scheduled(bf16* y, bf16* o, float* lse,
+                                                    const GatedAttentionArgs& a, void* schedule,
+                                                    size_t schedule_bytes, cudaStream_t stream,
+                                                    int max_blocks) {
+    if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
+    if (a.tokens == 0) return cudaSuccess;
+    if (!forward_schedule_fits(a, schedule, schedule_bytes) || !cuda::aligned16(y) ||
+        (o && !cuda::aligned16(o))) {
+        return cudaErrorInvalidValue;
+    }
+    const TileList list = tile_list_at(schedule);
 
     CUtensorMap tq, tk, tv, tg;
     if (cudaError_t e = tensor_map_sw128(&tq, a.q, a.tokens, a.q_heads * kD, kBm); e != cudaSuccess)
@@ -478,6 +513,7 @@ cudaError_t gated_attention_forward_wgmma(bf16* y, bf16* o, float* lse, const Ga
     Params p{list.tiles,
              list.count,
              list.next_item,
+             list.finished,
              a.cu_seqlens,
              y,
              o,

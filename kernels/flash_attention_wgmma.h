@@ -39,6 +39,20 @@ cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, fl
                                           size_t workspace_bytes, cudaStream_t stream,
                                           int max_blocks = 0);
 
+// The same forward in two parts, for a batch whose attention layers all run on one stream: its
+// work list (what the workspace above holds, which depends on the documents, the token count
+// and the head counts only) built once by _schedule, then each layer's forward by _scheduled on
+// it. Each such forward leaves the list as it found it (its last block zeroes the counter the
+// blocks take items with), so the forwards on one list must not overlap in time: one stream, or
+// ordered by events. The list costs a kernel of one block, which each forward would otherwise
+// wait for.
+cudaError_t gated_attention_forward_wgmma_schedule(const GatedAttentionArgs& a, void* schedule,
+                                                   size_t schedule_bytes, cudaStream_t stream);
+cudaError_t gated_attention_forward_wgmma_scheduled(__nv_bfloat16* y, __nv_bfloat16* o, float* lse,
+                                                    const GatedAttentionArgs& a, void* schedule,
+                                                    size_t schedule_bytes, cudaStream_t stream,
+                                                    int max_blocks = 0);
+
 // The backward on wgmma + TMA (flash_attention_wgmma_backward.cu): same contract as
 // gated_attention_backward (attention.h) except that it takes the gated output y (the forward's
 // y) where that takes o: dgate = dy * y * (1 - sigmoid(gate)) and the row terms

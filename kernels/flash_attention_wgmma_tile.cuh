@@ -252,7 +252,8 @@ __device__ __forceinline__ void store_rows_bf16(__nv_bfloat16* rows, int64_t row
 // thread per document adding its tiles one after another (global atomics, each waiting for the
 // last) took 12 to 20 us for the 8192-token packed batch, 4% of its attention forward. The order
 // inside one level depends on atomics, which changes the schedule only, never a result.
-// `next_item` (a persistent kernel's counter) is zeroed.
+// `next_item` (a persistent kernel's counter) and the int after it (its count of blocks done) are
+// zeroed.
 constexpr int kListThreads = 1024;
 template <int kRows, bool kByRemaining>
 __global__ void __launch_bounds__(kListThreads)
@@ -267,7 +268,8 @@ __global__ void __launch_bounds__(kListThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     constexpr int kWarps = kListThreads / 32;
     if (threadIdx.x == 0) {
-        *next_item = 0;
+        next_item[0] = 0;
+        next_item[1] = 0;
         placed = 0;
     }
     for (int i = threadIdx.x; i < levels; i += kListThreads) per_level[i] = 0;
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(kListThreads)
 
 // A (document, tile) list in device workspace, built by list_tiles_kernel: tiles of `rows`
 // tokens, at most (tokens / rows rounded up) + num_docs of them, over as many levels as a
-// document of `tokens` has tiles; 16 bytes of counters (count, next_item) first.
+// document of `tokens` has tiles; 16 bytes of counters (count, next_item, blocks done) first.
 inline int64_t tile_list_capacity(const GatedAttentionArgs& a, int rows) {
     return attention_tile_list_capacity(a.tokens, a.num_docs, rows);
 }
@@ -317,15 +319,21 @@ inline size_t tile_list_bytes(const GatedAttentionArgs& a, int rows) {
 struct TileList {
     int* count;      // entries listed
     int* next_item;  // zeroed: a persistent kernel's counter
+    int* finished;   // zeroed: its blocks that have taken their last item
     int2* tiles;     // (document, tile), most work first
 };
+// The list in `workspace` (built there by build_tile_list).
+inline TileList tile_list_at(void* workspace) {
+    auto* ws = static_cast<unsigned char*>(workspace);
+    auto* counters = reinterpret_cast<int*>(ws);
+    return TileList{counters, counters + 1, counters + 2, reinterpret_cast<int2*>(ws + 16)};
+}
 // Lists a's tiles into `workspace` (tile_list_bytes(a, kRows), 16-byte aligned) on `stream`.
 template <int kRows, bool kByRemaining>
 cudaError_t build_tile_list(void* workspace, const GatedAttentionArgs& a, cudaStream_t stream,
                             TileList* list) {
     auto* ws = static_cast<unsigned char*>(workspace);
-    *list = TileList{reinterpret_cast<int*>(ws), reinterpret_cast<int*>(ws) + 1,
-                     reinterpret_cast<int2*>(ws + 16)};
+    *list = tile_list_at(workspace);
     int* per_level = reinterpret_cast<int*>(ws + 16 + 8 * tile_list_capacity(a, kRows));
     const int64_t levels = tile_list_levels(a, kRows);
     list_tiles_kernel<kRows, kByRemaining><<<1, kListThreads, 0, stream>>>(

@@ -19,7 +19,7 @@ for name in "wgmma gated attention forward matches the reference" \
     "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
 done
 grep -E "^worst wgmma" "$LOG" | sort -u
-rows() { timeout 120 "$1" "[attention_wgmma_bench]" 2>&1 | grep -E "wgmma attention|writing o"; }
+rows() { timeout 120 "$1" "[attention_wgmma_bench]" 2>&1 | grep -E "wgmma attention|writing o|listing its|work list"; }
 # Variants to compare: a baseline's bench binary copied in as kernels_bench_base, and any number
 # of others as kernels_bench_v_<name> (`strip -o` each from its build). Alternating runs, since
 # machines and runs differ by a few percent (more than most single changes gain).

@@ -75,19 +75,38 @@ void attention_bench(bool ours_only) {
         {
             const size_t wwsb = gated_attention_forward_wgmma_workspace_bytes(a);
             DeviceBuffer<char> wws(wwsb);
-            // As the model runs it (y and lse only: the wgmma backward takes y), then writing
-            // the ungated o as well, as the other cores' backwards need.
+            // As the model runs it: y and lse only (the wgmma backward takes y), on the batch's
+            // work list, built once for all its layers. Then writing the ungated o as well, as
+            // the other cores' backwards need; then building the list with every call, and the
+            // list alone.
+            REQUIRE(gated_attention_forward_wgmma_schedule(a, wws.get(), wwsb, nullptr) ==
+                    cudaSuccess);
             for (const bool with_o : {false, true}) {
                 row(((with_o ? "  writing o too" : "wgmma attention forward") + shape).c_str(),
                     median_ms(
                         [&] {
-                            return gated_attention_forward_wgmma(
+                            return gated_attention_forward_wgmma_scheduled(
                                 bf16_ptr(y), with_o ? bf16_ptr(o) : nullptr, lse.get(), a,
                                 wws.get(), wwsb, nullptr);
                         },
                         10),
                     0, fwd_flops, ceil);
             }
+            row(("  listing its work each call" + shape).c_str(),
+                median_ms(
+                    [&] {
+                        return gated_attention_forward_wgmma(bf16_ptr(y), nullptr, lse.get(), a,
+                                                             wws.get(), wwsb, nullptr);
+                    },
+                    10),
+                0, fwd_flops, ceil);
+            std::printf("  its work list alone%s: %.1f us\n", shape.c_str(),
+                        1e3 * median_ms(
+                                  [&] {
+                                      return gated_attention_forward_wgmma_schedule(a, wws.get(),
+                                                                                    wwsb, nullptr);
+                                  },
+                                  10));
             // The default (dS tiles through memory, deterministic) and, with no budget for
             // them, dQ summed by atomics.
             for (const size_t budget : {kAttentionDsBudget, size_t{0}}) {

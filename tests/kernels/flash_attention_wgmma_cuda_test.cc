@@ -135,6 +135,30 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
                 CHECK(y2.download() == d_y.download());
                 CHECK(lse2.download() == d_lse.download());
             }
+            // On a work list built once (as the model shares one among its layers): three
+            // forwards in a row, each on a different number of blocks, give the same bits (each
+            // leaves the list's counters as it found them).
+            {
+                DeviceBuffer<char> schedule(wsb);
+                schedule.poison();
+                REQUIRE(gated_attention_forward_wgmma_schedule(a, schedule.get(), wsb, nullptr) ==
+                        cudaSuccess);
+                for (const int blocks : {0, 3, 1}) {
+                    DeviceBuffer<uint16_t> y2(qn);
+                    DeviceBuffer<float> lse2(lse_ref.size());
+                    y2.poison();
+                    lse2.poison();
+                    REQUIRE(gated_attention_forward_wgmma_scheduled(
+                                bf16_ptr(y2), nullptr, lse2.get(), a, schedule.get(), wsb, nullptr,
+                                blocks) == cudaSuccess);
+                    INFO("scheduled, blocks = " << blocks);
+                    CHECK(y2.download() == d_y.download());
+                    CHECK(lse2.download() == d_lse.download());
+                }
+                CHECK(gated_attention_forward_wgmma_scheduled(bf16_ptr(d_y), nullptr, d_lse.get(),
+                                                              a, schedule.get(), wsb - 1,
+                                                              nullptr) == cudaErrorInvalidValue);
+            }
             // A short workspace is refused, not overrun.
             CHECK(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a,
                                                 ws.get(), wsb - 1,

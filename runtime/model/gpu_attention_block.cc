@@ -82,9 +82,21 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
     // kept (T x Hq x D bf16 less per layer, and a pass of writes less).
     if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version()) && gated_attention_supported(args)) {
         const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
-        DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-        DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
-            acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, work.get(), ws, s));
+        GpuAttentionSchedule* shared = x.b.attention_schedule;
+        if (shared == nullptr) {
+            DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
+            DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
+                acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, work.get(), ws, s));
+        } else {
+            if (!shared->built) {
+                DT_ASSIGN_OR_RETURN(shared->list, x.dev.allocate(ws));
+                DT_CUDA_RETURN_IF_ERROR(
+                    gated_attention_forward_wgmma_schedule(args, shared->list.get(), ws, s));
+                shared->built = true;
+            }
+            DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma_scheduled(
+                acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, shared->list.get(), ws, s));
+        }
         return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
     }
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));

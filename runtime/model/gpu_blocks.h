@@ -51,12 +51,22 @@ struct GpuLayer {
     GpuParam q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
 };
 
+// The wgmma attention forward's work list for one batch (it depends on the documents and the
+// head counts only): built by the batch's first attention forward, taken by every later one
+// (the other layers', and the backward's recomputations), all on the compute stream.
+struct GpuAttentionSchedule {
+    DeviceMemory list;
+    bool built = false;
+};
+
 // The batch on the device; T and num_docs known on the host too.
 struct GpuBatch {
     int64_t tokens = 0, num_docs = 0;
     const int32_t* cu_seqlens = nullptr;    // (num_docs + 1)
     const int32_t* position_ids = nullptr;  // (T)
     int64_t max_doc_tokens = 0;             // the longest document (0: not known)
+    // Where the batch's attention forwards share their work list (null: each builds its own).
+    GpuAttentionSchedule* attention_schedule = nullptr;
 };
 
 struct GpuCtx {

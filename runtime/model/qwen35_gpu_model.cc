@@ -328,6 +328,8 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     m.ids_sorted = base + 3 * T + D + 1;
     m.id_positions_sorted = m.ids_sorted + T;
     m.batch = GpuBatch{T, D, base + 3 * T, base + 2 * T};
+    m.attention_schedule = GpuAttentionSchedule{};  // the previous batch's list is freed
+    m.batch.attention_schedule = &m.attention_schedule;
     for (int64_t d = 0; d < D; ++d) {
         m.batch.max_doc_tokens =
             std::max<int64_t>(m.batch.max_doc_tokens, pb.cu_seqlens[d + 1] - pb.cu_seqlens[d]);

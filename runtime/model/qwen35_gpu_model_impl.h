@@ -74,6 +74,7 @@ struct Qwen35GpuModel::Impl {
     int32_t* staging = nullptr;
     size_t staging_count = 0;
     GpuBatch batch;
+    GpuAttentionSchedule attention_schedule;  // batch.attention_schedule points here
     const int32_t* ids = nullptr;
     const int32_t* ids_sorted = nullptr;
     const int32_t* id_positions_sorted = nullptr;

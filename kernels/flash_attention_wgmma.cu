@@ -392,7 +392,11 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
                                 : gate[ch][i];
                     cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) yf[e] = of[e] * sigmoid_fast(gf[e]);
+                    for (int e = 0; e < 8; e += 2) {
+                        const float2 sg = sigmoid_pair(gf[e], gf[e + 1]);
+                        yf[e] = of[e] * sg.x;
+                        yf[e + 1] = of[e + 1] * sg.y;
+                    }
                     cuda::store8(p.y + off, yf);
                 }
             }

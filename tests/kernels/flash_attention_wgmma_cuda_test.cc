@@ -311,8 +311,68 @@ TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[ker
                     worst_row_err(to_float(d_dv.download()), gr.dv_ref)) < 0.25);
     }
 }
+
+// The gate's extremes (one value per token, every column): y is o * sigmoid(gate) to within its
+// bf16 rounding wherever sigmoid is above 2^-62 (gate above about -43, and +inf), tiny but not 0
+// below (the epilogue caps the exponent at 63: the gate's gradient, dy y (1 - sigmoid), never
+// dies), and NaN where the gate is NaN. o is the kernel's own, so attention's rounding is not in
+// the comparison.
+TEST_CASE("wgmma attention forward keeps the gate's extremes", "[kernels][cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(11);
+    const std::vector<int32_t> cu = {0, 200};
+    AttentionCase p = attention_case(rng, cu, 2, 1);
+    const float extremes[] = {-INFINITY, -1e30f, -80.0f, -43.0f, -20.0f, -9.0f,    -4.0f,
+                              -0.5f,     0.0f,   3.0f,   20.0f,  1e30f,  INFINITY, NAN};
+    constexpr int64_t d = 256, n = sizeof(extremes) / sizeof(extremes[0]);
+    for (int64_t t = 0; t < p.tokens; ++t) {
+        for (int64_t h = 0; h < p.q_heads; ++h) {
+            for (int64_t c = 0; c < d; ++c) {
+                p.qg.bits[static_cast<size_t>((t * p.q_heads + h) * 2 * d + d + c)] =
+                    float_to_bf16_bits(extremes[(t + h) % n]);
+            }
+        }
+    }
+    AttentionDeviceCase dc(p, cu, 200);
+    auto& [d_q, d_k, d_v, d_qg, d_cu, d_y, d_o, d_lse, a] = dc;
+    const size_t wsb = gated_attention_forward_wgmma_workspace_bytes(a);
+    DeviceBuffer<char> ws(wsb);
+    REQUIRE(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a, ws.get(),
+                                          wsb, nullptr) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const auto o = to_float(d_o.download()), y = to_float(d_y.download());
+    int bad = 0, nonzero_o = 0;
+    for (int64_t t = 0; t < p.tokens; ++t) {
+        for (int64_t h = 0; h < p.q_heads; ++h) {
+            const float g = bf16_bits_to_float(float_to_bf16_bits(extremes[(t + h) % n]));
+            for (int64_t c = 0; c < d; ++c) {
+                const size_t i = static_cast<size_t>((t * p.q_heads + h) * d + c);
+                bool ok;
+                if (std::isnan(g)) {
+                    ok = std::isnan(y[i]);
+                } else if (g > -43.5f) {
+                    const double want = o[i] / (1.0 + std::exp(-static_cast<double>(g)));
+                    ok = std::abs(y[i] - want) <= 4e-3 * std::abs(want);
+                } else {  // capped: about 2^-63 |o|, never 0 where o is not
+                    ok = std::isfinite(y[i]) && std::abs(y[i]) <= 0x1p-61 * std::abs(o[i]) &&
+                         (o[i] == 0.0f || y[i] != 0.0f);
+                    nonzero_o += o[i] != 0.0f;
+                }
+                if (!ok && ++bad <= 5) {
+                    UNSCOPED_INFO("token " << t << " head " << h << " col " << c << ": gate " << g
+                                           << ", o " << o[i] << ", y " << y[i]);
+                }
+            }
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(nonzero_o > 1000);  // the capped rows were checked on real values
+}
 #else
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
+    WARN("skipped: built without CUDA");
+}
+TEST_CASE("wgmma attention forward keeps the gate's extremes", "[kernels][cuda]") {
     WARN("skipped: built without CUDA");
 }
 TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[kernels][cuda]") {

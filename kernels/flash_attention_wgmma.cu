@@ -17,7 +17,8 @@
 //     setmaxnreg: consumers 232, the producer 32.
 // Epilogue, per warp and 64-column chunk: O / l rounded to bf16 staged in 2 KiB of shared
 // memory, written as whole rows of o (unless o is null) and of y = o * sigmoid(gate); lse per row.
-// The kernel is the tile list's programmatic dependent (its launch and set-up overlap the list's).
+// The kernel is launched as a programmatic dependent of the kernel before it (when that is the
+// tile list's, its launch and set-up overlap the listing); a batch's forwards can share one list.
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <algorithm>
@@ -436,8 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_fence_init();
     }
     __syncthreads();
-    // Launched as the tile list's programmatic dependent: the list (and the zeroed item counter)
-    // is read only once that grid's writes are visible.
+    // Launched as a programmatic dependent: the list and its counter (zeroed by the listing or
+    // by the previous forward on it) are read only once the grids before are done and visible.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const int items = *p.tile_count * p.q_heads;
     const int wg = warpgroup_index();

@@ -361,6 +361,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         }
         const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
         unsigned char* buf = staging(smem) + (4 * cw + warp) * kWarpStagingBytes;
+        const unsigned char* const gate1 = gate_chunk1(smem) + (4 * cw + warp) * kWarpStagingBytes;
         // The first gate chunk, from where the producer's TMA put it (the same swizzle as the
         // staging's), before O's first chunk is staged over it.
         mbar_wait(b.gate_full, done & 1);
@@ -386,11 +387,9 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
                     if (p.o) *reinterpret_cast<uint4*>(p.o + off) = raw;
                     float of[8], gf[8], yf[8];
                     cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
-                    const uint4 gr =
-                        ch == 1 ? *reinterpret_cast<const uint4*>(
-                                      gate_chunk1(smem) + (4 * cw + warp) * kWarpStagingBytes +
-                                      rr * 128 + ((unit ^ (rr & 7)) * 16))
-                                : gate[ch][i];
+                    const uint4 gr = ch == 1 ? *reinterpret_cast<const uint4*>(
+                                                   gate1 + rr * 128 + ((unit ^ (rr & 7)) * 16))
+                                             : gate[ch][i];
                     cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
 #pragma unroll
                     for (int e = 0; e < 8; e += 2) {

@@ -8,6 +8,7 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
+#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/attention_generic.h"
@@ -84,19 +85,17 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
         GpuAttentionSchedule* shared = x.b.attention_schedule;
         if (shared == nullptr) {
-            DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-            DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma(
-                acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, work.get(), ws, s));
-        } else {
-            if (!shared->built) {
-                DT_ASSIGN_OR_RETURN(shared->list, x.dev.allocate(ws));
-                DT_CUDA_RETURN_IF_ERROR(
-                    gated_attention_forward_wgmma_schedule(args, shared->list.get(), ws, s));
-                shared->built = true;
-            }
-            DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma_scheduled(
-                acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, shared->list.get(), ws, s));
+            return absl::InternalError(
+                "gpu_attention_forward: the batch has no attention schedule");
         }
+        if (shared->list.get() == nullptr) {  // the batch's first attention forward
+            DT_ASSIGN_OR_RETURN(DeviceMemory list, x.dev.allocate(ws));
+            DT_CUDA_RETURN_IF_ERROR(
+                gated_attention_forward_wgmma_schedule(args, list.get(), ws, s));
+            shared->list = std::move(list);
+        }
+        DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma_scheduled(
+            acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, shared->list.get(), ws, s));
         return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
     }
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));

@@ -53,10 +53,10 @@ struct GpuLayer {
 
 // The wgmma attention forward's work list for one batch (it depends on the documents and the
 // head counts only): built by the batch's first attention forward, taken by every later one
-// (the other layers', and the backward's recomputations), all on the compute stream.
+// (the other layers', and the backward's recomputations), all on the compute stream. `list` is
+// set only once the list is built.
 struct GpuAttentionSchedule {
     DeviceMemory list;
-    bool built = false;
 };
 
 // The batch on the device; T and num_docs known on the host too.
@@ -65,7 +65,7 @@ struct GpuBatch {
     const int32_t* cu_seqlens = nullptr;    // (num_docs + 1)
     const int32_t* position_ids = nullptr;  // (T)
     int64_t max_doc_tokens = 0;             // the longest document (0: not known)
-    // Where the batch's attention forwards share their work list (null: each builds its own).
+    // Where the batch's attention forwards share their work list (the model always sets it).
     GpuAttentionSchedule* attention_schedule = nullptr;
 };
 

@@ -173,6 +173,12 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
         return absl::InvalidArgumentError(absl::StrCat("listen.grpc (", c.grpc_address,
                                                        ") is not loopback; set auth.token_file"));
     }
+    // The admin HTTP listener serves the jobs (specs, paths) too: the same rule.
+    if (!c.http_address.empty() && !is_loopback_address(c.http_address) &&
+        c.auth_token_file.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("listen.http (", c.http_address,
+                                                       ") is not loopback; set auth.token_file"));
+    }
     DT_RETURN_IF_ERROR(in_range("scheduler.max_concurrent_jobs", c.max_concurrent_jobs, 1, 1024));
     DT_RETURN_IF_ERROR(
         in_range("scheduler.heartbeat_timeout_seconds", c.heartbeat_timeout_seconds, 0.1, 86400));

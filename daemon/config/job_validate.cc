@@ -1,8 +1,14 @@
 // JobSpec cross-field rules and path confinement (declared in job_yaml.h). Every message quotes
 // the offending values so a user can fix the file without reading code (torchtitan style).
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <regex>
 #include <system_error>
 
@@ -48,32 +54,36 @@ absl::Status check_list(const std::string& path,
     return absl::OkStatus();
 }
 
+// `value` must be a finite number in [lo, hi] (an end excluded when its flag says so). NaN fails
+// every comparison, so each bound is written as what must hold.
+absl::Status check_range(const char* field, double value, double lo, bool lo_open, double hi,
+                         bool hi_open) {
+    const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
+                    (hi_open ? value < hi : value <= hi);
+    if (ok) return absl::OkStatus();
+    const std::string hi_text = std::isinf(hi) ? "inf" : absl::StrCat(hi);
+    return invalid(absl::StrCat("hyperparameters.", field, " (", value,
+                                ") must be a finite number in ", lo_open ? "(" : "[", lo, ", ",
+                                hi_text, hi_open ? ")" : "]"));
+}
+
 absl::Status validate_hyperparameters(const v1::Hyperparameters& h) {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
     if (h.max_steps() <= 0) {
         return invalid(absl::StrCat("hyperparameters.max_steps (", h.max_steps(), ") must be > 0"));
     }
-    if (!(h.learning_rate() > 0 && h.learning_rate() <= 1)) {
-        return invalid(absl::StrCat("hyperparameters.learning_rate (", h.learning_rate(),
-                                    ") must be in (0, 1]"));
-    }
+    DT_RETURN_IF_ERROR(check_range("learning_rate", h.learning_rate(), 0, true, 1, false));
     if (h.warmup_steps() < 0 || h.warmup_steps() > h.max_steps()) {
         return invalid(absl::StrCat("hyperparameters.warmup_steps (", h.warmup_steps(),
                                     ") must be in [0, hyperparameters.max_steps (", h.max_steps(),
                                     ")]"));
     }
-    if (h.min_lr_ratio() < 0 || h.min_lr_ratio() > 1) {
-        return invalid(absl::StrCat("hyperparameters.min_lr_ratio (", h.min_lr_ratio(),
-                                    ") must be in [0, 1]"));
-    }
-    if (h.beta1() < 0 || h.beta1() >= 1 || h.beta2() < 0 || h.beta2() >= 1) {
-        return invalid(absl::StrCat("hyperparameters.beta1 (", h.beta1(), ") and beta2 (",
-                                    h.beta2(), ") must be in [0, 1)"));
-    }
-    if (h.eps() <= 0 || h.weight_decay() < 0 || h.max_grad_norm() < 0) {
-        return invalid(absl::StrCat("hyperparameters.eps (", h.eps(),
-                                    ") must be > 0, weight_decay (", h.weight_decay(),
-                                    ") and max_grad_norm (", h.max_grad_norm(), ") >= 0"));
-    }
+    DT_RETURN_IF_ERROR(check_range("min_lr_ratio", h.min_lr_ratio(), 0, false, 1, false));
+    DT_RETURN_IF_ERROR(check_range("beta1", h.beta1(), 0, false, 1, true));
+    DT_RETURN_IF_ERROR(check_range("beta2", h.beta2(), 0, false, 1, true));
+    DT_RETURN_IF_ERROR(check_range("eps", h.eps(), 0, true, 1, false));
+    DT_RETURN_IF_ERROR(check_range("weight_decay", h.weight_decay(), 0, false, kInf, true));
+    DT_RETURN_IF_ERROR(check_range("max_grad_norm", h.max_grad_norm(), 0, false, kInf, true));
     if (h.gradient_accumulation() < 1 || h.gradient_accumulation() > 4096) {
         return invalid(absl::StrCat("hyperparameters.gradient_accumulation (",
                                     h.gradient_accumulation(), ") must be in [1, 4096]"));
@@ -117,11 +127,38 @@ absl::Status validate_labels(const google::protobuf::Map<std::string, std::strin
     return absl::OkStatus();
 }
 
-// Lexically clean, symlink-resolved form; weakly_canonical so output folders need not exist yet.
-fs::path resolve(const fs::path& p) {
+// The symlink-resolved absolute form of `p`. The longest existing prefix is resolved by the
+// kernel (realpath); what does not exist yet (an output folder) must be plain names, no "." or
+// ".." and none over NAME_MAX bytes. A path that cannot be fully resolved (a component too long,
+// a loop, a dangling link, no permission) is refused, never cleaned up textually: a textual
+// ".." would undo a symlink the kernel never looked at.
+absl::StatusOr<std::string> resolve(const fs::path& p) {
+    fs::path existing = p.is_absolute() ? p : fs::absolute(p);
+    std::vector<std::string> missing;  // the tail that does not exist, innermost last
+    while (true) {
+        struct stat st {};
+        if (::lstat(existing.c_str(), &st) == 0) break;
+        if (errno != ENOENT || !existing.has_relative_path()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("cannot be resolved (", std::strerror(errno), ")"));
+        }
+        missing.insert(missing.begin(), existing.filename().string());
+        existing = existing.parent_path();
+    }
     std::error_code ec;
-    fs::path r = fs::weakly_canonical(p, ec);
-    return ec ? p.lexically_normal() : r;
+    fs::path resolved = fs::canonical(existing, ec);
+    if (ec)
+        return absl::InvalidArgumentError(absl::StrCat("cannot be resolved (", ec.message(), ")"));
+    for (const std::string& name : missing) {
+        if (name.empty()) continue;  // a trailing slash
+        if (name == "." || name == ".." || name.size() > NAME_MAX) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "cannot be resolved ('", name.substr(0, 40), name.size() > 40 ? "...'" : "'",
+                " follows a folder that does not exist)"));
+        }
+        resolved /= name;
+    }
+    return resolved.string();
 }
 
 bool strictly_beneath(const std::string& path, const std::string& root) {
@@ -148,19 +185,22 @@ absl::StatusOr<std::string> confine(const std::string& field, const std::string&
     }
     fs::path p(value);
     if (p.is_relative()) p = fs::path(rule.roots.front()) / p;
-    const std::string resolved = resolve(p).string();
-    std::vector<std::string> roots;
+    const auto refused = [&](const std::string& why) {
+        // Names the field and its roots as configured, never where the path led (that could
+        // reveal the daemon's folders, /proc/self/cwd or a descriptor's target).
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PATH_NOT_ALLOWED: ", field, ": '", value, "' ", why, "; it must be beneath the ",
+            rule.kind, " roots [", absl::StrJoin(rule.roots, ", "), "]"));
+    };
+    absl::StatusOr<std::string> resolved_or = resolve(p);
+    if (!resolved_or.ok()) return refused(std::string(resolved_or.status().message()));
+    const std::string& resolved = *resolved_or;
     bool allowed = false;
     for (const std::string& root : rule.roots) {
-        roots.push_back(resolve(root).string());
-        allowed = allowed || strictly_beneath(resolved, roots.back());
+        absl::StatusOr<std::string> r = resolve(root);
+        allowed = allowed || (r.ok() && strictly_beneath(resolved, *r));
     }
-    if (!allowed) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("PATH_NOT_ALLOWED: ", field, ": '", value, "' resolves to '", resolved,
-                         "', which is not beneath the ", rule.kind, " roots [",
-                         absl::StrJoin(roots, ", "), "]"));
-    }
+    if (!allowed) return refused("is not allowed");
     if (rule.must_be != fs::file_type::none) {
         std::error_code ec;
         const fs::file_type t = fs::status(resolved, ec).type();
@@ -185,6 +225,7 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
     DT_RETURN_IF_ERROR(validate_hyperparameters(spec.hyperparameters()));
     DT_RETURN_IF_ERROR(validate_data(spec.data(), limits));
     DT_RETURN_IF_ERROR(validate_labels(spec.labels()));
+    DT_RETURN_IF_ERROR(check_string("resume_from", spec.resume_from()));
     const auto& c = spec.checkpoint();
     if (c.every_n_steps() < 0 || c.keep_last_n() < 1) {
         return invalid(absl::StrCat("checkpoint.every_n_steps (", c.every_n_steps(),
@@ -245,6 +286,11 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
     }
     DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
                         confine("output_dir", spec->output_dir(), output));
+    if (!spec->resume_from().empty() && spec->resume_from().rfind("jobs/", 0) != 0) {
+        const PathRule checkpoint{"outputs", roots.outputs, fs::file_type::directory};
+        DT_ASSIGN_OR_RETURN(*spec->mutable_resume_from(),
+                            confine("resume_from", spec->resume_from(), checkpoint));
+    }
     return absl::OkStatus();
 }
 
@@ -290,6 +336,16 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                          ". Name the ops under kernels.allow_non_fused to run them anyway"));
     }
     return absl::OkStatus();
+}
+
+std::vector<std::string> existing_resolved_roots(const std::vector<std::string>& roots) {
+    std::vector<std::string> out;
+    for (const std::string& root : roots) {
+        std::error_code ec;
+        const fs::path r = fs::canonical(root, ec);
+        if (!ec && fs::is_directory(r, ec)) out.push_back(r.string());
+    }
+    return out;
 }
 
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_config.h"
@@ -45,6 +46,9 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
 // symlinks) are INVALID_ARGUMENT "PATH_NOT_ALLOWED: ..."; a missing model or data file (inside
 // the roots) is INVALID_ARGUMENT "DATASET_NOT_FOUND: ..." / "INVALID_CONFIG: ...".
 absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots);
+
+// The symlink-resolved forms of the roots that exist (what a rank's sandbox opens).
+std::vector<std::string> existing_resolved_roots(const std::vector<std::string>& roots);
 
 // GPU jobs: the memory planner's prediction for one rank (model config.json, world size = gpus,
 // tokens_per_batch, per-layer recompute) must fit `gpu_memory_bytes`; RESOURCE_EXHAUSTED

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/jobs/job_manager_impl.h"
+#include "daemon/jobs/output_claim.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
@@ -78,6 +79,29 @@ bool labels_match(const Job& job, const std::map<std::string, std::string>& want
     return true;
 }
 
+// The output_dir's owner (its marker) must be this job, nobody, or the job resume_from names
+// once that job has stopped; resume_from naming a job must name the owner.
+absl::Status check_output_owner(const JobManager::Impl& m, const v1::JobSpec& spec,
+                                const std::string& job_name) {
+    DT_ASSIGN_OR_RETURN(
+        const std::string owner,
+        output_dir_owner(existing_resolved_roots(m.opt.roots.outputs), spec.output_dir()));
+    const std::string& from = spec.resume_from();
+    if (absl::StartsWith(from, "jobs/") && from != owner) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "INVALID_CONFIG: resume_from names ", from, ", but output_dir '", spec.output_dir(),
+            "' ", owner.empty() ? "belongs to no job" : absl::StrCat("belongs to ", owner),
+            "; to start from another folder's checkpoint, name the checkpoint folder"));
+    }
+    bool owner_running = false;
+    if (absl::StartsWith(owner, "jobs/")) {
+        auto it = m.jobs.find(owner.substr(5));
+        owner_running = it != m.jobs.end() && !is_terminal(it->second.stored.job.state()) &&
+                        it->second.stored.job.state() != Job::PAUSED;
+    }
+    return check_output_dir(spec, job_name, owner, owner_running);
+}
+
 absl::StatusOr<Job> create_locked(JobManager::Impl& m, v1::JobSpec spec,
                                   const std::string& request_id, bool validate_only) {
     if (m.shutting_down) return absl::UnavailableError("deltatuned is shutting down");
@@ -95,6 +119,7 @@ absl::StatusOr<Job> create_locked(JobManager::Impl& m, v1::JobSpec spec,
     }
     Record r;
     r.stored.id = random_hex(12);
+    DT_RETURN_IF_ERROR(check_output_owner(m, spec, "jobs/" + r.stored.id));
     r.stored.create_seq = m.last_create_seq + 1;
     Job& job = r.stored.job;
     job.set_name("jobs/" + r.stored.id);
@@ -108,6 +133,8 @@ absl::StatusOr<Job> create_locked(JobManager::Impl& m, v1::JobSpec spec,
         job.clear_uid();
         return job;
     }
+    DT_RETURN_IF_ERROR(claim_output_dir(existing_resolved_roots(m.opt.roots.outputs),
+                                        job.spec().output_dir(), job.name()));
     Change c(r.stored);
     c.add("JOB_CREATED", JobEvent::INFO, "job created");
     c.add("VALIDATION_PASSED", JobEvent::INFO, "spec and paths are valid");

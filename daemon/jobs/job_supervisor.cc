@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/config/job_yaml.h"
 #include "daemon/jobs/job_manager_impl.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
@@ -241,6 +242,9 @@ absl::Status JobManager::Impl::launch(Record& r) {
     ls.supervisor = opt.rank_supervisor;
     ls.attempt_dir = absl::StrCat(job_dir(opt, ls.job_id), "/attempt-", ls.attempt);
     ls.spec_path = ls.attempt_dir + "/spec.binpb";
+    ls.read_roots = existing_resolved_roots(opt.roots.models);
+    for (const std::string& r : existing_resolved_roots(opt.roots.data)) ls.read_roots.push_back(r);
+    ls.write_roots = existing_resolved_roots(opt.roots.outputs);
     Change c(r.stored);
     std::error_code ec;
     fs::create_directories(ls.attempt_dir, ec);
@@ -266,6 +270,8 @@ absl::Status JobManager::Impl::launch(Record& r) {
         c.add("RECOVERY_STARTED", JobEvent::INFO,
               absl::StrCat("attempt ", ls.attempt, ": ", ls.world, " rank(s) restarted"), details);
     }
+    r.last_error_reason.clear();  // errors are per attempt
+    r.last_error_message.clear();
     Attempt a;
     a.number = ls.attempt;
     a.ranks = *ranks;
@@ -308,7 +314,11 @@ void JobManager::Impl::on_rank_exit(const RankExit& e) {
             launcher->terminate(a.ranks, opt.rank_term_grace);
         } else {
             Change c(r.stored);
-            fault(r, c, "RANK_EXITED", e.rank, describe_exit(e));
+            // A rank that said why it failed: its reason and words are the job's error.
+            const bool said = !r.last_error_reason.empty();
+            fault(r, c, said ? r.last_error_reason : "RANK_EXITED", e.rank,
+                  said ? absl::StrCat(describe_exit(e), ": ", r.last_error_message)
+                       : describe_exit(e));
             log_error(commit(r, std::move(c)));
         }
     }

@@ -71,13 +71,16 @@ void signal_group(pid_t pid, int sig) {
 }  // namespace
 
 std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank) {
-    return {spec.executable, "rank",
-            "--supervisor",  spec.supervisor,
-            "--job",         "jobs/" + spec.job_id,
-            "--attempt",     std::to_string(spec.attempt),
-            "--rank",        std::to_string(rank),
-            "--world",       std::to_string(spec.world),
-            "--spec",        spec.spec_path};
+    std::vector<std::string> argv{spec.executable, "rank",
+                                  "--supervisor",  spec.supervisor,
+                                  "--job",         "jobs/" + spec.job_id,
+                                  "--attempt",     std::to_string(spec.attempt),
+                                  "--rank",        std::to_string(rank),
+                                  "--world",       std::to_string(spec.world),
+                                  "--spec",        spec.spec_path};
+    for (const std::string& r : spec.read_roots) argv.insert(argv.end(), {"--read-root", r});
+    for (const std::string& r : spec.write_roots) argv.insert(argv.end(), {"--write-root", r});
+    return argv;
 }
 
 namespace {

@@ -36,6 +36,9 @@ struct LaunchSpec {
     std::string supervisor;   // "unix:<state_dir>/rank.sock"
     std::string attempt_dir;  // <state_dir>/jobs/<id>/attempt-<n>: logs go here
     std::string spec_path;    // <attempt_dir>/spec.binpb
+    // The daemon's path roots: a rank opens every job file beneath them (--read-root, and
+    // --write-root for outputs).
+    std::vector<std::string> read_roots, write_roots;
 };
 
 // The exact argv of one rank (argv[0] is the executable).

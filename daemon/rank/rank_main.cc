@@ -17,8 +17,11 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/rank/spec_to_config.h"
 #include "deltatune/v1/rank.grpc.pb.h"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/dist/gloo_communicator.h"
 
 namespace deltatune {
@@ -30,11 +33,17 @@ using Clock = std::chrono::steady_clock;
 struct RankArgs {
     std::string supervisor, job, spec;
     int attempt = 0, rank = 0, world = 1;
+    SandboxRoots roots;  // --read-root / --write-root, repeated: the daemon's path roots
 };
 
 bool parse_args(int argc, char** argv, RankArgs& a) {
     std::map<std::string, std::string> kv;
-    for (int i = 2; i + 1 < argc; i += 2) kv[argv[i]] = argv[i + 1];
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const std::string key = argv[i];
+        if (key == "--read-root") a.roots.read.push_back(argv[i + 1]);
+        if (key == "--write-root") a.roots.write.push_back(argv[i + 1]);
+        kv[key] = argv[i + 1];
+    }
     if (!kv.count("--supervisor") || !kv.count("--job") || !kv.count("--spec")) return false;
     a.supervisor = kv["--supervisor"];
     a.job = kv["--job"];
@@ -206,6 +215,12 @@ class Reporter {
 
 // Errors that retrying cannot fix are the job's fault: exit 2 with a reason.
 const char* reason_for(const absl::Status& s) {
+    // A full disk stays full on a retry, a path outside the roots stays outside, and the same
+    // data and hyperparameters give the same NaN.
+    for (const char* reason :
+         {"DISK_FULL", "PATH_NOT_ALLOWED", "NON_FINITE", "NO_TRAINED_TOKENS"}) {
+        if (absl::StrContains(s.message(), absl::StrCat(reason, ": "))) return reason;
+    }
     switch (s.code()) {
         case absl::StatusCode::kInvalidArgument:
             return "INVALID_CONFIG";
@@ -217,6 +232,8 @@ const char* reason_for(const absl::Status& s) {
             return "OUT_OF_MEMORY";
         case absl::StatusCode::kDataLoss:
             return "CHECKPOINT_CORRUPT";
+        case absl::StatusCode::kPermissionDenied:
+            return "PERMISSION_DENIED";
         default:
             return "INTERNAL";
     }
@@ -246,6 +263,14 @@ int rank_main(int argc, char** argv) {
     absl::StatusOr<TrainConfig> config =
         absl::InvalidArgumentError(args.spec + ": cannot read the job spec");
     if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
+    // From here on every file the trainer opens is opened beneath the daemon's roots, resolved
+    // by the kernel at the time of use (runtime/base/path_sandbox.h).
+    if (config.ok() && (!args.roots.read.empty() || !args.roots.write.empty())) {
+        absl::StatusOr<PathSandbox> sandbox = PathSandbox::confined(args.roots);
+        absl::Status installed =
+            sandbox.ok() ? install_process_sandbox(*std::move(sandbox)) : sandbox.status();
+        if (!installed.ok()) config = installed;
+    }
     absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
     if (!config.ok()) result = config.status();
     // Data-parallel ranks meet through the supervisor's store for this attempt (a fresh one per

@@ -55,6 +55,9 @@ absl::StatusOr<TrainConfig> train_config_from_spec(const v1::JobSpec& spec) {
     c.checkpoint_every = spec.checkpoint().every_n_steps();
     c.keep_last_n = or_default<int64_t>(spec.checkpoint().keep_last_n(), 2);
     c.seed = spec.seed();
+    // "jobs/ID" hands over that job's output_dir (its checkpoints are this job's now); a folder
+    // is a checkpoint to start from.
+    if (spec.resume_from().rfind("jobs/", 0) != 0) c.resume_checkpoint = spec.resume_from();
     return c;
 }
 

@@ -119,7 +119,7 @@ void MetricsCollector::consume_events(const std::string& name, JobCounters& c) {
     }
 }
 
-std::string MetricsCollector::render(size_t subscribers) {
+std::string MetricsCollector::render(size_t subscribers, bool per_job) {
     const std::vector<v1::Job> jobs = all_jobs(manager_);
     std::lock_guard<std::mutex> lock(mu_);
     std::string out;
@@ -141,6 +141,12 @@ std::string MetricsCollector::render(size_t subscribers) {
         absl::StrAppend(&out, "deltatune_jobs{state=\"", state, "\"} ", n, "\n");
     }
 
+    if (!per_job) {
+        help("deltatune_event_stream_subscribers", "gauge",
+             "Live StreamJobEvents/WatchJob streams.");
+        absl::StrAppend(&out, "deltatune_event_stream_subscribers ", subscribers, "\n");
+        return out;
+    }
     struct Gauge {
         const char* name;
         const char* type;
@@ -256,9 +262,13 @@ void AdminHttpServer::routes() {
         res.status = ready_ ? 200 : 503;
         res.set_content(ready_ ? "ready\n" : "not ready\n", "text/plain");
     });
-    server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    // With auth on, /metrics without a valid token shows the daemon-wide series only (build,
+    // jobs by state, stream subscribers): no job names or losses. Scrapers that send the token
+    // get every series.
+    server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
         const size_t subscribers = options_.subscribers ? options_.subscribers() : 0;
-        res.set_content(metrics_.render(subscribers), "text/plain; version=0.0.4");
+        const bool per_job = options_.auth.check_header(req.get_header_value("Authorization")).ok();
+        res.set_content(metrics_.render(subscribers, per_job), "text/plain; version=0.0.4");
     });
     auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
         const absl::Status s = options_.auth.check_header(req.get_header_value("Authorization"));

@@ -29,7 +29,8 @@ class MetricsCollector {
   public:
     explicit MetricsCollector(JobManager* manager) : manager_(manager) {}
     // The exposition text. `subscribers` is the live event-stream count.
-    std::string render(size_t subscribers);
+    // per_job: the series labelled by job (names, losses); false gives the daemon-wide ones.
+    std::string render(size_t subscribers, bool per_job = true);
 
   private:
     struct JobCounters {

@@ -173,9 +173,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningServ
     builder.AddListeningPort(config.grpc_address, creds, &port);
     builder.RegisterService(service);
     builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_request_bytes));
+    // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would bind too and the
+    // kernel would split clients between the two. One port, one daemon.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
-        return absl::UnavailableError(absl::StrCat("cannot listen on ", config.grpc_address));
+        return absl::UnavailableError(
+            absl::StrCat("cannot listen on ", config.grpc_address,
+                         " (is another deltatuned, or another program, serving that port?)"));
     }
     server->GetHealthCheckService()->SetServingStatus(v1::FineTuningService::service_full_name(),
                                                       true);

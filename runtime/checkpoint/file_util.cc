@@ -8,47 +8,27 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/path_sandbox.h"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune {
 
 absl::StatusOr<std::string> read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    DT_ASSIGN_OR_RETURN(UniqueFd fd, process_sandbox().open(path, O_RDONLY));
+    return read_fd(fd.get(), path);
 }
 
 absl::StatusOr<MappedFile> map_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-    }
+    DT_ASSIGN_OR_RETURN(UniqueFd fd, process_sandbox().open(path, O_RDONLY));
     struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        ::close(fd);
-        return absl::InternalError(absl::StrCat(path, ": fstat failed"));
-    }
+    if (fstat(fd.get(), &st) != 0) return errno_status(path, "fstat failed", errno);
     MappedFile m;
     m.size = static_cast<size_t>(st.st_size);
-    if (m.size == 0) {  // mmap refuses length 0; callers report the file as too short
-        ::close(fd);
-        return m;
-    }
-    void* base = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (base == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+    if (m.size == 0) return m;  // mmap refuses length 0; callers report the file as too short
+    void* base = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (base == MAP_FAILED) return errno_status(path, "mmap failed", errno);
     m.data = static_cast<const unsigned char*>(base);
     const size_t size = m.size;
     m.keep = std::shared_ptr<const void>(
@@ -56,46 +36,36 @@ absl::StatusOr<MappedFile> map_file(const std::string& path) {
     return m;
 }
 
+// The temporary file is created and renamed through the descriptor of the (confined) folder, so
+// neither step can be redirected by a symlink swapped in after the folder was opened.
 absl::Status write_file_atomic(const std::string& path,
                                const std::vector<std::pair<const void*, size_t>>& chunks) {
-    const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return absl::PermissionDeniedError(
-            absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
-    }
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "."
+                            : slash == 0               ? "/"
+                                                       : path.substr(0, slash);
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    DT_ASSIGN_OR_RETURN(UniqueFd dfd, process_sandbox().open_folder(dir, /*for_writing=*/true));
+    const std::string tmp_name = absl::StrCat(".", name, ".tmp.", getpid());
+    const std::string tmp = absl::StrCat(dir, "/", tmp_name);
+    UniqueFd fd(::openat(dfd.get(), tmp_name.c_str(),
+                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return errno_status(tmp, "cannot create", errno);
+    absl::Status s;
     for (const auto& [data, size] : chunks) {
-        const char* p = static_cast<const char*>(data);
-        size_t left = size;
-        while (left > 0) {
-            const ssize_t n = ::write(fd, p, left);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                const std::string err = std::strerror(errno);
-                ::close(fd);
-                ::unlink(tmp.c_str());
-                return absl::ResourceExhaustedError(absl::StrCat(tmp, ": write failed: ", err));
-            }
-            p += n;
-            left -= static_cast<size_t>(n);
-        }
+        s = write_fd(fd.get(), data, size, tmp);
+        if (!s.ok()) break;
     }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        ::unlink(tmp.c_str());
-        return absl::InternalError(absl::StrCat(tmp, ": fsync/close failed"));
+    if (s.ok() && ::fsync(fd.get()) != 0) s = errno_status(tmp, "fsync failed", errno);
+    if (s.ok() && ::close(fd.release()) != 0) s = errno_status(tmp, "close failed", errno);
+    if (s.ok() && ::renameat(dfd.get(), tmp_name.c_str(), dfd.get(), name.c_str()) != 0) {
+        s = errno_status(absl::StrCat(tmp, " -> ", path), "rename failed", errno);
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        ::unlink(tmp.c_str());
-        return absl::InternalError(
-            absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+    if (!s.ok()) {
+        ::unlinkat(dfd.get(), tmp_name.c_str(), 0);
+        return s;
     }
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    ::fsync(dfd.get());
     return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -36,7 +37,7 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
     std::vector<std::string> shard_names;
     std::map<std::string, std::string> weight_map;
-    if (fs::exists(index)) {
+    if (process_sandbox().exists(index.string())) {
         DT_ASSIGN_OR_RETURN(std::string text, read_file(index.string()));
         nlohmann::json j;
         try {
@@ -58,7 +59,7 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
             shards.insert(file.get<std::string>());
         }
         shard_names.assign(shards.begin(), shards.end());
-    } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+    } else if (process_sandbox().exists((fs::path(dir) / "model.safetensors").string())) {
         shard_names.push_back("model.safetensors");
     } else {
         return absl::NotFoundError(absl::StrCat(dir,
@@ -154,10 +155,7 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
 }
 
 absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t max_shard_bytes) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec)
-        return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+    DT_RETURN_IF_ERROR(process_sandbox().make_dirs(dir));
     // Group tensors into shards in parameter order.
     std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
     size_t shard_bytes = 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune {
@@ -325,12 +326,7 @@ absl::StatusOr<TokenizedDataset> load_dataset(const std::string& path,
     absl::StatusOr<TokenizedDataset> cached = open_token_cache(cache, key);
     if (cached.ok()) return cached;
     DT_RETURN_IF_ERROR(tokenize_file(path, format, options, store, counts));
-    std::error_code ec;
-    std::filesystem::create_directories(options.cache_dir, ec);
-    if (ec) {
-        return absl::PermissionDeniedError(
-            absl::StrCat(options.cache_dir, ": cannot create cache directory: ", ec.message()));
-    }
+    DT_RETURN_IF_ERROR(process_sandbox().make_dirs(options.cache_dir));
     DT_RETURN_IF_ERROR(write_token_cache(cache, key, store, counts));
     return open_token_cache(cache, key);
 }

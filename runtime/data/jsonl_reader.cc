@@ -1,11 +1,14 @@
 // Streaming line reader with a fixed buffer, and the bad-line policy.
 #include "runtime/data/jsonl_reader.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/path_sandbox.h"
 
 namespace deltatune {
 
@@ -42,12 +45,11 @@ absl::StatusOr<JsonlReader> JsonlReader::open(const std::string& path, size_t bu
                                               size_t max_line_bytes) {
     JsonlReader r;
     r.path_ = path;
-    r.file_.reset(std::fopen(path.c_str(), "rb"));
-    if (!r.file_) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-    }
+    absl::StatusOr<UniqueFd> fd = process_sandbox().open(path, O_RDONLY);
+    if (!fd.ok()) return fd.status();
+    r.file_.reset(::fdopen(fd->get(), "rb"));
+    if (!r.file_) return errno_status(path, "cannot open", errno);
+    fd->release();  // the FILE owns it now
     // stdio's own buffer would double the memory we account for; we buffer ourselves.
     std::setvbuf(r.file_.get(), nullptr, _IONBF, 0);
     r.buffer_.resize(std::max<size_t>(buffer_bytes, 16));

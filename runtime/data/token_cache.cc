@@ -1,12 +1,15 @@
 // XXH64, flat token storage, and the memory-mapped token cache file.
 #include "runtime/data/token_cache.h"
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/checkpoint/file_util.h"
 
 namespace deltatune {
@@ -132,12 +135,11 @@ uint64_t Hash64::digest() const {
 }
 
 absl::StatusOr<uint64_t> hash_file(const std::string& path) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-    if (!f) {
-        const int err = errno;
-        const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-        return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-    }
+    absl::StatusOr<UniqueFd> fd = process_sandbox().open(path, O_RDONLY);
+    if (!fd.ok()) return fd.status();
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd->get(), "rb"), std::fclose);
+    if (!f) return errno_status(path, "cannot open", errno);
+    fd->release();  // the FILE owns it now
     std::vector<char> buf(1 << 20);
     Hash64 h;
     size_t n;

@@ -1,6 +1,8 @@
 // Tokenizer::load: reads a tokenizer.json and accepts exactly the parts this implementation
 // reproduces (see tokenizer.h); anything else is refused with the file and the JSON field, since
 // tokenizing differently from the model's own tokenizer would silently corrupt training data.
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/path_sandbox.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/data/normalizer.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/tokenizer_impl.h"
@@ -363,18 +367,18 @@ class Tokenizer::Impl::Loader {
 };
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
-    std::error_code ec;
     std::string file = path;
-    if (std::filesystem::is_directory(path, ec)) {
-        file = (std::filesystem::path(path) / "tokenizer.json").string();
+    absl::StatusOr<DirEntry> st = process_sandbox().stat(path);
+    if (st.ok() && st->type == EntryType::kDirectory) file = path + "/tokenizer.json";
+    absl::StatusOr<UniqueFd> fd = process_sandbox().open(file, O_RDONLY);
+    if (!fd.ok()) {
+        return absl::Status(fd.status().code(), absl::StrCat("cannot open the tokenizer file: ",
+                                                             fd.status().message()));
     }
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open tokenizer file"));
-    std::stringstream buf;
-    buf << in.rdbuf();
+    DT_ASSIGN_OR_RETURN(std::string text, read_fd(fd->get(), file));
     json root;
     try {
-        root = json::parse(buf.str());
+        root = json::parse(text);
     } catch (const json::exception& e) {
         return absl::InvalidArgumentError(
             absl::StrCat(file, ": field \"(root)\": not valid JSON: ", e.what()));

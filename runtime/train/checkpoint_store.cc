@@ -6,13 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/file_util.h"
 
@@ -43,33 +44,45 @@ bool parse_step_dir(const std::string& name, int64_t& step) {
     return true;
 }
 
+const PathSandbox& files() {
+    return process_sandbox();
+}
+
 void fsync_dir(const std::string& dir) {
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
+    absl::StatusOr<UniqueFd> fd = files().open_folder(dir, /*for_writing=*/false);
+    if (fd.ok()) ::fsync(fd->get());
 }
 
 absl::Status fsync_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open for fsync"));
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    return rc == 0 ? absl::OkStatus() : absl::InternalError(absl::StrCat(path, ": fsync failed"));
+    DT_ASSIGN_OR_RETURN(UniqueFd fd, files().open(path, O_RDONLY));
+    if (::fsync(fd.get()) != 0) return errno_status(path, "fsync failed", errno);
+    return absl::OkStatus();
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+    return absl::StrCat(dir, "/", name);
+}
+
+std::string parent_of(const std::string& path) {
+    return fs::path(path).parent_path().string();
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> sha256_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+    DT_ASSIGN_OR_RETURN(UniqueFd fd, files().open(path, O_RDONLY));
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
     EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
     std::vector<char> buf(1 << 20);
-    while (in) {
-        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(in.gcount()));
+    while (true) {
+        const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            EVP_MD_CTX_free(ctx);
+            return errno_status(path, "cannot read", errno);
+        }
+        if (n == 0) break;
+        EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(n));
     }
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
@@ -83,34 +96,24 @@ absl::StatusOr<std::string> sha256_file(const std::string& path) {
 // Deletes a committed checkpoint without ever exposing a half-deleted one: it is first renamed
 // (atomically) to a ".tmp-" name, which readers ignore and list_checkpoints garbage-collects, so
 // a kill at any point leaves the folder either complete under its step name or gone from it.
-std::error_code retire_dir(const fs::path& dir) {
+absl::Status retire_dir(const std::string& dir) {
     std::random_device rd;
-    const fs::path trash = dir.parent_path() /
-                           absl::StrCat(kTmpPrefix, "retired-", dir.filename().string(), "-", rd());
-    std::error_code ec;
-    fs::rename(dir, trash, ec);
-    if (ec) return ec;
-    fsync_dir(dir.parent_path().string());
-    fs::remove_all(trash, ec);
-    return ec;
+    const std::string trash =
+        join(parent_of(dir),
+             absl::StrCat(kTmpPrefix, "retired-", fs::path(dir).filename().string(), "-", rd()));
+    DT_RETURN_IF_ERROR(files().rename(dir, trash));
+    return files().remove_tree(trash);
 }
 
 absl::StatusOr<CheckpointWriter> CheckpointWriter::begin(const std::string& root, int64_t step) {
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    if (ec)
-        return absl::PermissionDeniedError(absl::StrCat(root, ": cannot create: ", ec.message()));
+    DT_RETURN_IF_ERROR(files().make_dirs(root));
     CheckpointWriter w;
     w.root_ = root;
     w.step_ = step;
-    w.final_dir_ = (fs::path(root) / step_dir_name(step)).string();
+    w.final_dir_ = join(root, step_dir_name(step));
     std::random_device rd;
-    w.tmp_dir_ =
-        (fs::path(root) / absl::StrCat(kTmpPrefix, step_dir_name(step), "-", rd())).string();
-    fs::create_directories(w.tmp_dir_, ec);
-    if (ec)
-        return absl::PermissionDeniedError(
-            absl::StrCat(w.tmp_dir_, ": cannot create: ", ec.message()));
+    w.tmp_dir_ = join(root, absl::StrCat(kTmpPrefix, step_dir_name(step), "-", rd()));
+    DT_RETURN_IF_ERROR(files().make_dirs(w.tmp_dir_));
     return w;
 }
 
@@ -121,82 +124,73 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::begin_shared(const std::strin
     CheckpointWriter w;
     w.root_ = root;
     w.step_ = step;
-    w.final_dir_ = (fs::path(root) / step_dir_name(step)).string();
-    w.tmp_dir_ =
-        (fs::path(root) / absl::StrCat(kTmpPrefix, shared, "-", step_dir_name(step))).string();
+    w.final_dir_ = join(root, step_dir_name(step));
+    w.tmp_dir_ = join(root, absl::StrCat(kTmpPrefix, shared, "-", step_dir_name(step)));
     if (!owner) return w;
-    std::error_code ec;
-    fs::remove_all(w.tmp_dir_, ec);
-    fs::create_directories(w.tmp_dir_, ec);
-    if (ec)
-        return absl::PermissionDeniedError(
-            absl::StrCat(w.tmp_dir_, ": cannot create: ", ec.message()));
+    DT_RETURN_IF_ERROR(files().remove_tree(w.tmp_dir_));
+    DT_RETURN_IF_ERROR(files().make_dirs(w.tmp_dir_));
     return w;
 }
 
 std::string CheckpointWriter::file(const std::string& name) const {
-    return (fs::path(tmp_dir_) / name).string();
+    return join(tmp_dir_, name);
 }
 
 absl::StatusOr<CheckpointInfo> CheckpointWriter::commit() {
     nlohmann::json manifest;
     manifest["step"] = step_;
     int64_t total = 0;
-    for (const auto& e : fs::directory_iterator(tmp_dir_)) {
-        const std::string name = e.path().filename().string();
-        DT_RETURN_IF_ERROR(fsync_file(e.path().string()));
-        DT_ASSIGN_OR_RETURN(std::string sha, sha256_file(e.path().string()));
-        const auto bytes = static_cast<int64_t>(fs::file_size(e.path()));
-        manifest["files"][name] = {{"bytes", bytes}, {"sha256", sha}};
-        total += bytes;
+    DT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, files().list(tmp_dir_));
+    for (const DirEntry& e : entries) {
+        if (e.type != EntryType::kFile) continue;
+        DT_RETURN_IF_ERROR(fsync_file(file(e.name)));
+        DT_ASSIGN_OR_RETURN(std::string sha, sha256_file(file(e.name)));
+        manifest["files"][e.name] = {{"bytes", e.bytes}, {"sha256", sha}};
+        total += e.bytes;
     }
     const std::string manifest_text = manifest.dump(2) + "\n";
     DT_RETURN_IF_ERROR(write_file_atomic(file(kManifest), manifest_text));
-    std::error_code ec;
-    if (fs::exists(final_dir_)) ec = retire_dir(final_dir_);  // a re-run of the same step
-    if (!ec) fs::rename(tmp_dir_, final_dir_, ec);
-    if (ec)
-        return absl::InternalError(
-            absl::StrCat("rename ", tmp_dir_, " -> ", final_dir_, ": ", ec.message()));
+    if (files().exists(final_dir_)) {
+        DT_RETURN_IF_ERROR(retire_dir(final_dir_));  // a re-run of the same step
+    }
+    DT_RETURN_IF_ERROR(files().rename(tmp_dir_, final_dir_));
     fsync_dir(root_);
     CheckpointInfo info{step_, final_dir_, total, ""};
-    DT_ASSIGN_OR_RETURN(info.manifest_sha256,
-                        sha256_file((fs::path(final_dir_) / kManifest).string()));
+    DT_ASSIGN_OR_RETURN(info.manifest_sha256, sha256_file(join(final_dir_, kManifest)));
     return info;
 }
 
 void CheckpointWriter::abandon() {
-    std::error_code ec;
-    fs::remove_all(tmp_dir_, ec);
+    (void)files().remove_tree(tmp_dir_);  // best effort: list_checkpoints collects leftovers
 }
 
 absl::StatusOr<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
     std::vector<CheckpointInfo> out;
-    if (!fs::exists(root)) return out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(root, ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind(kTmpPrefix, 0) == 0) {
-            fs::remove_all(e.path(), ec);  // an interrupted write: never committed
+    absl::StatusOr<std::vector<DirEntry>> entries = files().list(root);
+    if (absl::IsNotFound(entries.status())) return out;
+    if (!entries.ok()) return entries.status();
+    for (const DirEntry& e : *entries) {
+        const std::string path = join(root, e.name);
+        if (e.name.rfind(kTmpPrefix, 0) == 0) {
+            (void)files().remove_tree(path);  // an interrupted write: never committed
             continue;
         }
         int64_t step = 0;
-        if (!e.is_directory() || !parse_step_dir(name, step)) continue;
-        const fs::path manifest = e.path() / kManifest;
-        if (!fs::exists(manifest)) continue;
-        CheckpointInfo info{step, e.path().string(), 0, ""};
-        for (const auto& f : fs::directory_iterator(e.path(), ec)) {
-            info.bytes += static_cast<int64_t>(f.is_regular_file() ? f.file_size() : 0);
-        }
+        if (e.type != EntryType::kDirectory || !parse_step_dir(e.name, step)) continue;
+        DT_ASSIGN_OR_RETURN(std::vector<DirEntry> inside, files().list(path));
+        const bool committed = std::any_of(inside.begin(), inside.end(),
+                                           [](const DirEntry& f) { return f.name == kManifest; });
+        if (!committed) continue;
+        CheckpointInfo info{step, path, 0, ""};
+        for (const DirEntry& f : inside) info.bytes += f.type == EntryType::kFile ? f.bytes : 0;
         out.push_back(std::move(info));
     }
-    if (ec) return absl::InternalError(absl::StrCat(root, ": ", ec.message()));
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
     return out;
 }
 
 absl::Status verify_checkpoint(const std::string& dir) {
-    const std::string manifest_path = (fs::path(dir) / kManifest).string();
+    const std::string manifest_path = join(dir, kManifest);
     DT_ASSIGN_OR_RETURN(std::string text, read_file(manifest_path));
     nlohmann::json manifest;
     try {
@@ -208,10 +202,11 @@ absl::Status verify_checkpoint(const std::string& dir) {
         return absl::DataLossError(absl::StrCat(manifest_path, ": no files object"));
     }
     for (const auto& [name, entry] : manifest["files"].items()) {
-        const std::string path = (fs::path(dir) / name).string();
-        if (!fs::exists(path))
+        const std::string path = join(dir, name);
+        absl::StatusOr<DirEntry> st = files().stat(path);
+        if (!st.ok())
             return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
-        const auto bytes = static_cast<int64_t>(fs::file_size(path));
+        const int64_t bytes = st->bytes;
         if (bytes != entry.value("bytes", int64_t{-1})) {
             return absl::DataLossError(absl::StrCat(path, ": ", bytes, " bytes, manifest says ",
                                                     entry.value("bytes", -1)));
@@ -231,8 +226,8 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
     if (!all.ok() || keep_last_n <= 0) return deleted;
     const int64_t excess = static_cast<int64_t>(all->size()) - keep_last_n;
     for (int64_t i = 0; i < excess; ++i) {
-        const std::error_code ec = retire_dir((*all)[static_cast<size_t>(i)].path);
-        if (!ec) deleted.push_back((*all)[static_cast<size_t>(i)].path);
+        const absl::Status s = retire_dir((*all)[static_cast<size_t>(i)].path);
+        if (s.ok()) deleted.push_back((*all)[static_cast<size_t>(i)].path);
     }
     return deleted;
 }

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/checkpoint/file_util.h"
 #include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/model/qwen35_cpu_model.h"
@@ -24,6 +28,7 @@ namespace {
 struct Corpus {
     std::vector<TokenizedDataset> files;
     std::vector<int64_t> first_doc;  // global index of each file's first document
+    int64_t trained_tokens = 0;      // labels other than -100
 
     std::vector<int64_t> lengths() const {
         std::vector<int64_t> out;
@@ -51,6 +56,16 @@ struct Loaded {
     Corpus train, eval;
 };
 
+int64_t trained_tokens(const TokenizedDataset& d) {
+    int64_t n = 0;
+    for (int64_t doc = 0; doc < d.size(); ++doc) {
+        for (int32_t label : d.labels(doc)) n += label != -100;
+    }
+    return n;
+}
+
+// Loads every file; a corpus with no document, or none with a trained token (chat data with no
+// assistant turn, labels all -100), would train nothing and is refused naming its files.
 absl::StatusOr<Corpus> load_corpus(const std::vector<std::string>& files, const TrainConfig& c,
                                    const DatasetOptions& options) {
     Corpus corpus;
@@ -59,10 +74,47 @@ absl::StatusOr<Corpus> load_corpus(const std::vector<std::string>& files, const 
         DT_ASSIGN_OR_RETURN(TokenizedDataset d, load_dataset(path, options));
         corpus.first_doc.push_back(docs);
         docs += d.size();
+        corpus.trained_tokens += trained_tokens(d);
         corpus.files.push_back(std::move(d));
     }
-    if (docs == 0) return absl::InvalidArgumentError("the training data holds no documents");
+    const std::string names = absl::StrJoin(files, ", ");
+    if (docs == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("NO_TRAINED_TOKENS: ", names, ": no documents (every line skipped?)"));
+    }
+    if (corpus.trained_tokens == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NO_TRAINED_TOKENS: ", names, ": ", docs,
+            " documents but not one trained token (chat data without an assistant turn, or "
+            "every label -100)"));
+    }
     return corpus;
+}
+
+// DATA_LOADED: sizes, and the lines bad_lines: skip dropped, per file and by reason.
+TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::string>& files) {
+    TrainerEvent e{"DATA_LOADED", "INFO", "", {}, {}};
+    int64_t skipped = 0;
+    for (size_t i = 0; i < train.files.size(); ++i) {
+        const BadLineCounts& counts = train.files[i].counts();
+        skipped += counts.skipped;
+        if (counts.skipped == 0) continue;
+        std::string why;
+        for (const auto& [reason, n] : counts.by_reason) {
+            absl::StrAppend(&why, why.empty() ? "" : ", ", reason, " ", n);
+        }
+        e.details[absl::StrCat("skipped_lines:", files[i])] =
+            absl::StrCat(counts.skipped, " of ", counts.lines, " lines (", why, ")");
+    }
+    e.metrics = {{"num_samples", double(train.lengths().size())},
+                 {"num_tokens", double(train.tokens())},
+                 {"trained_tokens", double(train.trained_tokens)},
+                 {"skipped_lines", double(skipped)}};
+    if (skipped > 0) {
+        e.level = "WARNING";
+        e.message = absl::StrCat(skipped, " bad line(s) skipped (bad_lines: skip)");
+    }
+    return e;
 }
 
 absl::StatusOr<Loaded> load_inputs(const TrainConfig& c, const TrainerHooks& hooks) {
@@ -96,12 +148,7 @@ absl::StatusOr<Loaded> load_inputs(const TrainConfig& c, const TrainerHooks& hoo
         options.chat = make_chat_tokenizer(*in.tokenizer, kind);
     }
     DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
-    hooks.on_event({"DATA_LOADED",
-                    "INFO",
-                    "",
-                    {{"num_samples", double(in.train.lengths().size())},
-                     {"num_tokens", double(in.train.tokens())}},
-                    {}});
+    hooks.on_event(data_loaded_event(in.train, c.train_files));
     if (!c.eval_files.empty()) {
         DT_ASSIGN_OR_RETURN(in.eval, load_corpus(c.eval_files, c, options));
     }
@@ -131,6 +178,33 @@ absl::StatusOr<double> evaluate(TrainEngine& engine, const Corpus& eval, const T
         count += r.label_tokens;
     }
     return count ? sum / static_cast<double>(count) : 0.0;
+}
+
+absl::Status check_finite(const char* what, double value, int64_t step) {
+    if (std::isfinite(value)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NON_FINITE: step ", step, ": the ", what, " is ", value,
+        "; the update was not applied past it and no checkpoint or export holds it (lower "
+        "hyperparameters.learning_rate, or check the data)"));
+}
+
+// The tokenizer files beside the model (or the spec's tokenizer) go with the export, so it loads
+// in transformers as it is. Through the process sandbox, like every other file the trainer opens.
+absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir) {
+    const PathSandbox& files = process_sandbox();
+    std::string tok_dir = c.tokenizer.empty() ? c.model_dir : c.tokenizer;
+    absl::StatusOr<DirEntry> st = files.stat(tok_dir);
+    if (!c.tokenizer.empty() && !(st.ok() && st->type == EntryType::kDirectory)) {
+        tok_dir = fs::path(c.tokenizer).parent_path().string();
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                          "generation_config.json"}) {
+        absl::StatusOr<std::string> text = read_file(absl::StrCat(tok_dir, "/", f));
+        if (absl::IsNotFound(text.status())) continue;
+        if (!text.ok()) return text.status();
+        DT_RETURN_IF_ERROR(write_file_atomic(absl::StrCat(export_dir, "/", f), *text));
+    }
+    return absl::OkStatus();
 }
 
 }  // namespace
@@ -166,6 +240,17 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     TrainState state;
     TrainResult result;
     DT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> ckpts, list_checkpoints(ckpt_root));
+    if (ckpts.empty() && !c.resume_checkpoint.empty()) {
+        // Named explicitly: a checkpoint that does not load is an error, not skipped.
+        DT_ASSIGN_OR_RETURN(state, load_train_state(c.resume_checkpoint, engine->state_io()));
+        DT_RETURN_IF_ERROR(packer.restore(state.data_cursor));
+        result.latest_checkpoint = c.resume_checkpoint;
+        hooks.on_event({"RESUMED",
+                        "INFO",
+                        c.resume_checkpoint,
+                        {{"step", double(state.step)}},
+                        {{"path", c.resume_checkpoint}}});
+    }
     for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
         auto loaded = load_train_state(it->path, engine->state_io());
         if (loaded.ok()) {
@@ -252,12 +337,19 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
             loss_sum += sum;
         }
         DT_RETURN_IF_ERROR(comm.all_reduce_sum(&loss_sum, 1));
+        // A NaN or infinite loss would poison the weights: stop before the update, keeping the
+        // last checkpoint, rather than train on and export a NaN model.
+        DT_RETURN_IF_ERROR(check_finite("loss", loss_sum, state.step + 1));
         AdamWHyper hyper = c.adamw;
         hyper.lr = lr.at(state.step + 1);
         DT_ASSIGN_OR_RETURN(const double grad_norm, engine->apply(hyper, c.max_grad_norm));
+        DT_RETURN_IF_ERROR(check_finite("gradient norm", grad_norm, state.step + 1));
         ++state.step;
         state.tokens += real_tokens;
-        state.last_loss = global_labels ? loss_sum / static_cast<double>(global_labels) : 0.0;
+        // A step whose documents hold no trained token has no loss: NaN, never a fake 0.
+        const double step_loss = global_labels ? loss_sum / static_cast<double>(global_labels)
+                                               : std::numeric_limits<double>::quiet_NaN();
+        if (global_labels) state.last_loss = step_loss;
 
         const double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -269,7 +361,10 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         p.tokens_per_second = elapsed > 0 ? static_cast<double>(state.tokens) / elapsed : 0;
         const double per_step = elapsed / static_cast<double>(state.step - first_step);
         p.eta_seconds = per_step * static_cast<double>(c.max_steps - state.step);
-        p.metrics = {{"loss", state.last_loss}, {"lr", hyper.lr}, {"grad_norm", grad_norm}};
+        p.metrics = {{"loss", step_loss},
+                     {"lr", hyper.lr},
+                     {"grad_norm", grad_norm},
+                     {"trained_tokens", double(global_labels)}};
         const double waste =
             1.0 - static_cast<double>(real_tokens) /
                       static_cast<double>(c.grad_accum * shards * c.tokens_per_batch);
@@ -277,7 +372,8 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                         "INFO",
                         "",
                         {{"step", double(state.step)},
-                         {"loss", state.last_loss},
+                         {"loss", step_loss},
+                         {"trained_tokens", double(global_labels)},
                          {"lr", hyper.lr},
                          {"grad_norm", grad_norm},
                          {"tokens_per_second", p.tokens_per_second},
@@ -335,17 +431,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
     DT_RETURN_IF_ERROR(engine->download(params));  // collective on GPU ranks
     if (rank == 0) DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, in.model));
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                          "generation_config.json"}) {
-        const fs::path tok_dir = c.tokenizer.empty() ? fs::path(c.model_dir)
-                                 : fs::is_directory(c.tokenizer)
-                                     ? fs::path(c.tokenizer)
-                                     : fs::path(c.tokenizer).parent_path();
-        std::error_code ec;
-        if (rank == 0 && fs::exists(tok_dir / f))
-            fs::copy_file(tok_dir / f, fs::path(result.export_dir) / f,
-                          fs::copy_options::overwrite_existing, ec);
-    }
+    if (rank == 0) DT_RETURN_IF_ERROR(copy_tokenizer_files(c, result.export_dir));
     DT_RETURN_IF_ERROR(comm.barrier());  // every rank reports the export once it exists
     hooks.on_event({"EXPORT_COMPLETED",
                     "INFO",

@@ -41,6 +41,9 @@ struct TrainConfig {
     int64_t checkpoint_every = 0;  // 0 = only at the end and when asked to stop
     int64_t keep_last_n = 2;
     std::string output_dir;  // checkpoints/, export/, cache/
+    // A checkpoint folder to start from when output_dir has none of its own yet (a run continued
+    // in a new folder); "" starts from the model.
+    std::string resume_checkpoint;
     uint64_t seed = 0;
     // Data parallelism. `comm` (not owned; nullptr = one process) connects the ranks, which
     // shard parameters and optimizer state (ShardedOptimizer). A step's global batch is

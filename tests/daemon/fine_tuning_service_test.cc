@@ -139,8 +139,15 @@ TEST_CASE("CreateJob with a request_id is idempotent", "[daemon][grpc]") {
     *dry.mutable_spec() = fake_spec("o");
     dry.set_validate_only(true);
     Job would;
+    // "o" belongs to job a now: even a dry run says so.
+    const grpc::Status taken = d.stub().CreateJob(ctx().get(), dry, &would);
+    CHECK(taken.error_code() == StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(taken.error_message(),
+               Catch::Contains("OUTPUT_DIR_IN_USE") && Catch::Contains("belongs to " + a.name()));
+    *dry.mutable_spec() = fake_spec("fresh");
     REQUIRE(d.stub().CreateJob(ctx().get(), dry, &would).ok());
     CHECK(would.name().empty());
+    CHECK(!std::filesystem::exists(dir.file("outputs/fresh")));  // a dry run claims nothing
     v1::ListJobsResponse resp;
     REQUIRE(d.stub().ListJobs(ctx().get(), v1::ListJobsRequest(), &resp).ok());
     CHECK(resp.jobs_size() == 1);

@@ -3,8 +3,10 @@
 // rules quoting values, and paths confined under the roots after symlinks.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "daemon/config/daemon_config.h"
 #include "daemon/config/job_yaml.h"
@@ -156,6 +158,36 @@ TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {
                Catch::Contains("eval_every_n_steps (10) needs data.eval_files"));
 }
 
+TEST_CASE("hyperparameters must be finite and in range", "[daemon][yaml][security]") {
+    const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+    auto refused = [](void (v1::Hyperparameters::*set)(double), double value,
+                      const std::string& field) {
+        v1::JobSpec spec;
+        spec.set_model("m");
+        spec.set_output_dir("o");
+        spec.mutable_data()->add_train_files("t");
+        spec.mutable_hyperparameters()->set_max_steps(10);
+        (spec.mutable_hyperparameters()->*set)(value);
+        normalize_job_spec(&spec);
+        const absl::Status s = validate_job_spec(spec, InputLimits{});
+        CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+        CHECK_THAT(message(s), Catch::StartsWith("INVALID_CONFIG: hyperparameters." + field) &&
+                                   Catch::Contains("must be a finite number in"));
+    };
+    using H = v1::Hyperparameters;
+    for (double bad : {nan, inf, -inf}) {
+        refused(&H::set_learning_rate, bad, "learning_rate");
+        refused(&H::set_weight_decay, bad, "weight_decay");
+        refused(&H::set_eps, bad, "eps");
+        refused(&H::set_beta1, bad, "beta1");
+        refused(&H::set_beta2, bad, "beta2");
+        refused(&H::set_min_lr_ratio, bad, "min_lr_ratio");
+        refused(&H::set_max_grad_norm, bad, "max_grad_norm");
+    }
+    refused(&H::set_weight_decay, -0.1, "weight_decay");
+    refused(&H::set_beta2, 1.0, "beta2");
+}
+
 TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
           "[daemon][yaml][security]") {
     TempDir dir;
@@ -195,6 +227,19 @@ TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
     refused("t.jsonl", "run/../../data/x");         // output .. escape
     refused("t.jsonl", "to-data/x");                // output symlink escape
     refused("t.jsonl", ".");                        // the root itself
+    // A component over NAME_MAX after a symlink to "/" cannot be resolved by the kernel; a
+    // textual clean-up of the ".." after it would skip the symlink. Refused, for every field.
+    fs::create_symlink("/", dir.file("data/rootlink"));
+    fs::create_symlink("/", dir.file("outputs/rootlink"));
+    const std::string too_long = "rootlink/" + std::string(300, 'x') + "/..";
+    refused(too_long + "/etc/passwd", "run");
+    refused("t.jsonl", too_long + "/tmp/escaped");
+    refused("t.jsonl", "new/" + std::string(300, 'y'));  // a folder name the kernel refuses
+    // Messages name the field and its roots, never where a path led.
+    v1::JobSpec cwd = spec_with("/proc/self/cwd/t.jsonl", "run");
+    const std::string why = message(resolve_job_paths(&cwd, roots));
+    CHECK_THAT(why, Catch::StartsWith("PATH_NOT_ALLOWED: data.train_files[0]: "));
+    CHECK_THAT(why, !Catch::Contains(fs::current_path().string() + "'"));
     v1::JobSpec missing = spec_with("nope.jsonl", "run");
     CHECK_THAT(message(resolve_job_paths(&missing, roots)), Catch::StartsWith("DATASET_NOT_FOUND"));
 }

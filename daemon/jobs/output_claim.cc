@@ -1,0 +1,79 @@
+// Output folder ownership: the marker file, read and written through a PathSandbox confined to
+// the outputs roots, so a symlink swapped into the folder cannot redirect either.
+#include "daemon/jobs/output_claim.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/base/path_sandbox.h"
+#include "runtime/base/status_macros.h"
+
+namespace deltatune::daemon {
+namespace {
+
+std::string marker_path(const std::string& output_dir) {
+    return absl::StrCat(output_dir, "/", kOutputMarker);
+}
+
+bool holds_an_earlier_run(const PathSandbox& box, const std::string& output_dir) {
+    return box.exists(output_dir + "/checkpoints") || box.exists(output_dir + "/export");
+}
+
+absl::Status in_use(const v1::JobSpec& spec, const std::string& why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("OUTPUT_DIR_IN_USE: output_dir '", spec.output_dir(), "' ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> output_dir_owner(const std::vector<std::string>& output_roots,
+                                             const std::string& output_dir) {
+    DT_ASSIGN_OR_RETURN(PathSandbox box, PathSandbox::confined({{}, output_roots}));
+    absl::StatusOr<UniqueFd> fd = box.open(marker_path(output_dir), O_RDONLY | O_NOFOLLOW);
+    if (absl::IsNotFound(fd.status())) {
+        if (holds_an_earlier_run(box, output_dir)) return std::string("(an earlier run)");
+        return std::string();
+    }
+    if (!fd.ok()) return fd.status();
+    DT_ASSIGN_OR_RETURN(std::string text, read_fd(fd->get(), marker_path(output_dir)));
+    return std::string(absl::StripAsciiWhitespace(text.substr(0, 256)));
+}
+
+absl::Status check_output_dir(const v1::JobSpec& spec, const std::string& job_name,
+                              const std::string& owner, bool owner_running) {
+    if (owner.empty() || owner == job_name) return absl::OkStatus();
+    if (owner == "(an earlier run)") {
+        return in_use(spec,
+                      "holds the checkpoints or export of an earlier run that no job claims; "
+                      "choose another output_dir (or move that run away)");
+    }
+    if (spec.resume_from() != owner) {
+        return in_use(spec, absl::StrCat("belongs to ", owner,
+                                         "; choose another output_dir, or set resume_from: ", owner,
+                                         " to continue that job's run here"));
+    }
+    if (owner_running) {
+        return in_use(spec, absl::StrCat("belongs to ", owner,
+                                         ", which is still running; cancel or pause it first"));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status claim_output_dir(const std::vector<std::string>& output_roots,
+                              const std::string& output_dir, const std::string& job_name) {
+    DT_ASSIGN_OR_RETURN(PathSandbox box, PathSandbox::confined({{}, output_roots}));
+    DT_RETURN_IF_ERROR(box.make_dirs(output_dir));
+    const std::string tmp = absl::StrCat(marker_path(output_dir), ".tmp.", getpid());
+    {
+        DT_ASSIGN_OR_RETURN(UniqueFd fd,
+                            box.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644));
+        const std::string text = job_name + "\n";
+        DT_RETURN_IF_ERROR(write_fd(fd.get(), text.data(), text.size(), tmp));
+        if (::fsync(fd.get()) != 0) return errno_status(tmp, "fsync failed", errno);
+    }
+    return box.rename(tmp, marker_path(output_dir));
+}
+
+}  // namespace deltatune::daemon

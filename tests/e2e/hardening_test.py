@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Attacks on a real deltatuned, each one that broke the daemon once, kept here so it stays fixed.
+
+  - A path component over 255 bytes after a symlink to "/" once skipped symlink resolution: the
+    rank read /etc/shadow. Now any path that cannot be fully resolved is refused.
+  - A queued job's data file swapped for a symlink to a file outside the roots, and an output
+    folder created as a symlink after submission: the rank opens every path beneath its root
+    descriptor (openat2 RESOLVE_BENEATH), so both fail with PATH_NOT_ALLOWED and nothing outside
+    the roots is read or written.
+  - A second job naming another job's output_dir once resumed from its checkpoints and overwrote
+    its export: now refused (OUTPUT_DIR_IN_USE) unless resume_from names the owner.
+"""
+import os
+import shutil
+import tempfile
+
+from harness import Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
+
+STUBS = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
+D = Daemon()
+D.init_model()
+make_tokenized_data(D.path("data", "train.jsonl"), 200, seed=3)
+# Valid training data outside every root: a job that reads it would succeed, so only the sandbox
+# can make these tests pass.
+os.makedirs(D.path("secret"))
+make_tokenized_data(D.path("secret", "stolen.jsonl"), 200, seed=4)
+D.start()
+C = Client(D.port, STUBS)
+grpc = C.grpc
+
+
+def refused(spec, code, text):
+    try:
+        C.create(spec)
+    except grpc.RpcError as e:
+        check(e.code() == code, f"code {e.code()} ({e.details()}), want {code}")
+        check(text in e.details(), f"'{text}' not in '{e.details()}'")
+        return e.details()
+    raise AssertionError(f"accepted; want {code} {text}")
+
+
+def failed_with(name, reason):
+    job = C.wait_state(name, "FAILED", "SUCCEEDED", timeout=120)
+    check(job.state == C.job_pb2.Job.FAILED, f"{name} {C.job_pb2.Job.State.Name(job.state)}")
+    check(job.state_reason == reason, f"reason {job.state_reason}: {job.error_message}")
+    return job
+
+
+def test_overlong_component_after_symlink_is_refused():
+    os.symlink("/", D.path("data", "rootlink"))
+    os.symlink("/", D.path("models", "rootlink"))
+    os.symlink("/", D.path("outputs", "rootlink"))
+    long = "rootlink/" + "x" * 300 + "/.."
+    bad = C.spec(train=long + "/etc/passwd")
+    msg = refused(bad, grpc.StatusCode.INVALID_ARGUMENT, "PATH_NOT_ALLOWED: data.train_files[0]")
+    check("/etc" not in msg.replace(long + "/etc/passwd", ""), f"echoes a resolved path: {msg}")
+    refused(C.spec(model=long + "/tmp"), grpc.StatusCode.INVALID_ARGUMENT,
+            "PATH_NOT_ALLOWED: model")
+    refused(C.spec(output=long + "/tmp/escaped"), grpc.StatusCode.INVALID_ARGUMENT,
+            "PATH_NOT_ALLOWED: output_dir")
+    # /proc/self/cwd resolves into the daemon's working folder: the message must not say where.
+    msg = refused(C.spec(train="/proc/self/cwd/x.jsonl"), grpc.StatusCode.INVALID_ARGUMENT,
+                  "PATH_NOT_ALLOWED")
+    check(os.getcwd() not in msg, f"echoes the daemon's folder: {msg}")
+
+
+def test_paths_swapped_after_submit_stay_inside_the_roots():
+    # A long job holds the only slot, so the victims wait in the queue after validation.
+    blocker = C.create(C.spec(output="blocker", max_steps=100000, every=0)).name
+    C.wait_state(blocker, "RUNNING")
+    make_tokenized_data(D.path("data", "victim.jsonl"), 200, seed=5)
+    data_job = C.create(C.spec(train="victim.jsonl", output="victim-data", max_steps=2)).name
+    out_job = C.create(C.spec(output="later", max_steps=2)).name
+    shutil.rmtree(D.path("outputs", "later"))  # created (with its marker) at submission
+    check(C.state(data_job) == "QUEUED" and C.state(out_job) == "QUEUED", "victims not queued")
+    os.remove(D.path("data", "victim.jsonl"))
+    os.symlink(D.path("secret", "stolen.jsonl"), D.path("data", "victim.jsonl"))
+    os.makedirs(D.path("secret", "drop"))
+    os.symlink(D.path("secret", "drop"), D.path("outputs", "later"))
+    C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=blocker), timeout=10)
+    job = failed_with(data_job, "PATH_NOT_ALLOWED")
+    check("victim.jsonl" in job.error_message, job.error_message)
+    failed_with(out_job, "PATH_NOT_ALLOWED")
+    check(os.listdir(D.path("secret", "drop")) == [], f"wrote outside: {os.listdir(D.path('secret', 'drop'))}")
+
+
+def test_output_dir_belongs_to_one_job():
+    first = C.create(C.spec(output="shared", max_steps=4, every=2)).name
+    C.wait_state(first, "SUCCEEDED")
+    export = D.path("outputs", "shared", "export", "model.safetensors")
+    before = open(export, "rb").read()
+    refused(C.spec(output="shared", max_steps=6), grpc.StatusCode.FAILED_PRECONDITION,
+            f"OUTPUT_DIR_IN_USE: output_dir '{D.path('outputs', 'shared')}' belongs to {first}")
+    check(open(export, "rb").read() == before, "the first job's export changed")
+    # resume_from naming a job that does not own the folder is refused too.
+    spec = C.spec(output="shared", max_steps=6)
+    spec.resume_from = "jobs/000000000000"
+    refused(spec, grpc.StatusCode.FAILED_PRECONDITION, "resume_from names jobs/000000000000")
+    # Naming the owner hands the folder over: the new job resumes from its checkpoint.
+    spec.resume_from = first
+    second = C.create(spec).name
+    C.wait_state(second, "SUCCEEDED")
+    resumed = [e for e in C.events(second) if e.type == "RESUMED"]
+    check(resumed and int(resumed[0].metrics["step"]) == 4, f"RESUMED events {resumed}")
+    marker = open(D.path("outputs", "shared", ".deltatune-job")).read().strip()
+    check(marker == second, f"marker {marker}")
+
+
+def test_resume_from_a_checkpoint_folder():
+    first = C.create(C.spec(output="origin", max_steps=4, every=2)).name
+    C.wait_state(first, "SUCCEEDED")
+    spec = C.spec(output="continued", max_steps=6)
+    spec.resume_from = "origin/checkpoints/step-0000000004"
+    second = C.create(spec).name
+    C.wait_state(second, "SUCCEEDED")
+    resumed = [e for e in C.events(second) if e.type == "RESUMED"]
+    check(resumed and int(resumed[0].metrics["step"]) == 4, f"RESUMED events {resumed}")
+    spec.resume_from = "../secret"
+    refused(spec, grpc.StatusCode.INVALID_ARGUMENT, "PATH_NOT_ALLOWED: resume_from")
+
+
+try:
+    run_tests([
+        ("overlong component after a symlink is refused",
+         test_overlong_component_after_symlink_is_refused),
+        ("paths swapped after submit stay inside the roots",
+         test_paths_swapped_after_submit_stay_inside_the_roots),
+        ("an output_dir belongs to one job", test_output_dir_belongs_to_one_job),
+        ("resume_from a checkpoint folder", test_resume_from_a_checkpoint_folder),
+    ])
+finally:
+    D.stop()

@@ -241,6 +241,12 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManag
     std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(manager, std::move(options)));
     s->routes();
     s->server_->set_payload_max_length(64 << 10);
+    // cpp-httplib sets SO_REUSEPORT by default, which lets a second daemon bind the same port
+    // and take half the requests. SO_REUSEADDR alone still allows a quick restart.
+    s->server_->set_socket_options([](int sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     if (port == 0) {
         port = s->server_->bind_to_any_port(host);
     } else if (!s->server_->bind_to_port(host, port)) {

@@ -296,6 +296,9 @@ TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[d
     CHECK(message(typo.status()) == "d.yaml: scheduler.max_concurent_jobs: unknown key");
     auto open = parse_daemon_config("listen: {grpc: 0.0.0.0:7070}\n");
     CHECK_THAT(message(open.status()), Catch::Contains("set auth.token_file"));
+    auto open_http = parse_daemon_config("listen: {http: 0.0.0.0:9090}\n");
+    CHECK_THAT(message(open_http.status()),
+               Catch::Contains("listen.http (0.0.0.0:9090) is not loopback; set auth.token_file"));
     auto tokened = parse_daemon_config("listen: {grpc: 0.0.0.0:7070}\nauth: {token_file: /t}\n");
     CHECK(tokened.ok());
     auto bad = parse_daemon_config("scheduler: {max_concurrent_jobs: 0}\n");

@@ -9,6 +9,8 @@
     the roots is read or written.
   - A second job naming another job's output_dir once resumed from its checkpoints and overwrote
     its export: now refused (OUTPUT_DIR_IN_USE) unless resume_from names the owner.
+  - A second daemon on the same ports once started and took half the requests (SO_REUSEPORT).
+  - With auth on, /metrics without the token once listed every job and its loss.
 """
 import os
 import shutil
@@ -119,6 +121,66 @@ def test_resume_from_a_checkpoint_folder():
     refused(spec, grpc.StatusCode.INVALID_ARGUMENT, "PATH_NOT_ALLOWED: resume_from")
 
 
+def second_daemon(grpc_port, http_port, token=None):
+    """Another deltatuned with its own state, on the given ports, optionally with a token."""
+    other = Daemon()
+    other.port, other.http_port = grpc_port, http_port
+    text = open(other.config).read().split("state_dir:")[1]
+    auth = ""
+    if token:
+        with open(other.path("tokens"), "w") as f:
+            f.write(token + "\n")
+        auth = f"auth:\n  token_file: {other.path('tokens')}\n"
+    with open(other.config, "w") as f:
+        f.write(f"listen:\n  grpc: 127.0.0.1:{grpc_port}\n  http: 127.0.0.1:{http_port}\n"
+                f"{auth}state_dir:{text}")
+    return other
+
+
+def test_a_second_daemon_on_the_same_port_fails():
+    from harness import free_port
+    for grpc_port, http_port, what in ((D.port, free_port(), "cannot listen on"),
+                                       (free_port(), D.http_port, "listen.http: cannot bind")):
+        other = second_daemon(grpc_port, http_port)
+        try:
+            other.start()
+            raise AssertionError(f"a second daemon started on {grpc_port}/{http_port}")
+        except RuntimeError as e:
+            check(what in str(e), f"'{what}' not in: {e}")
+        finally:
+            other.stop()
+
+
+def test_metrics_without_the_token_show_no_jobs():
+    import urllib.request
+    from harness import free_port
+    other = second_daemon(free_port(), free_port(), token="s3cret-token")
+    other.init_model()
+    make_tokenized_data(other.path("data", "train.jsonl"), 50, seed=3)
+    other.start()
+    try:
+        client = Client(other.port, STUBS)
+        spec = client.spec(max_steps=3)
+        md = [("authorization", "Bearer s3cret-token")]
+        name = client.stub.CreateJob(client.service_pb2.CreateJobRequest(spec=spec), metadata=md,
+                                     timeout=10).name
+        with urllib.request.urlopen(other.http("/metrics")) as r:
+            public = r.read().decode()
+        check("deltatune_jobs{" in public, "daemon-wide series missing")
+        check(name not in public and "deltatune_job_loss" not in public, "job series exposed")
+        req = urllib.request.Request(other.http("/metrics"),
+                                     headers={"Authorization": "Bearer s3cret-token"})
+        with urllib.request.urlopen(req) as r:
+            check(name in r.read().decode(), "job series missing with the token")
+        try:
+            urllib.request.urlopen(other.http("/v1/jobs"))
+            raise AssertionError("/v1/jobs served without the token")
+        except urllib.error.HTTPError as e:
+            check(e.code == 401, f"/v1/jobs without the token: {e.code}")
+    finally:
+        other.stop()
+
+
 try:
     run_tests([
         ("overlong component after a symlink is refused",
@@ -127,6 +189,8 @@ try:
          test_paths_swapped_after_submit_stay_inside_the_roots),
         ("an output_dir belongs to one job", test_output_dir_belongs_to_one_job),
         ("resume_from a checkpoint folder", test_resume_from_a_checkpoint_folder),
+        ("a second daemon on the same port fails", test_a_second_daemon_on_the_same_port_fails),
+        ("metrics without the token show no jobs", test_metrics_without_the_token_show_no_jobs),
     ])
 finally:
     D.stop()

@@ -1,0 +1,100 @@
+// What the training loop refuses instead of reporting a fake success: data with no trained token,
+// a non-finite loss or gradient norm; and what it counts instead of dropping silently: the lines
+// bad_lines: skip leaves out.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "runtime/train/trainer.h"
+#include "tests/common/test_util.h"
+#include "tests/runtime/train/trainer_test_util.h"
+
+namespace deltatune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::config;
+
+struct Run {
+    std::vector<TrainerEvent> events;
+    absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
+};
+
+Run run(const TrainConfig& c) {
+    Run r;
+    TrainerHooks hooks;
+    hooks.on_event = [&](const TrainerEvent& e) { r.events.push_back(e); };
+    r.result = train(c, hooks);
+    return r;
+}
+
+const TrainerEvent* find(const Run& r, const std::string& type) {
+    for (const auto& e : r.events) {
+        if (e.type == type) return &e;
+    }
+    return nullptr;
+}
+
+TEST_CASE("data without one trained token is refused naming the files", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "run");
+    const std::string masked = tmp.file("masked.jsonl");
+    {
+        std::ofstream out(masked);
+        for (int i = 0; i < 20; ++i)
+            out << R"({"input_ids": [1, 2, 3], "labels": [-100, -100, -100]})"
+                   "\n";
+    }
+    c.train_files = {masked};
+    const Run r = run(c);
+    REQUIRE(!r.result.ok());
+    CHECK(r.result.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(r.result.status().message()),
+               Catch::StartsWith("NO_TRAINED_TOKENS: " + masked) &&
+                   Catch::Contains("20 documents but not one trained token"));
+    CHECK(find(r, "EXPORT_COMPLETED") == nullptr);
+}
+
+TEST_CASE("a non-finite loss stops the run at its step, with no export", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "run");
+    // Finite but absurd: the first update scales every weight by (1 - lr * 1e300), so the
+    // second step's forward overflows.
+    c.adamw.weight_decay = 1e300;
+    c.lr = {LrScheduleKind::kConstant, 1.0, 0, 8, 1.0};
+    const Run r = run(c);
+    REQUIRE(!r.result.ok());
+    const std::string why(r.result.status().message());
+    CHECK_THAT(why, Catch::StartsWith("NON_FINITE: step "));
+    CHECK(find(r, "EXPORT_COMPLETED") == nullptr);
+    for (const auto& e : r.events) {
+        if (e.type == "STEP_METRICS") CHECK(std::isfinite(e.metrics.at("loss")));
+    }
+}
+
+TEST_CASE("skipped bad lines are counted per file in DATA_LOADED", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "run");
+    c.max_steps = 1;
+    c.bad_lines = BadLinePolicy::kSkipAndCount;
+    {
+        std::ofstream out(c.train_files[0], std::ios::app);
+        out << "not json\n{\"input_ids\": []}\n";
+    }
+    const Run r = run(c);
+    REQUIRE(r.result.ok());
+    const TrainerEvent* loaded = find(r, "DATA_LOADED");
+    REQUIRE(loaded != nullptr);
+    CHECK(loaded->metrics.at("skipped_lines") == 2);
+    CHECK(loaded->level == "WARNING");
+    const auto it = loaded->details.find("skipped_lines:" + c.train_files[0]);
+    REQUIRE(it != loaded->details.end());
+    CHECK_THAT(it->second, Catch::StartsWith("2 of 122 lines ("));
+    CHECK(loaded->metrics.at("trained_tokens") > 0);
+}
+
+}  // namespace
+}  // namespace deltatune

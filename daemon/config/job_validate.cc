@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxStringBytes = 4096;
 constexpr int kMaxLabels = 64;
+constexpr size_t kMaxSpecBytes = 256 << 10;
 
 absl::Status invalid(const std::string& msg) {
     return absl::InvalidArgumentError(absl::StrCat("INVALID_CONFIG: ", msg));
@@ -226,6 +227,13 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
     DT_RETURN_IF_ERROR(validate_data(spec.data(), limits));
     DT_RETURN_IF_ERROR(validate_labels(spec.labels()));
     DT_RETURN_IF_ERROR(check_string("resume_from", spec.resume_from()));
+    DT_RETURN_IF_ERROR(
+        check_list("kernels.allow_non_fused", spec.kernels().allow_non_fused(), limits));
+    // Every job's spec is stored and listed: bound the whole, not only each field.
+    if (spec.ByteSizeLong() > kMaxSpecBytes) {
+        return invalid(absl::StrCat("the job spec is ", spec.ByteSizeLong(), " bytes, more than ",
+                                    kMaxSpecBytes));
+    }
     const auto& c = spec.checkpoint();
     if (c.every_n_steps() < 0 || c.keep_last_n() < 1) {
         return invalid(absl::StrCat("checkpoint.every_n_steps (", c.every_n_steps(),

@@ -58,6 +58,9 @@ std::string page_token(int64_t after, uint64_t filter_hash) {
     return absl::StrCat(after, ".", absl::Hex(filter_hash));
 }
 
+// A page of jobs stays well under the 4 MiB a gRPC client accepts by default.
+constexpr size_t kMaxPageBytes = 1 << 20;
+
 absl::StatusOr<int> page_size(int requested, int fallback) {
     if (requested < 0) {
         return absl::InvalidArgumentError(absl::StrCat("page_size (", requested, ") must be >= 0"));
@@ -266,6 +269,8 @@ absl::StatusOr<Job> JobManager::create_job(v1::JobSpec spec, const std::string& 
     if (request_id.size() > 128) {
         return absl::InvalidArgumentError("request_id is longer than 128 bytes");
     }
+    // Fields this daemon does not know are dropped, never stored or echoed back.
+    spec.DiscardUnknownFields();
     DT_RETURN_IF_ERROR(prepare_job_spec(&spec, impl_->opt.roots, impl_->opt.limits));
     DT_RETURN_IF_ERROR(check_job_memory(spec, impl_->opt.gpu_memory_bytes, impl_->opt.gpus));
     absl::StatusOr<Job> out;
@@ -292,15 +297,20 @@ absl::StatusOr<JobManager::ListResult> JobManager::list_jobs(const ListRequest& 
     DT_ASSIGN_OR_RETURN(const int64_t after, parse_page_token(req.page_token, hash));
     std::lock_guard<std::mutex> lock(impl_->mu);
     ListResult out;
+    size_t bytes = 0;
     for (auto it = impl_->by_seq.upper_bound(after); it != impl_->by_seq.end(); ++it) {
         const Record& r = impl_->jobs.at(it->second);
         const Job& j = r.stored.job;
         if (req.state != Job::STATE_UNSPECIFIED && j.state() != req.state) continue;
         if (!labels_match(j, req.labels)) continue;
-        if (static_cast<int>(out.jobs.size()) == size) {  // one more match: there is a next page
+        // One more match than fits (by count, or by bytes after the first): a next page.
+        const size_t job_bytes = j.ByteSizeLong();
+        if (static_cast<int>(out.jobs.size()) == size ||
+            (!out.jobs.empty() && bytes + job_bytes > kMaxPageBytes)) {
             out.next_page_token = page_token(std::prev(it)->first, hash);
             break;
         }
+        bytes += job_bytes;
         out.jobs.push_back(impl_->view(r));
     }
     return out;

@@ -371,5 +371,46 @@ TEST_CASE("WatchJob streams the job on each change until it ends", "[daemon][grp
     CHECK(j.progress().percent() == Approx(100));
 }
 
+TEST_CASE("specs are bounded as a whole, unknown fields dropped, pages bounded by bytes",
+          "[daemon][grpc][security]") {
+    TempDir dir;
+    TestDaemon d(test_config(dir), false);
+    Job job;
+    // kernels.allow_non_fused is not checked against the registry for CPU jobs: bounded anyway.
+    v1::JobSpec many = fake_spec("many");
+    for (int i = 0; i < 1025; ++i) many.mutable_kernels()->add_allow_non_fused("op");
+    grpc::Status s = create(d, many, &job);
+    CHECK(s.error_code() == StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::Contains("kernels.allow_non_fused has 1025 entries"));
+    v1::JobSpec heavy = fake_spec("heavy");
+    for (int i = 0; i < 100; ++i)
+        heavy.mutable_kernels()->add_allow_non_fused(std::string(4000, 'k'));
+    s = create(d, heavy, &job);
+    CHECK(s.error_code() == StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::Contains("more than 262144"));
+
+    v1::JobSpec unknown = fake_spec("unknown");
+    unknown.GetReflection()->MutableUnknownFields(&unknown)->AddLengthDelimited(999, "junk");
+    REQUIRE(create(d, unknown, &job).ok());
+    CHECK(job.spec().GetReflection()->GetUnknownFields(job.spec()).empty());
+
+    // Five 240 KB specs: a page of 1000 holds what fits in 1 MiB, then a token for the rest.
+    for (int i = 0; i < 5; ++i) {
+        v1::JobSpec big = fake_spec("big" + std::to_string(i));
+        for (int k = 0; k < 60; ++k)
+            big.mutable_kernels()->add_allow_non_fused(std::string(4000, 'k'));
+        REQUIRE(create(d, big, &job).ok());
+    }
+    v1::ListJobsRequest list;
+    list.set_page_size(1000);
+    v1::ListJobsResponse first, rest;
+    REQUIRE(d.stub().ListJobs(ctx().get(), list, &first).ok());
+    CHECK(first.ByteSizeLong() <= (1u << 20) + (64u << 10));
+    CHECK(!first.next_page_token().empty());
+    list.set_page_token(first.next_page_token());
+    REQUIRE(d.stub().ListJobs(ctx().get(), list, &rest).ok());
+    CHECK(first.jobs_size() + rest.jobs_size() == 6);
+}
+
 }  // namespace
 }  // namespace deltatune::daemon::testing

@@ -8,8 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/service/auth.h"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune::cli {
 
@@ -25,9 +28,19 @@ absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
         std::ifstream in(token_file);
         if (!in)
             return absl::NotFoundError(absl::StrCat("--token-file ", token_file, ": cannot open"));
-        std::getline(in, c.token_);
+        std::stringstream text;
+        text << in.rdbuf();
+        // Read as the daemon reads its own token file: the first token in it.
+        const std::vector<std::string> tokens = daemon::parse_token_lines(text.str());
+        if (tokens.empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--token-file ", token_file, ": holds no token"));
+        }
+        c.token_ = tokens.front();
+        DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "--token-file " + token_file));
     } else if (const char* t = std::getenv("DELTATUNE_TOKEN")) {
-        c.token_ = t;
+        c.token_ = std::string(absl::StripAsciiWhitespace(t));
+        DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "DELTATUNE_TOKEN"));
     }
     const std::string output = flags.get("output", "text");
     if (output != "text" && output != "json") {

@@ -6,9 +6,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -22,6 +25,29 @@ bool same(const std::string& a, std::string_view b) {
 
 }  // namespace
 
+std::vector<std::string> parse_token_lines(std::string_view text) {
+    std::vector<std::string> tokens;
+    for (absl::string_view line :
+         absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+        const absl::string_view token = absl::StripAsciiWhitespace(line);
+        if (!token.empty() && token.front() != '#') tokens.emplace_back(token);
+    }
+    return tokens;
+}
+
+absl::Status check_token(std::string_view token, std::string_view where) {
+    for (const char c : token) {
+        if (c <= ' ' || c > '~') {
+            return absl::InvalidArgumentError(
+                absl::StrCat(absl::string_view(where.data(), where.size()),
+                             ": a token holds a character that cannot travel in a header (byte ",
+                             static_cast<int>(static_cast<unsigned char>(c)),
+                             "); tokens are printable ASCII without spaces"));
+        }
+    }
+    return absl::OkStatus();
+}
+
 absl::StatusOr<Authenticator> Authenticator::from_token_file(const std::string& path) {
     if (path.empty()) return Authenticator();
     std::ifstream in(path);
@@ -32,10 +58,11 @@ absl::StatusOr<Authenticator> Authenticator::from_token_file(const std::string& 
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH)) {
         std::fprintf(stderr, "deltatuned: warning: %s is world-readable\n", path.c_str());
     }
-    std::vector<std::string> tokens;
-    for (std::string line; std::getline(in, line);) {
-        const std::string token(absl::StripAsciiWhitespace(line));
-        if (!token.empty() && token.front() != '#') tokens.push_back(token);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<std::string> tokens = parse_token_lines(text.str());
+    for (const std::string& t : tokens) {
+        DT_RETURN_IF_ERROR(check_token(t, absl::StrCat("auth.token_file ", path)));
     }
     if (tokens.empty()) {
         return absl::FailedPreconditionError(

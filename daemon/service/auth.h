@@ -15,6 +15,12 @@
 
 namespace deltatune::daemon {
 
+// The tokens of a token file: one per line, surrounding whitespace (a CR too) trimmed, blank
+// lines and lines starting with '#' skipped. The daemon and the CLI read token files with this.
+std::vector<std::string> parse_token_lines(std::string_view text);
+// A bearer token travels in a header: printable ASCII, no spaces. `where` names its source.
+absl::Status check_token(std::string_view token, std::string_view where);
+
 class Authenticator {
   public:
     Authenticator() = default;  // disabled: every call passes

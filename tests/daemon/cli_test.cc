@@ -128,5 +128,27 @@ TEST_CASE("tokenize --chat masks all but the assistant turns; bad lines name fil
     CHECK(out.find("{\"input_ids\":[") != std::string::npos);
 }
 
+TEST_CASE("token files and DELTATUNE_TOKEN are read as the daemon reads them", "[cli]") {
+    TempDir tmp;
+    std::string out;
+    // CR LF endings and a comment line: the first token, trimmed, and no abort (the CLI once
+    // died on signal 6 putting the CR into a header). Nothing listens on port 1: UNAVAILABLE.
+    std::ofstream(tmp.file("tokens")) << "# ops team\r\n  tok-123  \r\n";
+    const std::string list = "list --address 127.0.0.1:1 --timeout 1 ";
+    CHECK(run(list + "--token-file " + tmp.file("tokens"), out) == 1);
+    CHECK_THAT(out, Catch::Contains("UNAVAILABLE") || Catch::Contains("unavailable") ||
+                        Catch::Contains("failed to connect"));
+    CHECK(testing::run_command("DELTATUNE_TOKEN=\"$(printf 'tok-123\\r\\n')\" " +
+                                   testing::cli_path() + " " + list + " 2>&1",
+                               out) == 1);
+    CHECK_THAT(out, !Catch::Contains("header"));
+    std::ofstream(tmp.file("bad")) << "tok 123\n";
+    CHECK(run(list + "--token-file " + tmp.file("bad"), out) == 2);
+    CHECK_THAT(out, Catch::Contains("cannot travel in a header (byte 32)"));
+    std::ofstream(tmp.file("empty")) << "# nothing\n\n";
+    CHECK(run(list + "--token-file " + tmp.file("empty"), out) == 2);
+    CHECK_THAT(out, Catch::Contains("holds no token"));
+}
+
 }  // namespace
 }  // namespace deltatune

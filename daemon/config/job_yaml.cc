@@ -2,6 +2,7 @@
 // Reflection keeps the YAML schema and the proto identical by construction (style.md R11).
 #include "daemon/config/job_yaml.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -263,9 +264,33 @@ absl::StatusOr<YAML::Node> load_yaml_bounded(std::string_view text, const InputL
         return absl::ResourceExhaustedError(absl::StrCat(
             what, ": ", text.size(), " bytes, more than the limit of ", limits.max_request_bytes));
     }
+    // yaml-cpp recurses per nesting level and fails with its own message past its limit: count
+    // flow nesting ([ and { outside quotes) first, so deep input gets the limit's message.
+    int depth = 0, deepest = 0;
+    char quote = 0;
+    for (const char c : text) {
+        if (quote != 0) {
+            if (c == quote) quote = 0;
+        } else if (c == '"' || c == '\'') {
+            quote = c;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    if (deepest > limits.max_yaml_depth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": nesting deeper than max_yaml_depth (", limits.max_yaml_depth, ")"));
+    }
     YAML::Node root;
     try {
-        root = YAML::Load(std::string(text));
+        const std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+        if (docs.size() > 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(what, ": holds ", docs.size(), " YAML documents; one job per file"));
+        }
+        if (!docs.empty()) root = docs.front();
     } catch (const YAML::Exception& e) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
     }

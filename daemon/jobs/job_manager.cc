@@ -291,6 +291,10 @@ absl::StatusOr<Job> JobManager::get_job(const std::string& name) {
 absl::StatusOr<JobManager::ListResult> JobManager::list_jobs(const ListRequest& req) {
     DT_ASSIGN_OR_RETURN(const int size, page_size(req.page_size, 50));
     if (req.labels.size() > 64) return absl::InvalidArgumentError("more than 64 label filters");
+    if (!Job::State_IsValid(req.state)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("state (", req.state, ") is not a Job.State value"));
+    }
     std::string filter = absl::StrCat(req.state);
     for (const auto& [k, v] : req.labels) absl::StrAppend(&filter, "|", k, "=", v);
     const uint64_t hash = fnv1a(filter);

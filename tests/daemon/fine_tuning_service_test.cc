@@ -247,6 +247,9 @@ TEST_CASE("hostile input is refused with the right code and the server keeps ser
     CHECK(d.stub().ListJobs(ctx().get(), list, &resp).error_code() == StatusCode::INVALID_ARGUMENT);
     list.set_page_size(1 << 30);  // clamped to 1000
     CHECK(d.stub().ListJobs(ctx().get(), list, &resp).ok());
+    list.set_state(static_cast<Job::State>(99));
+    CHECK(d.stub().ListJobs(ctx().get(), list, &resp).error_code() == StatusCode::INVALID_ARGUMENT);
+    list.clear_state();
     list.set_page_token("garbage");
     CHECK(d.stub().ListJobs(ctx().get(), list, &resp).error_code() == StatusCode::INVALID_ARGUMENT);
 

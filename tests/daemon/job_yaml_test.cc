@@ -132,6 +132,27 @@ TEST_CASE("hostile YAML: size, depth, list length and alias bombs are bounded", 
                 prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n";
     }
     CHECK_THAT(message(parse_job_yaml(bomb, limits).status()), Catch::Contains("YAML nodes"));
+    // 10,000 levels once reached yaml-cpp's own limit first; the limit's message comes first now.
+    const std::string abyss = "model: " + std::string(10000, '[') + std::string(10000, ']') + "\n";
+    CHECK_THAT(message(parse_job_yaml(abyss, limits).status()),
+               Catch::Contains("nesting deeper than max_yaml_depth (32)"));
+    CHECK_THAT(message(parse_job_yaml("model: a\n---\nmodel: b\n", limits).status()),
+               Catch::Contains("holds 2 YAML documents; one job per file"));
+}
+
+TEST_CASE("an explicit zero over gRPC is refused, not made the default", "[daemon][yaml]") {
+    v1::JobSpec spec;
+    spec.set_model("m");
+    spec.set_output_dir("o");
+    spec.mutable_data()->add_train_files("t");
+    spec.mutable_hyperparameters()->set_max_steps(10);
+    spec.mutable_hyperparameters()->set_tokens_per_batch(0);
+    normalize_job_spec(&spec);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("hyperparameters.tokens_per_batch (0) must be in [16, 16777216]"));
+    spec.mutable_hyperparameters()->clear_tokens_per_batch();
+    normalize_job_spec(&spec);
+    CHECK(spec.hyperparameters().tokens_per_batch() == 8192);
 }
 
 TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -104,7 +105,10 @@ absl::Status parse_root(const YAML::Node& root, DaemonConfig* c) {
                       {"rank_term_grace_seconds", seconds_to(&c->rank_term_grace_seconds)},
                       {"rank_executable", string_to(&c->rank_executable)},
                       {"gpu_memory_gib", seconds_to(&c->gpu_memory_gib)},
-                      {"gpus", integer_to(&c->gpus)}})},
+                      {"gpus", integer_to(&c->gpus)},
+                      {"cpu_cores", integer_to(&c->cpu_cores)},
+                      {"cpu_memory_gib", seconds_to(&c->cpu_memory_gib)},
+                      {"cpu_rank_memory_gib", seconds_to(&c->cpu_rank_memory_gib)}})},
             {"limits", section({{"max_request_bytes", integer_to(&c->limits.max_request_bytes)},
                                 {"max_yaml_depth", integer_to(&c->limits.max_yaml_depth)},
                                 {"max_list_length", integer_to(&c->limits.max_list_length)}})},
@@ -188,6 +192,28 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
         in_range("scheduler.rank_term_grace_seconds", c.rank_term_grace_seconds, 0, 600));
     DT_RETURN_IF_ERROR(in_range("scheduler.gpu_memory_gib", c.gpu_memory_gib, 1, 1 << 20));
     DT_RETURN_IF_ERROR(in_range("scheduler.gpus", c.gpus, -1, 1024));
+    DT_RETURN_IF_ERROR(in_range("scheduler.cpu_cores", c.cpu_cores, -1, 1 << 16));
+    if (c.cpu_memory_gib != -1) {
+        DT_RETURN_IF_ERROR(in_range("scheduler.cpu_memory_gib", c.cpu_memory_gib, 0.01, 1 << 20));
+    }
+    DT_RETURN_IF_ERROR(
+        in_range("scheduler.cpu_rank_memory_gib", c.cpu_rank_memory_gib, 0.001, 1 << 20));
+    // A root holding the state folder would let a job read or overwrite the daemon's own
+    // database and rank specs (an output_dir of "state/jobs.db/..."). Roots inside it are fine.
+    for (const auto& [roots, kind] :
+         {std::pair{&c.roots.models, "models"}, std::pair{&c.roots.data, "data"},
+          std::pair{&c.roots.outputs, "outputs"}}) {
+        for (const std::string& root : *roots) {
+            std::error_code ec;
+            const std::string r = std::filesystem::weakly_canonical(root, ec).string();
+            const std::string state = std::filesystem::weakly_canonical(c.state_dir, ec).string();
+            if (state == r || absl::StartsWith(state, r == "/" ? r : r + "/")) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "roots.", kind, " '", root, "' holds state_dir '", c.state_dir,
+                    "'; jobs could then reach the daemon's state: give them separate folders"));
+            }
+        }
+    }
     DT_RETURN_IF_ERROR(in_range("limits.max_request_bytes",
                                 static_cast<double>(c.limits.max_request_bytes), 1024, 64 << 20));
     DT_RETURN_IF_ERROR(in_range("limits.max_yaml_depth", c.limits.max_yaml_depth, 4, 256));

@@ -47,6 +47,11 @@ struct DaemonConfig {
     // GPUs this daemon may give its jobs' ranks (rank R of a job uses the R-th visible device);
     // -1 = every CUDA device visible at startup (CUDA_VISIBLE_DEVICES).
     int gpus = -1;
+    // CPU jobs are admitted against these: resources.cpu_ranks at most cpu_cores, and cpu_ranks
+    // times cpu_rank_memory_gib at most cpu_memory_gib. -1 = this machine's cores / memory.
+    int cpu_cores = -1;
+    double cpu_memory_gib = -1;
+    double cpu_rank_memory_gib = 1.0;
     InputLimits limits;
 };
 

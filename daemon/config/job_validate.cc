@@ -1,6 +1,7 @@
 // JobSpec cross-field rules and path confinement (declared in job_yaml.h). Every message quotes
 // the offending values so a user can fix the file without reading code (torchtitan style).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,11 +9,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <regex>
 #include <system_error>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
@@ -104,6 +108,14 @@ absl::Status validate_data(const v1::DataSpec& d, const InputLimits& limits) {
     const std::string& t = d.chat_template();
     if (!t.empty() && t != "qwen3" && t != "qwen3_5") {
         return invalid(absl::StrCat("data.chat_template ('", t, "') must be qwen3 or qwen3_5"));
+    }
+    if (d.max_document_bytes() < 16 || d.max_document_bytes() > (int64_t{256} << 20)) {
+        return invalid(absl::StrCat("data.max_document_bytes (", d.max_document_bytes(),
+                                    ") must be in [16, 268435456]"));
+    }
+    if (d.max_document_tokens() < 1 || d.max_document_tokens() > (int64_t{1} << 24)) {
+        return invalid(absl::StrCat("data.max_document_tokens (", d.max_document_tokens(),
+                                    ") must be in [1, 16777216]"));
     }
     if (d.shuffle_window() < 1) {
         return invalid(absl::StrCat("data.shuffle_window (", d.shuffle_window(), ") must be >= 1"));
@@ -354,6 +366,40 @@ std::vector<std::string> existing_resolved_roots(const std::vector<std::string>&
         if (!ec && fs::is_directory(r, ec)) out.push_back(r.string());
     }
     return out;
+}
+
+CpuBudget cpu_budget(int cores, double memory_gib, double rank_memory_gib) {
+    constexpr double kGiB = double(int64_t{1} << 30);
+    CpuBudget b;
+    b.cores =
+        cores >= 0 ? cores : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // "max" or bytes, cgroup v2
+    int64_t limit = 0;
+    if (cgroup >> limit && limit > 0) memory = std::min(memory, limit);
+    b.memory_bytes = memory_gib >= 0 ? static_cast<int64_t>(memory_gib * kGiB) : memory;
+    b.rank_memory_bytes = static_cast<int64_t>(rank_memory_gib * kGiB);
+    return b;
+}
+
+absl::Status check_cpu_admission(const v1::JobSpec& spec, const CpuBudget& budget) {
+    if (spec.resources().gpus() > 0) return absl::OkStatus();
+    const int ranks = spec.resources().cpu_ranks();
+    if (ranks > budget.cores) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("CPUS_UNAVAILABLE: resources.cpu_ranks (", ranks, ") exceeds the ",
+                         budget.cores, " cores of this daemon (scheduler.cpu_cores)"));
+    }
+    constexpr double kGiB = double(int64_t{1} << 30);
+    const int64_t need = ranks * budget.rank_memory_bytes;
+    if (need > budget.memory_bytes) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "MEMORY_PLAN: resources.cpu_ranks (%d) x %.2f GiB per rank "
+            "(scheduler.cpu_rank_memory_gib) = %.2f GiB, more than the %.2f GiB of this daemon "
+            "(scheduler.cpu_memory_gib)",
+            ranks, budget.rank_memory_bytes / kGiB, need / kGiB, budget.memory_bytes / kGiB));
+    }
+    return absl::OkStatus();
 }
 
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots,

@@ -60,6 +60,20 @@ std::vector<std::string> existing_resolved_roots(const std::vector<std::string>&
 absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                               int gpus_available);
 
+// What CPU jobs are admitted against (scheduler.cpu_* in the daemon config).
+struct CpuBudget {
+    int cores = 1;
+    int64_t memory_bytes = 0;
+    int64_t rank_memory_bytes = int64_t{1} << 30;  // one CPU rank's expected peak
+};
+// This machine's cores and memory (the cgroup's limit where it is lower), with the config's
+// overrides (-1 = detect).
+CpuBudget cpu_budget(int cores, double memory_gib, double rank_memory_gib);
+// CPU jobs: FAILED_PRECONDITION "CPUS_UNAVAILABLE: ..." for more ranks than cores,
+// RESOURCE_EXHAUSTED "MEMORY_PLAN: ..." when the ranks' memory exceeds the machine's. GPU jobs
+// pass (check_job_memory admits them).
+absl::Status check_cpu_admission(const v1::JobSpec& spec, const CpuBudget& budget);
+
 // normalize -> validate -> resolve paths: what CreateJob applies to an incoming spec.
 absl::Status prepare_job_spec(v1::JobSpec* spec, const PathRoots& roots, const InputLimits& limits);
 

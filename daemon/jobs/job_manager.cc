@@ -273,6 +273,7 @@ absl::StatusOr<Job> JobManager::create_job(v1::JobSpec spec, const std::string& 
     spec.DiscardUnknownFields();
     DT_RETURN_IF_ERROR(prepare_job_spec(&spec, impl_->opt.roots, impl_->opt.limits));
     DT_RETURN_IF_ERROR(check_job_memory(spec, impl_->opt.gpu_memory_bytes, impl_->opt.gpus));
+    DT_RETURN_IF_ERROR(check_cpu_admission(spec, impl_->opt.cpu));
     absl::StatusOr<Job> out;
     {
         std::lock_guard<std::mutex> lock(impl_->mu);

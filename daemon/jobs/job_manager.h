@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_config.h"
+#include "daemon/config/job_yaml.h"
 #include "daemon/jobs/rank_launcher.h"
 #include "daemon/store/job_store.h"
 #include "deltatune/v1/job.pb.h"
@@ -43,7 +44,8 @@ struct JobManagerOptions {
     std::string rank_executable;  // absolute path, run as `<exe> rank ...`
     std::string rank_supervisor;  // the address ranks report to, "unix:<state_dir>/rank.sock"
     int64_t gpu_memory_bytes = int64_t{141} << 30;  // one GPU, for the memory planner
-    int gpus = 0;  // GPUs the ranks may use (a GPU job asking for more is refused)
+    int gpus = 0;   // GPUs the ranks may use (a GPU job asking for more is refused)
+    CpuBudget cpu;  // what CPU jobs are admitted against
 };
 
 // Options from the daemon config; rank_executable defaults to this process's binary.
@@ -128,5 +130,16 @@ class JobManager {
 };
 
 bool is_terminal(v1::Job::State state);
+
+// The wall clock to the microsecond (protobuf 3.21's TimeUtil::GetCurrentTime has whole seconds).
+inline google::protobuf::Timestamp now_timestamp() {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    google::protobuf::Timestamp t;
+    t.set_seconds(us / 1000000);
+    t.set_nanos(static_cast<int32_t>(us % 1000000) * 1000);
+    return t;
+}
 
 }  // namespace deltatune::daemon

@@ -55,10 +55,6 @@ inline void log_error(const absl::Status& s) {
     if (!s.ok()) std::fprintf(stderr, "deltatuned: %s\n", std::string(s.message()).c_str());
 }
 
-inline google::protobuf::Timestamp now_timestamp() {
-    return google::protobuf::util::TimeUtil::GetCurrentTime();
-}
-
 struct JobManager::Impl {
     JobManagerOptions opt;
     std::unique_ptr<JobStore> store;

@@ -90,6 +90,7 @@ JobManagerOptions job_manager_options(const DaemonConfig& c) {
     o.rank_supervisor = "unix:" + c.state_dir + "/rank.sock";
     o.gpu_memory_bytes = static_cast<int64_t>(c.gpu_memory_gib * double(int64_t{1} << 30));
     o.gpus = c.gpus >= 0 ? c.gpus : cuda_device_count();
+    o.cpu = cpu_budget(c.cpu_cores, c.cpu_memory_gib, c.cpu_rank_memory_gib);
     return o;
 }
 

@@ -32,6 +32,8 @@ absl::StatusOr<TrainConfig> train_config_from_spec(const v1::JobSpec& spec) {
     c.tokenizer = d.tokenizer();
     c.chat_template = d.chat_template();
     c.shuffle_window = or_default<int64_t>(d.shuffle_window(), 4096);
+    c.max_document_bytes = or_default<int64_t>(d.max_document_bytes(), c.max_document_bytes);
+    c.max_document_tokens = or_default<int64_t>(d.max_document_tokens(), c.max_document_tokens);
     const auto& h = spec.hyperparameters();
     c.max_steps = h.max_steps();
     if (c.max_steps <= 0) {

@@ -114,7 +114,7 @@ class EventStream final : public PumpedWriter<v1::JobEvent> {
             msg->set_sequence(cursor_);
             msg->set_type("HEARTBEAT");
             msg->set_level(v1::JobEvent::INFO);
-            *msg->mutable_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+            *msg->mutable_time() = now_timestamp();
         } else {
             return Step::kIdle;
         }

@@ -68,8 +68,8 @@ std::optional<LineError> read_ids(const json& j, const char* what, std::vector<i
     return std::nullopt;
 }
 
-std::optional<LineError> process_line(std::string_view text, DatasetFormat format,
-                                      const DatasetOptions& options, Document& doc) {
+std::optional<LineError> parse_and_tokenize(std::string_view text, DatasetFormat format,
+                                            const DatasetOptions& options, Document& doc) {
     if (format == DatasetFormat::kPretokenized) {
         return parse_pretokenized_line(text, options.vocab_size, doc);
     }
@@ -83,6 +83,25 @@ std::optional<LineError> process_line(std::string_view text, DatasetFormat forma
     return validate_document(doc, options.vocab_size);
 }
 
+// One line to one document within the document bounds; never throws (a line the allocator
+// cannot take is that line's error, not the process's end).
+std::optional<LineError> process_line(std::string_view text, DatasetFormat format,
+                                      const DatasetOptions& options, Document& doc) {
+    std::optional<LineError> e;
+    try {
+        e = parse_and_tokenize(text, format, options, doc);
+    } catch (const std::bad_alloc&) {
+        return LineError{"out of memory",
+                         absl::StrCat("a ", text.size(), "-byte line did not fit in memory")};
+    }
+    if (!e && static_cast<int64_t>(doc.input_ids.size()) > options.max_document_tokens) {
+        e = LineError{"document too long",
+                      absl::StrCat(doc.input_ids.size(), " tokens, more than max_document_tokens (",
+                                   options.max_document_tokens, ")")};
+    }
+    return e;
+}
+
 ChunkResult process_chunk(const Chunk& chunk, const std::string& path, DatasetFormat format,
                           const DatasetOptions& options) {
     ChunkResult r;
@@ -90,8 +109,8 @@ ChunkResult process_chunk(const Chunk& chunk, const std::string& path, DatasetFo
         Document doc;
         std::optional<LineError> e;
         if (line.too_long) {
-            e = LineError{"line too long",
-                          absl::StrCat("longer than ", options.max_line_bytes, " bytes")};
+            e = LineError{"line too long", absl::StrCat("longer than max_document_bytes (",
+                                                        options.max_line_bytes, ")")};
         } else {
             e = process_line(std::string_view(chunk.text).substr(line.begin, line.size), format,
                              options, doc);
@@ -111,7 +130,10 @@ ChunkResult process_chunk(const Chunk& chunk, const std::string& path, DatasetFo
 absl::StatusOr<bool> read_chunk(JsonlReader& reader, int64_t max_lines, Chunk& chunk,
                                 int64_t& lines_seen) {
     JsonlReader::Line line;
-    while (static_cast<int64_t>(chunk.lines.size()) < max_lines) {
+    // Also bounded by bytes, so a chunk of long lines does not hold max_lines of them.
+    constexpr size_t kChunkBytes = 32 << 20;
+    while (static_cast<int64_t>(chunk.lines.size()) < max_lines &&
+           chunk.text.size() < kChunkBytes) {
         DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));
         if (!more) return false;
         lines_seen = line.number;
@@ -292,6 +314,7 @@ absl::StatusOr<uint64_t> dataset_cache_key(const std::string& path, DatasetForma
     h.update_field(bad_line_policy_name(options.bad_lines));
     h.update_u64(static_cast<uint64_t>(options.vocab_size));
     h.update_u64(static_cast<uint64_t>(options.max_line_bytes));
+    h.update_u64(static_cast<uint64_t>(options.max_document_tokens));
     h.update_u64(content);
     return h.digest();
 }

@@ -53,7 +53,14 @@ struct DatasetOptions {
     // Bytes of JSONL text buffered while reading; memory stays bounded by this, the chunks in
     // flight and the longest line, whatever the file size.
     size_t read_buffer_bytes = JsonlReader::kDefaultBufferBytes;
-    size_t max_line_bytes = JsonlReader::kDefaultMaxLineBytes;
+    // One document's bounds: a longer line, or a document of more tokens, is a bad line (refused
+    // or, under bad_lines: skip, counted). Tokenizing holds a few times a line's bytes, so this
+    // bounds memory per document; a line the allocator still cannot take is a bad line too.
+    size_t max_line_bytes = kDefaultMaxDocumentBytes;
+    int64_t max_document_tokens = kDefaultMaxDocumentTokens;
+
+    static constexpr size_t kDefaultMaxDocumentBytes = 16 << 20;
+    static constexpr int64_t kDefaultMaxDocumentTokens = 1 << 20;
 };
 
 // Loads `path`: from the cache when it holds this key, else by tokenizing (and then writing the

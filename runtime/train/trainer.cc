@@ -129,6 +129,8 @@ absl::StatusOr<Loaded> load_inputs(const TrainConfig& c, const TrainerHooks& hoo
     options.format = c.format;
     options.bad_lines = c.bad_lines;
     options.vocab_size = in.model.config.vocab_size;
+    options.max_line_bytes = static_cast<size_t>(c.max_document_bytes);
+    options.max_document_tokens = c.max_document_tokens;
     options.cache_dir = (fs::path(c.output_dir) / "cache").string();
     // Chat data needs the tokenizer; pre-tokenized data does not.
     bool needs_tokenizer = c.format == DatasetFormat::kChat;
@@ -301,6 +303,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         return absl::OkStatus();
     };
 
+    int64_t evaluated_step = -1;  // the step of the last evaluation, so the end does not repeat it
     while (state.step < c.max_steps) {
         // One optimizer step: fetch all micro-batches first so the loss is normalised by the
         // trained targets of the whole step (a token-weighted mean, as without accumulation).
@@ -386,6 +389,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         result.last_loss = state.last_loss;
         if (!in.eval.files.empty() && c.eval_every > 0 && state.step % c.eval_every == 0) {
             DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(*engine, in.eval, c, vocab));
+            evaluated_step = state.step;
             p.metrics["eval_loss"] = result.last_eval_loss;
             hooks.on_event({"EVAL_METRICS",
                             "INFO",
@@ -418,7 +422,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
         }
     }
     DT_RETURN_IF_ERROR(checkpoint());
-    if (!in.eval.files.empty()) {
+    if (!in.eval.files.empty() && evaluated_step != state.step) {  // the last step's eval stands
         DT_ASSIGN_OR_RETURN(result.last_eval_loss, evaluate(*engine, in.eval, c, vocab));
         hooks.on_event({"EVAL_METRICS",
                         "INFO",

@@ -44,6 +44,9 @@ struct TrainConfig {
     // A checkpoint folder to start from when output_dir has none of its own yet (a run continued
     // in a new folder); "" starts from the model.
     std::string resume_checkpoint;
+    // Bounds on one document of the data (DatasetOptions).
+    int64_t max_document_bytes = DatasetOptions::kDefaultMaxDocumentBytes;
+    int64_t max_document_tokens = DatasetOptions::kDefaultMaxDocumentTokens;
     uint64_t seed = 0;
     // Data parallelism. `comm` (not owned; nullptr = one process) connects the ranks, which
     // shard parameters and optimizer state (ShardedOptimizer). A step's global batch is

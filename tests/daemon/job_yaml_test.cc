@@ -302,6 +302,28 @@ TEST_CASE("GPU job admission: GPU count, then strict kernels", "[daemon][yaml]")
     CHECK(check_job_memory(s, gpu_bytes, 0).ok());
 }
 
+TEST_CASE("CPU jobs are admitted against the cores and memory", "[daemon][yaml]") {
+    v1::JobSpec s;
+    s.mutable_resources()->set_cpu_ranks(64);
+    const CpuBudget budget{8, int64_t{24} << 30, int64_t{830} << 20};
+    const absl::Status cores = check_cpu_admission(s, budget);
+    CHECK(cores.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(message(cores) ==
+          "CPUS_UNAVAILABLE: resources.cpu_ranks (64) exceeds the 8 cores of this daemon "
+          "(scheduler.cpu_cores)");
+    const absl::Status memory = check_cpu_admission(s, {64, int64_t{24} << 30, int64_t{830} << 20});
+    CHECK(memory.code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(message(memory), Catch::StartsWith("MEMORY_PLAN: resources.cpu_ranks (64) x 0.81 "
+                                                  "GiB per rank") &&
+                                    Catch::Contains("more than the 24.00 GiB"));
+    s.mutable_resources()->set_cpu_ranks(8);
+    CHECK(check_cpu_admission(s, budget).ok());
+    const CpuBudget here = cpu_budget(-1, -1, 1.0);
+    CHECK(here.cores >= 1);
+    CHECK(here.memory_bytes > (int64_t{256} << 20));
+    CHECK(cpu_budget(3, 2.5, 0.5).memory_bytes == (int64_t{5} << 29));
+}
+
 TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[daemon][config]") {
     auto def = parse_daemon_config("");
     REQUIRE(def.ok());
@@ -324,6 +346,13 @@ TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[d
     CHECK(tokened.ok());
     auto bad = parse_daemon_config("scheduler: {max_concurrent_jobs: 0}\n");
     CHECK_THAT(message(bad.status()), Catch::Contains("scheduler.max_concurrent_jobs (0)"));
+    auto inside = parse_daemon_config("state_dir: /srv/dt/state\nroots: {outputs: [/srv/dt]}\n");
+    CHECK_THAT(message(inside.status()),
+               Catch::Contains("roots.outputs '/srv/dt' holds state_dir '/srv/dt/state'"));
+    auto cpu = parse_daemon_config("scheduler: {cpu_cores: 4, cpu_rank_memory_gib: 0.5}\n");
+    REQUIRE(cpu.ok());
+    CHECK(cpu->cpu_cores == 4);
+    CHECK(cpu->cpu_rank_memory_gib == 0.5);
     auto rel = parse_daemon_config("roots: {data: [data]}\n");
     CHECK_THAT(message(rel.status()), Catch::Contains("must be an absolute path"));
 }

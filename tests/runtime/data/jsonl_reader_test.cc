@@ -210,11 +210,30 @@ TEST_CASE("an over-long line is a bad line like any other", "[data]") {
     DatasetOptions opt;
     opt.max_line_bytes = 100;
     auto r = load_dataset(path, opt);
-    CHECK(std::string(r.status().message()) == path + ":2: line too long: longer than 100 bytes");
+    CHECK(std::string(r.status().message()) ==
+          path + ":2: line too long: longer than max_document_bytes (100)");
     opt.bad_lines = BadLinePolicy::kSkipAndCount;
     r = load_dataset(path, opt);
     REQUIRE(r.ok());
     CHECK(r->counts().by_reason.at("line too long") == 1);
+}
+
+TEST_CASE("a document over max_document_tokens is a bad line, counted when skipped", "[data]") {
+    TempDir tmp;
+    const std::string path = tmp.file("big.jsonl");
+    std::string ids = "1";
+    for (int i = 0; i < 99; ++i) ids += ", 1";
+    write_text(path, "{\"input_ids\": [1, 2]}\n{\"input_ids\": [" + ids + "]}\n");
+    DatasetOptions opt;
+    opt.max_document_tokens = 64;
+    auto r = load_dataset(path, opt);
+    CHECK(std::string(r.status().message()) ==
+          path + ":2: document too long: 100 tokens, more than max_document_tokens (64)");
+    opt.bad_lines = BadLinePolicy::kSkipAndCount;
+    r = load_dataset(path, opt);
+    REQUIRE(r.ok());
+    CHECK(r->size() == 1);
+    CHECK(r->counts().by_reason.at("document too long") == 1);
 }
 
 TEST_CASE("bad-line policy names", "[data]") {

@@ -1,6 +1,6 @@
 // What the training loop refuses instead of reporting a fake success: data with no trained token,
 // a non-finite loss or gradient norm; and what it counts instead of dropping silently: the lines
-// bad_lines: skip leaves out.
+// bad_lines: skip leaves out; and an evaluation is not run twice for one step.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -94,6 +94,19 @@ TEST_CASE("skipped bad lines are counted per file in DATA_LOADED", "[train]") {
     REQUIRE(it != loaded->details.end());
     CHECK_THAT(it->second, Catch::StartsWith("2 of 122 lines ("));
     CHECK(loaded->metrics.at("trained_tokens") > 0);
+}
+
+TEST_CASE("the final evaluation is not repeated when the last step evaluated", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "run");
+    c.eval_every = 4;  // max_steps 8: steps 4 and 8, and no third at the end
+    const Run r = run(c);
+    REQUIRE(r.result.ok());
+    std::vector<double> steps;
+    for (const auto& e : r.events) {
+        if (e.type == "EVAL_METRICS") steps.push_back(e.metrics.at("step"));
+    }
+    CHECK(steps == std::vector<double>{4, 8});
 }
 
 }  // namespace

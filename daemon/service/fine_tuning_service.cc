@@ -2,6 +2,7 @@
 // ToGrpcStatus, never UNKNOWN.
 #include "daemon/service/fine_tuning_service.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -35,109 +36,160 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials(const Daemo
 
 }  // namespace
 
+absl::Status parse_request(const grpc::ByteBuffer& in, google::protobuf::Message* req) {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (in.Dump(&slices).ok()) {
+        for (const grpc::Slice& s : slices) {
+            bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+    }
+    google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                  static_cast<int>(bytes.size()));
+    stream.SetRecursionLimit(kMaxRequestNesting);
+    if (!req->ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the request (", bytes.size(), " bytes) is not a valid ",
+            req->GetDescriptor()->full_name(),
+            ": broken wire format, a string field that is not UTF-8, or messages nested deeper "
+            "than ",
+            kMaxRequestNesting));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status serialize_response(const google::protobuf::Message& resp, grpc::ByteBuffer* out) {
+    const std::string bytes = resp.SerializeAsString();
+    grpc::Slice slice(bytes);
+    *out = grpc::ByteBuffer(&slice, 1);
+    return absl::OkStatus();
+}
+
 FineTuningService::FineTuningService(JobManager* manager, Authenticator auth)
     : manager_(manager), auth_(std::move(auth)), hub_(manager) {}
 
 FineTuningService::~FineTuningService() = default;
 
-template <typename Fn>
-grpc::ServerUnaryReactor* FineTuningService::unary(grpc::CallbackServerContext* ctx, Fn&& fn) {
+template <typename Request, typename Response, typename Fn>
+grpc::ServerUnaryReactor* FineTuningService::unary(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* in,
+                                                   grpc::ByteBuffer* out, Fn&& fn) {
     absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = fn();
+    Request req;
+    Response resp;
+    if (s.ok()) s = parse_request(*in, &req);
+    if (s.ok()) s = fn(&req, &resp);
+    if (s.ok()) s = serialize_response(resp, out);
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
 }
 
 grpc::ServerUnaryReactor* FineTuningService::CreateJob(grpc::CallbackServerContext* ctx,
-                                                       const v1::CreateJobRequest* req,
-                                                       v1::Job* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(
-            *resp, manager_->create_job(req->spec(), req->request_id(), req->validate_only()));
-        return absl::OkStatus();
-    });
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+    return unary<v1::CreateJobRequest, v1::Job>(
+        ctx, in, out, [&](const v1::CreateJobRequest* req, v1::Job* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(
+                *resp, manager_->create_job(req->spec(), req->request_id(), req->validate_only()));
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::GetJob(grpc::CallbackServerContext* ctx,
-                                                    const v1::GetJobRequest* req, v1::Job* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(*resp, manager_->get_job(req->name()));
-        return absl::OkStatus();
-    });
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+    return unary<v1::GetJobRequest, v1::Job>(
+        ctx, in, out, [&](const v1::GetJobRequest* req, v1::Job* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp, manager_->get_job(req->name()));
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::ListJobs(grpc::CallbackServerContext* ctx,
-                                                      const v1::ListJobsRequest* req,
-                                                      v1::ListJobsResponse* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        JobManager::ListRequest q;
-        q.page_size = req->page_size();
-        q.page_token = req->page_token();
-        q.state = req->state();
-        q.labels.insert(req->labels().begin(), req->labels().end());
-        DT_ASSIGN_OR_RETURN(JobManager::ListResult r, manager_->list_jobs(q));
-        for (v1::Job& j : r.jobs) *resp->add_jobs() = std::move(j);
-        resp->set_next_page_token(r.next_page_token);
-        return absl::OkStatus();
-    });
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+    return unary<v1::ListJobsRequest, v1::ListJobsResponse>(
+        ctx, in, out,
+        [&](const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) -> absl::Status {
+            JobManager::ListRequest q;
+            q.page_size = req->page_size();
+            q.page_token = req->page_token();
+            q.state = req->state();
+            q.labels.insert(req->labels().begin(), req->labels().end());
+            DT_ASSIGN_OR_RETURN(JobManager::ListResult r, manager_->list_jobs(q));
+            for (v1::Job& j : r.jobs) *resp->add_jobs() = std::move(j);
+            resp->set_next_page_token(r.next_page_token);
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::CancelJob(grpc::CallbackServerContext* ctx,
-                                                       const v1::CancelJobRequest* req,
-                                                       v1::Job* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(*resp, manager_->cancel_job(req->name()));
-        return absl::OkStatus();
-    });
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+    return unary<v1::CancelJobRequest, v1::Job>(
+        ctx, in, out, [&](const v1::CancelJobRequest* req, v1::Job* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp, manager_->cancel_job(req->name()));
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::PauseJob(grpc::CallbackServerContext* ctx,
-                                                      const v1::PauseJobRequest* req,
-                                                      v1::Job* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(*resp, manager_->pause_job(req->name()));
-        return absl::OkStatus();
-    });
+                                                      const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+    return unary<v1::PauseJobRequest, v1::Job>(
+        ctx, in, out, [&](const v1::PauseJobRequest* req, v1::Job* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp, manager_->pause_job(req->name()));
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::ResumeJob(grpc::CallbackServerContext* ctx,
-                                                       const v1::ResumeJobRequest* req,
-                                                       v1::Job* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(*resp, manager_->resume_job(req->name()));
-        return absl::OkStatus();
-    });
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+    return unary<v1::ResumeJobRequest, v1::Job>(
+        ctx, in, out, [&](const v1::ResumeJobRequest* req, v1::Job* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp, manager_->resume_job(req->name()));
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::DeleteJob(grpc::CallbackServerContext* ctx,
-                                                       const v1::DeleteJobRequest* req,
-                                                       google::protobuf::Empty*) {
-    return unary(ctx, [&] { return manager_->delete_job(req->name()); });
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out) {
+    return unary<v1::DeleteJobRequest, google::protobuf::Empty>(
+        ctx, in, out, [&](const v1::DeleteJobRequest* req, google::protobuf::Empty* resp) {
+            return manager_->delete_job(req->name());
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::ListJobEvents(grpc::CallbackServerContext* ctx,
-                                                           const v1::ListJobEventsRequest* req,
-                                                           v1::ListJobEventsResponse* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        JobManager::EventsRequest q{req->name(), req->page_size(), req->page_token(),
-                                    req->min_sequence(), req->type()};
-        DT_ASSIGN_OR_RETURN(JobManager::EventsResult r, manager_->list_events(q));
-        for (v1::JobEvent& e : r.events) *resp->add_events() = std::move(e);
-        resp->set_next_page_token(r.next_page_token);
-        return absl::OkStatus();
-    });
+                                                           const grpc::ByteBuffer* in,
+                                                           grpc::ByteBuffer* out) {
+    return unary<v1::ListJobEventsRequest, v1::ListJobEventsResponse>(
+        ctx, in, out,
+        [&](const v1::ListJobEventsRequest* req, v1::ListJobEventsResponse* resp) -> absl::Status {
+            JobManager::EventsRequest q{req->name(), req->page_size(), req->page_token(),
+                                        req->min_sequence(), req->type()};
+            DT_ASSIGN_OR_RETURN(JobManager::EventsResult r, manager_->list_events(q));
+            for (v1::JobEvent& e : r.events) *resp->add_events() = std::move(e);
+            resp->set_next_page_token(r.next_page_token);
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerUnaryReactor* FineTuningService::ListCheckpoints(grpc::CallbackServerContext* ctx,
-                                                             const v1::ListCheckpointsRequest* req,
-                                                             v1::ListCheckpointsResponse* resp) {
-    return unary(ctx, [&]() -> absl::Status {
-        DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cps,
-                            manager_->list_checkpoints(req->name()));
-        for (v1::Checkpoint& c : cps) *resp->add_checkpoints() = std::move(c);
-        return absl::OkStatus();
-    });
+                                                             const grpc::ByteBuffer* in,
+                                                             grpc::ByteBuffer* out) {
+    return unary<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>(
+        ctx, in, out,
+        [&](const v1::ListCheckpointsRequest* req,
+            v1::ListCheckpointsResponse* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cps,
+                                manager_->list_checkpoints(req->name()));
+            for (v1::Checkpoint& c : cps) *resp->add_checkpoints() = std::move(c);
+            return absl::OkStatus();
+        });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* FineTuningService::StreamJobEvents(

@@ -16,43 +16,63 @@
 
 namespace deltatune::daemon {
 
-class FineTuningService final : public v1::FineTuningService::CallbackService {
+// Unary methods take the request's raw bytes and parse it here: gRPC's own parsing answers a
+// request that does not parse with UNIMPLEMENTED and no message (grpc/grpc#30454); parsed here it
+// is INVALID_ARGUMENT with the reason. The two streams still use gRPC's parsing.
+using FineTuningServiceBase = v1::FineTuningService::WithRawCallbackMethod_CreateJob<
+    v1::FineTuningService::WithRawCallbackMethod_GetJob<
+        v1::FineTuningService::WithRawCallbackMethod_ListJobs<
+            v1::FineTuningService::WithRawCallbackMethod_CancelJob<
+                v1::FineTuningService::WithRawCallbackMethod_PauseJob<
+                    v1::FineTuningService::WithRawCallbackMethod_ResumeJob<
+                        v1::FineTuningService::WithRawCallbackMethod_DeleteJob<
+                            v1::FineTuningService::WithRawCallbackMethod_ListJobEvents<
+                                v1::FineTuningService::WithRawCallbackMethod_ListCheckpoints<
+                                    v1::FineTuningService::CallbackService>>>>>>>>>;
+
+// Protobuf's default is 100; no request of this API nests more than a few levels.
+inline constexpr int kMaxRequestNesting = 32;
+// INVALID_ARGUMENT naming the message type when `in` is not one.
+absl::Status parse_request(const grpc::ByteBuffer& in, google::protobuf::Message* req);
+absl::Status serialize_response(const google::protobuf::Message& resp, grpc::ByteBuffer* out);
+
+class FineTuningService final : public FineTuningServiceBase {
   public:
     FineTuningService(JobManager* manager, Authenticator auth);
     ~FineTuningService() override;  // destroy after the server has shut down
 
     grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
-                                        const v1::CreateJobRequest* req, v1::Job* resp) override;
-    grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
-                                     v1::Job* resp) override;
-    grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
-                                       const v1::ListJobsRequest* req,
-                                       v1::ListJobsResponse* resp) override;
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                       grpc::ByteBuffer* out) override;
     grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
-                                        const v1::CancelJobRequest* req, v1::Job* resp) override;
-    grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* ctx,
-                                       const v1::PauseJobRequest* req, v1::Job* resp) override;
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                       grpc::ByteBuffer* out) override;
     grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx,
-                                        const v1::ResumeJobRequest* req, v1::Job* resp) override;
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
     grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
-                                        const v1::DeleteJobRequest* req,
-                                        google::protobuf::Empty* resp) override;
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
     grpc::ServerUnaryReactor* ListJobEvents(grpc::CallbackServerContext* ctx,
-                                            const v1::ListJobEventsRequest* req,
-                                            v1::ListJobEventsResponse* resp) override;
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out) override;
     grpc::ServerWriteReactor<v1::JobEvent>* StreamJobEvents(
         grpc::CallbackServerContext* ctx, const v1::StreamJobEventsRequest* req) override;
     grpc::ServerWriteReactor<v1::Job>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const v1::WatchJobRequest* req) override;
-    grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
-                                              const v1::ListCheckpointsRequest* req,
-                                              v1::ListCheckpointsResponse* resp) override;
 
     size_t stream_subscribers() { return hub_.size(); }
 
   private:
-    template <typename Fn>
-    grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, Fn&& fn);
+    // auth -> parse -> fn(const Request*, Response*) -> serialize -> ToGrpcStatus.
+    template <typename Request, typename Response, typename Fn>
+    grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                    grpc::ByteBuffer* out, Fn&& fn);
 
     JobManager* manager_;
     Authenticator auth_;

@@ -13,6 +13,7 @@
     full once read as OUT_OF_MEMORY and was retried three times.
   - A second daemon on the same ports once started and took half the requests (SO_REUSEPORT).
   - With auth on, /metrics without the token once listed every job and its loss.
+  - Garbage, invalid UTF-8 and 10,000-deep requests were UNIMPLEMENTED with no message.
 """
 import hashlib
 import json
@@ -179,6 +180,28 @@ def test_a_full_disk_is_disk_full_not_retried():
         subprocess.run(["umount", "-l", small])
 
 
+def test_unparseable_requests_are_invalid_argument():
+    # gRPC's own parsing answered these with UNIMPLEMENTED and no message.
+    create = C.channel.unary_unary("/deltatune.v1.FineTuningService/CreateJob")
+    deep = b"\x9b\x06" * 10000 + b"\x9c\x06" * 10000  # unknown field 99, groups 10,000 deep
+    for what, body in (("garbage", b"\xff\xff\xff\xff\xff"),
+                       ("invalid UTF-8 in request_id", b"\x12\x02\xff\xfe"),
+                       ("10,000-deep nesting", deep)):
+        try:
+            create(body, timeout=10)
+            raise AssertionError(f"{what}: accepted")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{what}: {e.code()}")
+            check("is not a valid deltatune.v1.CreateJobRequest" in e.details(),
+                  f"{what}: {e.details()}")
+    get = C.channel.unary_unary("/deltatune.v1.FineTuningService/GetJob")
+    try:
+        get(b"\xff", timeout=10)
+        raise AssertionError("GetJob garbage accepted")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"GetJob: {e.code()}")
+
+
 def second_daemon(grpc_port, http_port, token=None):
     """Another deltatuned with its own state, on the given ports, optionally with a token."""
     other = Daemon()
@@ -251,6 +274,7 @@ try:
         ("an overlong document is a bad line, not a crash",
          test_an_overlong_document_is_a_bad_line_not_a_crash),
         ("a full disk is DISK_FULL, not retried", test_a_full_disk_is_disk_full_not_retried),
+        ("unparseable requests are INVALID_ARGUMENT", test_unparseable_requests_are_invalid_argument),
         ("a second daemon on the same port fails", test_a_second_daemon_on_the_same_port_fails),
         ("metrics without the token show no jobs", test_metrics_without_the_token_show_no_jobs),
     ])

@@ -171,6 +171,13 @@ int main(int argc, char** argv) {
         rank.report(r);
         return 2;
     }
+    if (mode == "error_crash") {  // says why, then exits 1 (a fault the supervisor retries)
+        RankReport r;
+        *r.add_events() = Rank::event("RANK_ERROR", {{"reason", "OUT_OF_MEMORY"}}, JobEvent::ERROR);
+        r.mutable_events(0)->set_message("step 3: cannot allocate 2.0 GiB");
+        rank.report(r);
+        return 1;
+    }
     if (mode == "crash" || (mode == "crash_once" && rank.attempt() == 0)) {
         RankReport r;
         *r.add_events() = Rank::event("TRAINING_STARTED");

@@ -173,6 +173,24 @@ TEST_CASE("repeated crashes end FAILED with MAX_RESTARTS_EXCEEDED, which resumes
     CHECK(out.state() == Job::QUEUED);
 }
 
+TEST_CASE("a rank's own reason and message become the job's fault and error", "[daemon][ranks]") {
+    TempDir dir;
+    TestDaemon d(test_config(dir));
+    v1::JobSpec spec = fake_spec("e", "error_crash");
+    spec.set_max_restarts(1);
+    Job job;
+    REQUIRE(create(d, spec, &job).ok());
+    job = wait_state(d, job.name(), Job::FAILED);
+    REQUIRE(job.state() == Job::FAILED);
+    const auto faults = all_events(d, job.name(), "FAULT_DETECTED");
+    REQUIRE(faults.size() == 2);
+    CHECK(faults[0].details().at("kind") == "OUT_OF_MEMORY");
+    CHECK(faults[0].message() == "rank 0 exited with code 1: step 3: cannot allocate 2.0 GiB");
+    CHECK_THAT(job.error_message(),
+               Catch::Contains("last fault: rank 0 exited with code 1: step 3: "
+                               "cannot allocate 2.0 GiB"));
+}
+
 TEST_CASE("a silent rank is killed: HEARTBEAT_LOST", "[daemon][ranks]") {
     TempDir dir;
     DaemonConfig config = test_config(dir);

@@ -35,6 +35,12 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
     auto& details = *e.mutable_details();
     if (!details.count("rank")) details["rank"] = std::to_string(rank);
     if (e.type() == "EXPORT_COMPLETED" && details.count("path")) a.export_path = details["path"];
+    if (e.type() == "DATA_LOADED") {  // what the data holds stays on the job's status
+        for (const char* key : {"skipped_lines", "trained_tokens"}) {
+            auto m = e.metrics().find(key);
+            if (m != e.metrics().end()) (*c.next.job.mutable_latest_metrics())[key] = m->second;
+        }
+    }
     if (e.level() == JobEvent::ERROR) {
         r.last_error_reason = details.count("reason") ? details["reason"] : "";
         r.last_error_message = e.message();

@@ -152,7 +152,26 @@ def test_an_overlong_document_is_a_bad_line_not_a_crash():
     C.wait_state(skipped, "SUCCEEDED")
     loaded = [e for e in C.events(skipped) if e.type == "DATA_LOADED"][0]
     check(loaded.metrics["skipped_lines"] == 1, f"DATA_LOADED {loaded}")
+    check(C.get(skipped).latest_metrics["skipped_lines"] == 1, "not in the job's status")
     check(any("huge.jsonl" in k for k in loaded.details), f"no per-file count: {loaded.details}")
+
+
+def test_nothing_to_train_and_nan_fail_at_once():
+    with open(D.path("data", "masked.jsonl"), "w") as f:
+        for _ in range(50):
+            f.write('{"input_ids": [1, 2, 3], "labels": [-100, -100, -100]}\n')
+    job = failed_with(C.create(C.spec(train="masked.jsonl", output="masked")).name,
+                      "NO_TRAINED_TOKENS")
+    check("masked.jsonl" in job.error_message, job.error_message)
+    spec = C.spec(output="nan", lr=1.0)
+    spec.hyperparameters.weight_decay = 1e300  # finite, accepted; the weights overflow at once
+    name = C.create(spec).name
+    job = failed_with(name, "NON_FINITE")
+    check("step " in job.error_message, job.error_message)
+    check(not [e for e in C.events(name) if e.type in ("FAULT_DETECTED", "EXPORT_COMPLETED")],
+          "retried or exported")
+    spec.hyperparameters.weight_decay = float("nan")
+    refused(spec, grpc.StatusCode.INVALID_ARGUMENT, "hyperparameters.weight_decay (nan)")
 
 
 def test_a_full_disk_is_disk_full_not_retried():
@@ -273,6 +292,7 @@ try:
         ("CPU jobs are admitted against the machine", test_cpu_jobs_are_admitted_against_the_machine),
         ("an overlong document is a bad line, not a crash",
          test_an_overlong_document_is_a_bad_line_not_a_crash),
+        ("nothing to train and NaN fail at once", test_nothing_to_train_and_nan_fail_at_once),
         ("a full disk is DISK_FULL, not retried", test_a_full_disk_is_disk_full_not_retried),
         ("unparseable requests are INVALID_ARGUMENT", test_unparseable_requests_are_invalid_argument),
         ("a second daemon on the same port fails", test_a_second_daemon_on_the_same_port_fails),

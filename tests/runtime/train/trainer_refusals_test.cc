@@ -96,6 +96,43 @@ TEST_CASE("skipped bad lines are counted per file in DATA_LOADED", "[train]") {
     CHECK(loaded->metrics.at("trained_tokens") > 0);
 }
 
+TEST_CASE("a step with no trained token reports its loss as NaN, never 0", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "run");
+    // One document in four has trained tokens; a batch holds one document, so some steps train
+    // on nothing (the first document keeps the data from being refused).
+    const std::string mixed = tmp.file("mixed.jsonl");
+    {
+        std::ofstream out(mixed);
+        for (int i = 0; i < 40; ++i) {
+            out << (i % 4 == 0 ? R"({"input_ids": [1, 2, 3, 4, 5, 6, 7, 8]})"
+                               : R"({"input_ids": [1, 2, 3, 4, 5, 6, 7, 8], "labels": )"
+                                 R"([-100, -100, -100, -100, -100, -100, -100, -100]})")
+                << "\n";
+        }
+    }
+    c.train_files = {mixed};
+    c.eval_files = {};
+    c.tokens_per_batch = 16;
+    c.max_steps = 12;
+    const Run r = run(c);
+    REQUIRE(r.result.ok());
+    int empty = 0, trained = 0;
+    for (const auto& e : r.events) {
+        if (e.type != "STEP_METRICS") continue;
+        if (e.metrics.at("trained_tokens") == 0) {
+            ++empty;
+            CHECK(std::isnan(e.metrics.at("loss")));
+        } else {
+            ++trained;
+            CHECK(std::isfinite(e.metrics.at("loss")));
+            CHECK(e.metrics.at("loss") > 0);
+        }
+    }
+    CHECK(empty > 0);
+    CHECK(trained > 0);
+}
+
 TEST_CASE("the final evaluation is not repeated when the last step evaluated", "[train]") {
     testing::TempDir tmp;
     TrainConfig c = config(tmp, "run");

@@ -36,6 +36,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
+#include "runtime/device/gemm.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_gpu_model.h"
@@ -237,12 +238,14 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     };
     StepTrace trace;
     std::vector<double> step_ms, tok_s, mfu, losses, norms, enqueue_ms;
+    Gemm::HostStats gemm_before;  // at the first timed step
     double profiled_ms = 0;
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
         if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
         beat();
         DT_RETURN_IF_ERROR(fail_fast(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize()));
+        if (i == o.warmup) gemm_before = ctx->gemm()->host_stats();
         const auto t0 = std::chrono::steady_clock::now();
         DT_RETURN_IF_ERROR(fail_fast(eng.zero()));
         std::vector<double> loss_sum{0.0};
@@ -298,6 +301,10 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
 
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    const Gemm::HostStats gemm_after = ctx->gemm()->host_stats();
+    auto per_step_delta = [&](int64_t before, int64_t after) {
+        return static_cast<double>(after - before) / static_cast<double>(o.steps + 1);
+    };
     double tokens_total = 0;
     for (int64_t i = o.warmup; i < o.warmup + o.steps; ++i) {
         for (int64_t k = 0; k < o.micro; ++k)
@@ -323,6 +330,11 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"tokens_per_s", median(tok_s)},
         {"step_ms", median(step_ms)},
         {"host_enqueue_ms", median(enqueue_ms)},
+        // What the GEMM wrapper costs the host per timed step (and the profiled one).
+        {"gemm_calls_per_step", per_step_delta(gemm_before.calls, gemm_after.calls)},
+        {"gemm_heuristic_queries_per_step",
+         per_step_delta(gemm_before.heuristic_queries, gemm_after.heuristic_queries)},
+        {"gemm_host_ms_per_step", per_step_delta(gemm_before.host_ns, gemm_after.host_ns) * 1e-6},
         {"mfu", median(mfu)},
         {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
         {"lr", o.adamw.lr},

@@ -6,6 +6,7 @@
 // (tests/bench/gemm_bench.cc).
 #include "runtime/device/gemm.h"
 
+#include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -117,6 +118,51 @@ absl::StatusOr<std::optional<int>> fastest(cublasLtHandle_t handle, const GemmAr
     return best;
 }
 
+// The operation and layouts of x. Column-major view: C' (n x m) = op(B') (n x k) op(A') (k x m),
+// A' = B, B' = A.
+absl::Status make_descs(const GemmArgs& x, Descs* out) {
+    Descs& d = *out;
+    const uint64_t mm = static_cast<uint64_t>(x.n), nn = static_cast<uint64_t>(x.m);
+    const uint64_t kk = static_cast<uint64_t>(x.k);
+    const cudaDataType_t ct = x.c_type == GemmOut::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    DT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    // Stored shapes (column-major rows x cols) of A' = B and B' = A.
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, x.trans_b ? kk : mm,
+                                                         x.trans_b ? mm : kk, x.ldb));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, x.trans_a ? nn : kk,
+                                                         x.trans_a ? kk : nn, x.lda));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, ct, mm, nn, x.ldc));
+    return absl::OkStatus();
+}
+
+// Up to `want` candidates for d's problem under the workspace and the operands' alignments.
+absl::Status query_heuristic(cublasLtHandle_t handle, Descs& d, size_t workspace_bytes,
+                             const int alignments[3], int want,
+                             cublasLtMatmulHeuristicResult_t* results, int* found) {
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
+    const uint64_t ws = workspace_bytes;
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t aa = alignments[0], ab = alignments[1], ac = alignments[2];
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c,
+                                                             d.pref, want, results, found));
+    return absl::OkStatus();
+}
+
 }  // namespace
 
 struct Gemm::Algo {
@@ -143,25 +189,10 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
     if (x.m < 0 || x.n < 0 || x.k < 0) return absl::InvalidArgumentError("gemm: negative shape");
     if (x.m == 0 || x.n == 0) return absl::OkStatus();
     if (x.k == 0 && x.beta == 1.0f) return absl::OkStatus();
-    // Column-major view: C' (n x m) = op(B') (n x k) op(A') (k x m), A' = B, B' = A.
-    const uint64_t mm = static_cast<uint64_t>(x.n), nn = static_cast<uint64_t>(x.m);
-    const uint64_t kk = static_cast<uint64_t>(x.k);
-    const cudaDataType_t ct = x.c_type == GemmOut::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const auto t_start = std::chrono::steady_clock::now();
+    ++stats_.calls;
     Descs d;
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t tb = x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DT_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    DT_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    // Stored shapes (column-major rows x cols) of A' = B and B' = A.
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, x.trans_b ? kk : mm,
-                                                         x.trans_b ? mm : kk, x.ldb));
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, x.trans_a ? nn : kk,
-                                                         x.trans_a ? kk : nn, x.lda));
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, ct, mm, nn, x.ldc));
-
+    DT_RETURN_IF_ERROR(make_descs(x, &d));
     const int al_a = alignment_of(x.b), al_b = alignment_of(x.a), al_c = alignment_of(x.c);
     const Key key{x.m,
                   x.n,
@@ -193,23 +224,11 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
         }
     }
     if (it == cache_.end()) {
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
-        const uint64_t ws = workspace_bytes_;
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-            d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-        const uint32_t aa = al_a, ab = al_b, ac = al_c;
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-            d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-            d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)));
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-            d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-            d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
+        const int alignments[3] = {al_a, al_b, al_c};
         cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
         int found = 0;
-        DT_CUBLAS_RETURN_IF_ERROR(
-            cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
+        ++stats_.heuristic_queries;
+        DT_RETURN_IF_ERROR(query_heuristic(handle_, d, workspace_bytes_, alignments,
                                            time_candidates_ ? kCandidates : 1, results, &found));
         if (found == 0) {
             return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for a (", x.m,
@@ -233,6 +252,9 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &x.alpha, x.b, d.a, x.a, d.b, &x.beta,
                                              x.c, d.c, x.c, d.c, &it->second->algo, workspace_,
                                              workspace_bytes_, stream));
+    stats_.host_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - t_start)
+                          .count();
     return absl::OkStatus();
 }
 

@@ -58,6 +58,18 @@ class Gemm {
     size_t timed_buckets() const { return timed_buckets_; }
     size_t retuned_algorithms() const { return retuned_; }
 
+    // Host-side cost, for the bench: calls, cuBLASLt heuristic queries (one per new shape, so
+    // per GEMM whose token count is new), and host time inside run(). On the 27B-slice the host
+    // enqueues a step in under half its GPU time, so these stay off the critical path: the
+    // heuristic's choice for a bucket's largest shape instead of the exact one cut the queries
+    // from 25 to 7 per step but made the GEMMs 1.5% slower (docs/performance.md).
+    struct HostStats {
+        int64_t calls = 0;
+        int64_t heuristic_queries = 0;
+        int64_t host_ns = 0;
+    };
+    HostStats host_stats() const { return stats_; }
+
   private:
     struct Algo;
     using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int,
@@ -71,6 +83,7 @@ class Gemm {
     size_t workspace_bytes_ = 0;
     std::map<Key, std::shared_ptr<Algo>> cache_;  // exact shape -> algorithm
     std::map<Key, std::shared_ptr<Algo>> timed_;  // size bucket -> timed choice
+    HostStats stats_;
 };
 
 // The three GEMMs of a bias-free linear layer y = x W^T (W: (out, in), PyTorch layout):

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Alternating A/B runs of `deltatune bench` on the 27B-slice: the default build's choices against
+# one environment setting (AB_ENV, e.g. DELTATUNE_GEMM=exact), ROUNDS times each, one line per run
+# with the step's host-side figures (host enqueue time, GEMM heuristic queries and host time per
+# step, the profiled step's GPU-busy time). Over the bundle of gpu_bundle.sh:
+#   AB_ENV=DELTATUNE_GEMM=exact BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+CFG=configs/models/qwen3.8-27b-slice.json
+O=${OUT:-/tmp}
+row() {  # LABEL JSON
+  python3 - "$@" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+g = lambda k: d.get(k) if d.get(k) is not None else float("nan")
+print(f"{sys.argv[1]:<10} {g('tokens_per_s'):>8.0f} {g('step_ms'):>8.1f} {g('host_enqueue_ms'):>8.1f} "
+      f"{g('profiled_step_ms'):>9.1f} {g('compute_kernel_busy_ms_profiled_step'):>8.1f} "
+      f"{g('gemm_heuristic_queries_per_step'):>7.1f} {g('gemm_host_ms_per_step'):>7.2f} "
+      f"{g('gemm_calls_per_step'):>6.0f} {g('peak_memory_gib'):>6.1f}")
+PY
+}
+echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB"
+for r in $(seq 1 ${ROUNDS:-3}); do
+  for v in A B; do
+    if [[ $v == A ]]; then envs=(); else envs=(${AB_ENV:-}); fi
+    env "${envs[@]}" "$B/daemon/deltatune" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
+      --recompute ${RECOMPUTE:-auto} > "$O/ab_$v$r.json" 2> "$O/ab_$v$r.err" || tail -3 "$O/ab_$v$r.err"
+    row "$v$r" "$O/ab_$v$r.json"
+  done
+done

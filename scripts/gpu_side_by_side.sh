@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# benchmark.md's headline comparison in one device run: the peer (shared/bench/bench_peer.py,
-# transformers + flash-linear-attention 0.5.2, 1D packed, activation checkpointing per layer)
-# next to `deltatune bench` (per-layer recompute, and the automatic policy) on the 27B-slice.
+# The headline comparison in one device run: the PyTorch peer at its best (bench_peer.py,
+# transformers + flash-linear-attention, 1D packed, fused AdamW, every timed shape warmed; with
+# and without per-layer checkpointing) next to `deltatune bench` (per-layer recompute, and the
+# automatic policy) on the 27B-slice, and our step's time by part.
 # Needs, carried: the bundle (gpu_bundle.sh), .peer/bench_peer.py (a copy of the shared script)
 # and .carry/ (the fla package, unzipped from the flash-linear-attention and fla-core wheels).
 #   BUNDLE_DIR=.device-build bash scripts/gpu_side_by_side.sh
 # PEER_PROFILE=1 adds the peer's profiled step (kernel counts; the torch profiler takes minutes),
-# PEER_CU=0 skips its document-isolated variant, PEER_TIMEOUT (s) bounds each peer run.
+# PEER_CU=1 adds its document-isolated variant, PEER_TIMEOUT (s) bounds each peer run.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -25,16 +26,23 @@ peer() {  # NAME [flags...]
   timeout ${PEER_TIMEOUT:-200} python3 $P/bench/bench_peer.py --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
   grep '^RESULT' "$O/$name.log" | tail -1 > "$O/$name.json" || tail -5 "$O/$name.log"
 }
-peer peer_fla ${PEER_PROFILE:+--profile} --tag fla-packed-ckpt  # the peer's optimised row (documents leak)
-[[ ${PEER_CU:-1} == 1 ]] && peer peer_fla_cu --cu --tag fla-packed-cu  # documents kept apart
-"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
-"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 1 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
-printf '%-16s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
-for f in peer_fla peer_fla_cu; do
-  printf '%-16s %-10s %-8s %-9s %s\n' $f "$(field $O/$f.json real_tok_s)" - "$(field $O/$f.json peak_gib)" "$(field $O/$f.json gpu_kernels)"
+# The peer at its best (FLA kernels, 1D packing, fused AdamW; every timed shape warmed first):
+# no activation checkpointing (fits in 83 GiB), and with per-layer checkpointing.
+peer peer_ckpt0 --fused-adam --ckpt 0 ${PEER_PROFILE:+--profile} --tag fla-packed-fused-ckpt0
+peer peer_ckpt1 --fused-adam --ckpt 1 --tag fla-packed-fused-ckpt1
+[[ ${PEER_CU:-0} == 1 ]] && peer peer_cu --fused-adam --ckpt 0 --cu --tag fla-packed-cu  # documents kept apart
+"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
+"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
+printf '%-12s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
+for f in peer_ckpt0 peer_ckpt1 peer_cu; do
+  [[ -s $O/$f.json ]] || continue
+  printf '%-12s %-10s %-8s %-9s %s\n' $f "$(field $O/$f.json real_tok_s)" - "$(field $O/$f.json peak_gib)" "$(field $O/$f.json gpu_kernels)"
 done
 for f in dt_layer dt_auto; do
-  printf '%-16s %-10.0f %-8.3f %-9.2f %s\n' $f "$(field $O/$f.json tokens_per_s)" "$(field $O/$f.json mfu)" \
+  printf '%-12s %-10.0f %-8.3f %-9.2f %s\n' $f "$(field $O/$f.json tokens_per_s)" "$(field $O/$f.json mfu)" \
     "$(field $O/$f.json device_used_gib_cudaMemGetInfo)" "$(field $O/$f.json kernel_launches_per_step) / $(field $O/$f.json kernel_launches_per_layer) per layer"
 done
-field $O/peer_fla.json impl_chunk_gated_delta_rule; field $O/peer_fla.json fla_available
+for f in dt_layer dt_auto; do
+  echo "$f: step $(field $O/$f.json step_ms) ms, profiled $(field $O/$f.json profiled_step_ms) ms, by part $(field $O/$f.json step_breakdown_ms_profiled_step)"
+done
+field $O/peer_ckpt0.json impl_chunk_gated_delta_rule; field $O/peer_ckpt0.json fla_available

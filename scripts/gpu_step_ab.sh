@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Alternating A/B runs of `deltatune bench` on the 27B-slice: the default build's choices against
-# one environment setting (AB_ENV, e.g. DELTATUNE_GEMM=exact), ROUNDS times each, one line per run
+# Alternating A/B runs of `deltatune bench` on the 27B-slice: the bundle's binary (A) against an
+# environment setting (AB_ENV) and/or another binary (B_BIN, e.g. a baseline build copied into
+# the bundle as daemon/deltatune_base), ROUNDS times each, one line per run
 # with the step's host-side figures (host enqueue time, GEMM heuristic queries and host time per
 # step, the profiled step's GPU-busy time). Over the bundle of gpu_bundle.sh:
-#   AB_ENV=DELTATUNE_GEMM=exact BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
+#   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -25,7 +26,8 @@ echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms c
 for r in $(seq 1 ${ROUNDS:-3}); do
   for v in A B; do
     if [[ $v == A ]]; then envs=(); else envs=(${AB_ENV:-}); fi
-    env "${envs[@]}" "$B/daemon/deltatune" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
+    bin=$B/daemon/deltatune; [[ $v == B ]] && bin=${B_BIN:-$bin}
+    env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
       --recompute ${RECOMPUTE:-auto} > "$O/ab_$v$r.json" 2> "$O/ab_$v$r.err" || tail -3 "$O/ab_$v$r.err"
     row "$v$r" "$O/ab_$v$r.json"
   done

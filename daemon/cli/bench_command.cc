@@ -1,27 +1,30 @@
 // deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]
 //                 [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]
-//                 [--fsdp] [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
-//                 [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
-// (--max-grad-norm and --sample-out with --fsdp: the single-device step neither clips nor
-// measures the gradient norm; its JSON has "grad_norms": null)
-// The headline training-step benchmark (shared/docs/benchmark.md, "27B-slice"): the model is
-// random-initialised on the GPU (Qwen35GpuModel::create_random, nothing staged on the host), the
-// batches are 1D packed from documents of lognormal(7.0, 0.5) lengths clipped to [16, tokens]
-// (greedy, like bench_peer.py's batches_1d; std::mt19937_64, so not the peer's exact lengths)
-// with uniform random ids and every token trained. Each step is zero-grad, forward, backward
-// and AdamW (fp32 masters, moments on the device). One JSON line on stdout. --recompute auto is
-// the daemon's policy: no recomputation where the memory planner says that fits this GPU.
+//                 [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
+//                 [--max-grad-norm 1.0] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
+// The headline training-step benchmark (the 27B-slice workload, docs/performance.md): it times
+// the engine daemon jobs train with (runtime/train/train_engine_gpu.h: Qwen35GpuModel over
+// FsdpGpuParams, FSDP over NCCL; world size 1 is one GPU), so its figure is what a job gets.
+// Parameters are random-initialised on the GPU (nothing staged on the host); the batches are 1D
+// packed from documents of lognormal(7.0, 0.5) lengths clipped to [16, tokens] (greedy, like the
+// PyTorch peer's 1D batches; std::mt19937_64, so not the peer's exact lengths) with uniform
+// random ids and every token trained. Each step is the trainer's: begin (zero gradients),
+// forward and backward per micro-batch (the loss read back), apply (global gradient norm,
+// clipping at --max-grad-norm, a job's default 1.0; 0 turns it off, AdamW with fp32 masters).
+// One JSON line on stdout. --recompute auto is the daemon's policy: no recomputation where the
+// memory planner says that fits this GPU. --fsdp is accepted and changes nothing (every run is
+// the sharded engine).
 //
-// --fsdp (implied by --world-size > 1) runs the sharded path (runtime/dist/fsdp_gpu.h) over NCCL,
-// one process per GPU (rank R uses the first visible device; rendezvous through the folder DIR).
-// Every rank draws the same global batches; a step's global batch is world_size * K packed
-// micro-batches, rank R taking micro-batches R*K .. R*K+K-1, so runs at different world sizes with
-// the same world_size * K see the same documents per step and can be compared loss for loss
-// (--sample-out: every S-th element of every parameter's fp32 master after the last step, raw
-// float32, written by rank 0). The profiled step's NCCL kernels against the compute kernels give
-// the exposed communication time; the memory planner's prediction is printed beside the peak.
-// --timeout-ms bounds every collective (the communicator aborts, the rank exits 1 at once) and
-// the time between two signs of progress (the watchdog ends a stuck rank with exit code 3).
+// --world-size N: one process per GPU (rank R uses the first visible device; rendezvous through
+// the folder DIR). Every rank draws the same global batches; a step's global batch is
+// world_size * K packed micro-batches, rank R taking micro-batches R*K .. R*K+K-1, so runs at
+// different world sizes with the same world_size * K see the same documents per step and can be
+// compared loss for loss (--sample-out: every S-th element of every parameter's fp32 master after
+// the last step, raw float32, written by rank 0). The profiled step's NCCL kernels against the
+// compute kernels give the exposed communication time; the memory planner's prediction is
+// printed beside the peak. --timeout-ms bounds every collective (the communicator aborts, the
+// rank exits 1 at once) and, doubled, the time between two signs of progress (the engine's
+// watchdog ends a stuck rank).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,6 +52,7 @@
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/dist/progress_watchdog.h"
 #include "runtime/model/gpu_blocks.h"
+#include "runtime/train/train_engine_gpu.h"
 #endif
 
 namespace deltatune::cli {
@@ -61,10 +65,9 @@ struct BenchOptions {
     std::string recompute = "layer";
     uint64_t seed = 0;
     AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
-    bool fsdp = false;
     int64_t world = 1, rank = 0, micro = 1, timeout_ms = 120000, sample_stride = 4099;
     std::string rendezvous, sample_out;
-    double max_grad_norm = 0;
+    double max_grad_norm = 1.0;  // a job's default
 };
 
 #if DELTATUNE_HAVE_CUDA
@@ -130,36 +133,40 @@ double median(std::vector<double> v) {
 #endif
 
 #if DELTATUNE_HAVE_CUDA
-// The step loop's two engines: the single-device model, or FSDP over NCCL.
-struct Engine {
-    std::unique_ptr<NcclCommunicator> comm;
-    std::unique_ptr<FsdpGpuParams> fsdp;
-    std::unique_ptr<Qwen35GpuModel> net;
-    absl::Status zero() { return fsdp ? fsdp->zero_grads() : net->zero_grads(); }
-    absl::StatusOr<double> step(const AdamWHyper& h, int64_t i, double max_norm) {
-        if (fsdp) return fsdp->step(h, i, max_norm);
-        DT_RETURN_IF_ERROR(net->adamw_step(h, i));
-        return 0.0;
+// The NCCL id's rendezvous of a one-rank run: no folder needed.
+class LocalStore final : public KeyValueStore {
+  public:
+    absl::Status set(const std::string& key, const std::string& value) override {
+        values_[key] = value;
+        return absl::OkStatus();
     }
+    absl::StatusOr<std::optional<std::string>> get(const std::string& key) override {
+        auto it = values_.find(key);
+        if (it == values_.end()) return std::optional<std::string>();
+        return std::optional<std::string>(it->second);
+    }
+
+  private:
+    std::map<std::string, std::string> values_;
 };
 
-absl::StatusOr<Engine> make_engine(const BenchOptions& o, DeviceContext& ctx, const Qwen35Config& c,
-                                   Recompute recompute) {
-    Engine e;
-    if (!o.fsdp) {
-        DT_ASSIGN_OR_RETURN(e.net, Qwen35GpuModel::create_random(ctx, c, recompute, o.seed));
-        return e;
+// The engine daemon jobs train with (runtime/train), parameters initialised on the device.
+absl::StatusOr<std::unique_ptr<GpuTrainEngine>> make_engine(const BenchOptions& o,
+                                                            const Qwen35Config& c) {
+    GpuRankOptions g;
+    g.enabled = true;
+    g.device = 0;
+    g.rank = static_cast<int>(o.rank), g.world_size = static_cast<int>(o.world);
+    if (o.world == 1) {
+        g.store = std::make_shared<LocalStore>();
+    } else {
+        g.store_dir = o.rendezvous;
     }
-    NcclOptions n;
-    n.rank = o.rank, n.world_size = o.world, n.device = 0;
-    n.store_dir = o.rendezvous, n.prefix = "bench";
-    n.timeout = std::chrono::milliseconds(o.timeout_ms);
-    DT_ASSIGN_OR_RETURN(e.comm, NcclCommunicator::create(n));
-    DT_ASSIGN_OR_RETURN(e.fsdp, FsdpGpuParams::create(ctx, *e.comm, c));
-    DT_RETURN_IF_ERROR(e.fsdp->init_random(o.seed));
-    DT_ASSIGN_OR_RETURN(
-        e.net, Qwen35GpuModel::create_with_source(ctx, c, e.fsdp->layout(), *e.fsdp, recompute));
-    return e;
+    g.prefix = "bench";
+    g.timeout = std::chrono::milliseconds(o.timeout_ms);
+    g.recompute = o.recompute;
+    g.tokens_per_batch = o.tokens;
+    return GpuTrainEngine::create_random(c, g, o.seed);
 }
 #endif
 
@@ -202,33 +209,21 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         if (owner == o.rank) batches.push_back(std::move(p));
     }
 
-    // Sharded runs: a rank that stops making progress (a dead peer, a call blocked behind a
-    // collective that never ends) reports and exits instead of hanging. Destroyed last.
-    std::unique_ptr<ProgressWatchdog> watchdog;
-    if (o.fsdp) {
-        watchdog = std::make_unique<ProgressWatchdog>(
-            std::chrono::milliseconds(o.timeout_ms),
-            exit_on_expiry(absl::StrCat("deltatune bench: rank ", o.rank), 3));
-    }
-    auto beat = [&] {
-        if (watchdog) watchdog->beat();
-    };
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
+    // The engine's own watchdog ends a rank that stops making progress (a dead peer).
+    const auto t_init = std::chrono::steady_clock::now();
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> engine, make_engine(o, c));
+    GpuTrainEngine& eng = *engine;
+    const double init_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
+    const Recompute recompute = eng.recompute_policy();
     MemoryPlanInput plan_in;
     plan_in.world_size = static_cast<int>(o.world);
     plan_in.tokens_per_batch = o.tokens;
-    plan_in.sm_version = ctx->sm_version();
-    DT_ASSIGN_OR_RETURN(const Recompute recompute, resolve_recompute(o.recompute, c, plan_in));
-    const auto t_init = std::chrono::steady_clock::now();
-    DT_ASSIGN_OR_RETURN(Engine eng, make_engine(o, *ctx, c, recompute));
-    const double init_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
-
-    beat();
+    plan_in.sm_version = eng.device().sm_version();
     // A failed collective aborted the communicator: report at once and end the process, as
     // tearing down streams that hold never-ending collectives may block.
     auto fail_fast = [&](const absl::Status& s) {
-        if (!s.ok() && eng.comm && eng.comm->aborted()) {
+        if (!s.ok() && eng.nccl().aborted()) {
             std::fprintf(stderr, "deltatune bench: rank %lld: %s\n", static_cast<long long>(o.rank),
                          std::string(s.message()).c_str());
             std::fflush(stderr);
@@ -243,33 +238,29 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
         if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
-        beat();
-        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize()));
-        if (i == o.warmup) gemm_before = ctx->gemm()->host_stats();
+        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp().synchronize()));
+        if (i == o.warmup) gemm_before = eng.device().gemm()->host_stats();
         const auto t0 = std::chrono::steady_clock::now();
-        DT_RETURN_IF_ERROR(fail_fast(eng.zero()));
-        std::vector<double> loss_sum{0.0};
-        double tokens = 0, flops = 0;
+        // As trainer.cc runs a step: begin, forward and backward per micro-batch, apply.
+        DT_RETURN_IF_ERROR(fail_fast(eng.begin_step()));
+        const int64_t global_labels = static_cast<int64_t>(step_labels[static_cast<size_t>(i)]);
+        double loss_sum = 0, tokens = 0, flops = 0;
         for (int64_t k = 0; k < o.micro; ++k) {
             const size_t at = static_cast<size_t>(i * o.micro + k);
             const PackedBatch& b = batches[at];
-            if (eng.fsdp) eng.fsdp->set_gradient_sync(k == o.micro - 1);
-            absl::StatusOr<LossResult> loss =
-                eng.net->forward(b, step_labels[static_cast<size_t>(i)]);
+            absl::StatusOr<double> loss = eng.forward_backward(b, global_labels, k == o.micro - 1);
             DT_RETURN_IF_ERROR(fail_fast(loss.status()));
-            DT_RETURN_IF_ERROR(fail_fast(eng.net->backward()));
-            beat();
-            loss_sum[0] += loss->loss_sum;
+            loss_sum += *loss;
             tokens += static_cast<double>(b.tokens());
             flops += step_flops(c, lens[static_cast<size_t>(i * per_step + o.rank * o.micro + k)]);
         }
-        absl::StatusOr<double> norm = eng.step(o.adamw, i + 1, o.max_grad_norm);
+        absl::StatusOr<double> norm = eng.apply(o.adamw, o.max_grad_norm);
         DT_RETURN_IF_ERROR(fail_fast(norm.status()));
         const auto t_enqueued = std::chrono::steady_clock::now();
-        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp ? eng.fsdp->synchronize() : ctx->synchronize()));
+        DT_RETURN_IF_ERROR(fail_fast(eng.fsdp().synchronize()));
         const auto t1 = std::chrono::steady_clock::now();
-        if (eng.fsdp) DT_RETURN_IF_ERROR(fail_fast(eng.fsdp->all_reduce_host(loss_sum)));
-        losses.push_back(loss_sum[0] / step_labels[static_cast<size_t>(i)]);
+        DT_RETURN_IF_ERROR(fail_fast(eng.comm().all_reduce_sum(&loss_sum, 1)));
+        losses.push_back(loss_sum / step_labels[static_cast<size_t>(i)]);
         norms.push_back(*norm);
         if (profiled) {
             stop_trace();
@@ -279,14 +270,14 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         if (i < o.warmup) continue;
         const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
         step_ms.push_back(ms);
-        // The host's share: until it has enqueued the whole step (it waits once inside, for the
-        // forward's loss); close to step_ms means the GPU waits for the host.
+        // The host's share: until it has enqueued the whole step (it waits inside for the
+        // forward's loss and the gradient norm); close to step_ms means the GPU waits for it.
         enqueue_ms.push_back(std::chrono::duration<double, std::milli>(t_enqueued - t0).count());
         tok_s.push_back(tokens / (ms * 1e-3));
         mfu.push_back(flops / (ms * 1e-3) / 989.4e12);
     }
-    if (!o.sample_out.empty() && eng.fsdp) {
-        DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp->download_sample(o.sample_stride));
+    if (!o.sample_out.empty()) {
+        DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp().download_sample(o.sample_stride));
         if (o.rank == 0) {
             std::FILE* f = std::fopen(o.sample_out.c_str(), "wb");
             if (!f ||
@@ -301,7 +292,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
 
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-    const Gemm::HostStats gemm_after = ctx->gemm()->host_stats();
+    const Gemm::HostStats gemm_after = eng.device().gemm()->host_stats();
     auto per_step_delta = [&](int64_t before, int64_t after) {
         return static_cast<double>(after - before) / static_cast<double>(o.steps + 1);
     };
@@ -319,7 +310,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"layers", c.num_layers},
         {"recompute", recompute_name(recompute)},
         {"recompute_requested", o.recompute},
-        {"path", eng.fsdp ? "fsdp-nccl" : "single-device"},
+        {"path", "train-engine " + eng.name()},  // what daemon jobs run (runtime/train)
         {"world_size", o.world},
         {"rank", o.rank},
         {"micro_batches_per_rank", o.micro},
@@ -337,26 +328,24 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"gemm_host_ms_per_step", per_step_delta(gemm_before.host_ns, gemm_after.host_ns) * 1e-6},
         {"mfu", median(mfu)},
         {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
+        {"max_grad_norm", o.max_grad_norm},
         {"lr", o.adamw.lr},
         {"losses", losses},
-        // Measured by the sharded step only (null on the single-device path).
-        {"grad_norms", eng.fsdp ? nlohmann::json(norms) : nlohmann::json(nullptr)},
+        {"grad_norms", norms},
         {"loss_last", losses.back()},
-        {"peak_memory_gib", static_cast<double>(eng.net->peak_device_bytes()) / kGiB},
+        {"peak_memory_gib", static_cast<double>(eng.model().peak_device_bytes()) / kGiB},
         {"device_used_gib_cudaMemGetInfo", static_cast<double>(total_b - free_b) / kGiB},
         {"planner_peak_gib", static_cast<double>(plan.peak_bytes) / kGiB},
         {"planner", plan.describe()},
-        {"gdn_impl", gpu_gdn_fused(c, ctx->sm_version())
+        {"gdn_impl", gpu_gdn_fused(c, eng.device().sm_version())
                          ? "fused: kernels/causal_conv1d.cu, gated_delta_rule*.cu, gated_rmsnorm.cu"
                          : "kernels/gdn_simple.cu (not the fused causal_conv1d/gated_delta_rule "
                            "kernels)"},
         {"init_s", init_s},
     };
-    if (eng.fsdp) {
-        j["comm_bytes_per_step_gib"] = static_cast<double>(eng.fsdp->comm_bytes_per_step()) / kGiB;
-        j["shard_params"] = eng.fsdp->shard_numel();
-        j["replicated_params"] = eng.fsdp->replicated_numel();
-    }
+    j["comm_bytes_per_step_gib"] = static_cast<double>(eng.fsdp().comm_bytes_per_step()) / kGiB;
+    j["shard_params"] = eng.fsdp().shard_numel();
+    j["replicated_params"] = eng.fsdp().replicated_numel();
     if (!trace.compute.empty()) {
         j["kernel_launches_per_step"] = static_cast<int64_t>(trace.compute.size());
         j["kernel_launches_per_layer"] =
@@ -372,6 +361,11 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             top.push_back({{"kernel", name}, {"launches", launches}, {"ms", ms}});
         }
         j["top_kernels_profiled_step"] = top;
+        // Where the profiled step's time goes: kernel time by part, and what no kernel covers
+        // (host waits and gaps between kernels).
+        nlohmann::json parts = kernel_ms_by_part(trace);
+        parts["idle"] = profiled_ms - union_ms(trace.compute);
+        j["step_breakdown_ms_profiled_step"] = parts;
     }
     return j;
 #endif
@@ -402,29 +396,20 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(uint64_t micro, f.get_uint("micro-batches", 1));
     DT_ASSIGN_OR_RETURN(uint64_t timeout, f.get_uint("timeout-ms", 120000));
     DT_ASSIGN_OR_RETURN(uint64_t stride, f.get_uint("sample-stride", 4099));
-    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 0.0));
+    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 1.0));
     o.rendezvous = f.get("rendezvous", "");
     o.sample_out = f.get("sample-out", "");
-    o.fsdp = f.has("fsdp") || world > 1;
     if (world < 1 || rank >= world) {
         return absl::InvalidArgumentError(
             absl::StrCat("--rank ", rank, " must be below --world-size ", world));
     }
-    if (o.fsdp && o.rendezvous.empty()) {
-        return absl::InvalidArgumentError("--fsdp and --world-size > 1 need --rendezvous DIR");
+    // --fsdp is what every run is now (the job's engine; at world size 1 one GPU): accepted.
+    if (world > 1 && o.rendezvous.empty()) {
+        return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
     }
     if (micro < 1 || stride < 1 || timeout < 1) {
         return absl::InvalidArgumentError(
             "--micro-batches, --sample-stride and --timeout-ms must be >= 1");
-    }
-    if (!o.sample_out.empty() && !o.fsdp) {
-        return absl::InvalidArgumentError("--sample-out needs --fsdp");
-    }
-    // The single-device step (Qwen35GpuModel::adamw_step) neither measures nor clips the
-    // gradient norm: asking for clipping there would be silently ignored.
-    if (o.max_grad_norm != 0 && !o.fsdp) {
-        return absl::InvalidArgumentError(
-            "--max-grad-norm needs --fsdp (the single-device step does not clip)");
     }
     if (o.max_grad_norm < 0) {
         return absl::InvalidArgumentError(

@@ -99,6 +99,36 @@ std::vector<std::tuple<std::string, int64_t, double>> top_kernels(const StepTrac
     return out;
 }
 
+std::map<std::string, double> kernel_ms_by_part(const StepTrace& trace) {
+    // First match wins; names are demangled without arguments.
+    static const std::pair<const char*, std::vector<const char*>> kParts[] = {
+        {"gemm", {"nvjet", "gemm", "cutlass", "xmma", "cublas"}},
+        {"nccl", {"nccl"}},
+        {"optimizer", {"adamw", "grad_norm", "square_sum", "from_square"}},
+        {"gdn",
+         {"gdn_", "gated_delta", "conv1d", "conv_", "gated_rmsnorm", "l2norm", "gates_", "rule_"}},
+        {"attention",
+         {"attention", "flash", "qk_norm_rope", "gate_forward", "gate_backward", "list_tiles",
+          "dq_", "dkv_", "ds_dq"}},
+        {"loss", {"cross_entropy", "loss_sum"}},
+    };
+    std::map<std::string, double> out;
+    for (const auto& [name, t] : trace.by_kernel) {
+        std::string part = "other";
+        for (const auto& [p, needles] : kParts) {
+            const bool hit = std::any_of(needles.begin(), needles.end(), [&](const char* n) {
+                return name.find(n) != std::string::npos;
+            });
+            if (hit) {
+                part = p;
+                break;
+            }
+        }
+        out[part] += static_cast<double>(t.ns) * 1e-6;
+    }
+    return out;
+}
+
 absl::Status start_trace(StepTrace* trace) {
 #if DELTATUNE_HAVE_CUDA
     g_trace = trace;

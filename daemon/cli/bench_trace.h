@@ -33,6 +33,12 @@ void stop_trace();
 // The `n` kernels with the most GPU time: [name, launches, ms] each.
 std::vector<std::tuple<std::string, int64_t, double>> top_kernels(const StepTrace& trace, size_t n);
 
+// The profiled step's kernel time by part, ms: "gemm" (cuBLASLt), "gdn" (the Gated DeltaNet
+// kernels: conv, chunk prep, recurrences, state gradients, gates, gated RMSNorm, l2norm),
+// "attention" (attention cores, gate, q/k norm + RoPE), "optimizer" (AdamW, gradient norm),
+// "loss" (the fused cross-entropy's own kernels), "nccl", and "other".
+std::map<std::string, double> kernel_ms_by_part(const StepTrace& trace);
+
 // Length of the union of the intervals, ms.
 double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans);
 // Length of the part of the union of `a` not covered by the union of `b`, ms.

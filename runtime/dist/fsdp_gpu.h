@@ -104,6 +104,7 @@ class FsdpGpuParams final : public GpuParamSource {
     cudaStream_t comm_stream() const { return dev_.comm_stream(); }
     absl::Status order(cudaStream_t from, cudaStream_t to);  // `to` waits for `from` so far
     absl::Status gather(int unit);
+    GpuUnitPtrs whole_unit(const Unit& u);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
     cudaError_t for_each_local_piece(

@@ -3,6 +3,8 @@
 #include "runtime/train/train_engine.h"
 
 #if DELTATUNE_HAVE_CUDA
+#include "runtime/train/train_engine_gpu.h"
+
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
@@ -27,120 +29,125 @@ PackedBatch untrained_batch(int64_t tokens) {
     return b;
 }
 
-class GpuTrainEngine final : public TrainEngine {
-  public:
-    static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> create(const HfModel& model,
-                                                                  const GpuRankOptions& o) {
-        std::unique_ptr<GpuTrainEngine> e(new GpuTrainEngine());
-        if (o.watchdog) {
-            e->watchdog_ = std::make_unique<ProgressWatchdog>(
-                2 * o.timeout, exit_on_expiry(absl::StrCat("GPU rank ", o.rank), 1));
-        }
-        DT_ASSIGN_OR_RETURN(e->ctx_, DeviceContext::create(Device::cuda(o.device)));
-        MemoryPlanInput plan_in;
-        plan_in.world_size = o.world_size;
-        plan_in.tokens_per_batch = o.tokens_per_batch;
-        plan_in.sm_version = e->ctx_->sm_version();
-        DT_ASSIGN_OR_RETURN(const Recompute recompute,
-                            resolve_recompute(o.recompute, model.config, plan_in));
-        e->recompute_ = recompute_name(recompute);
-        NcclOptions n;
-        n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
-        n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
-        DT_ASSIGN_OR_RETURN(e->nccl_, NcclCommunicator::create(n));
-        e->beat();
-        e->host_ = std::make_unique<NcclHostCommunicator>(*e->ctx_, *e->nccl_);
-        DT_ASSIGN_OR_RETURN(e->fsdp_, FsdpGpuParams::create(*e->ctx_, *e->nccl_, model.config));
-        DT_RETURN_IF_ERROR(e->fsdp_->load(model.params));
-        DT_ASSIGN_OR_RETURN(
-            e->net_, Qwen35GpuModel::create_with_source(*e->ctx_, model.config, e->fsdp_->layout(),
-                                                        *e->fsdp_, recompute));
-        e->beat();
-        return e;
+}  // namespace
+
+GpuTrainEngine::GpuTrainEngine() = default;
+GpuTrainEngine::~GpuTrainEngine() = default;
+
+// Everything but the parameters' values: watchdog, device, recompute policy, NCCL, the shards.
+absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qwen35Config& config,
+                                                                        const GpuRankOptions& o) {
+    std::unique_ptr<GpuTrainEngine> e(new GpuTrainEngine());
+    if (o.watchdog) {
+        e->watchdog_ = std::make_unique<ProgressWatchdog>(
+            2 * o.timeout, exit_on_expiry(absl::StrCat("GPU rank ", o.rank), 1));
     }
+    DT_ASSIGN_OR_RETURN(e->ctx_, DeviceContext::create(Device::cuda(o.device)));
+    MemoryPlanInput plan_in;
+    plan_in.world_size = o.world_size;
+    plan_in.tokens_per_batch = o.tokens_per_batch;
+    plan_in.sm_version = e->ctx_->sm_version();
+    DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
+    NcclOptions n;
+    n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
+    n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
+    DT_ASSIGN_OR_RETURN(e->nccl_, NcclCommunicator::create(n));
+    e->beat();
+    e->host_ = std::make_unique<NcclHostCommunicator>(*e->ctx_, *e->nccl_);
+    DT_ASSIGN_OR_RETURN(e->fsdp_, FsdpGpuParams::create(*e->ctx_, *e->nccl_, config));
+    return e;
+}
 
-    std::string name() const override { return "cuda-fsdp"; }
-    std::string recompute() const override { return recompute_; }
-    Communicator& comm() override { return *host_; }
+absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config) {
+    DT_ASSIGN_OR_RETURN(net_, Qwen35GpuModel::create_with_source(*ctx_, config, fsdp_->layout(),
+                                                                 *fsdp_, recompute_policy_));
+    beat();
+    return absl::OkStatus();
+}
 
-    absl::Status begin_step() override {
+absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create(const HfModel& model,
+                                                                       const GpuRankOptions& o) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e, prepare(model.config, o));
+    DT_RETURN_IF_ERROR(e->fsdp_->load(model.params));
+    DT_RETURN_IF_ERROR(e->attach_model(model.config));
+    return e;
+}
+
+absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create_random(
+    const Qwen35Config& config, const GpuRankOptions& o, uint64_t seed) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e, prepare(config, o));
+    DT_RETURN_IF_ERROR(e->fsdp_->init_random(seed));
+    DT_RETURN_IF_ERROR(e->attach_model(config));
+    return e;
+}
+
+absl::Status GpuTrainEngine::begin_step() {
+    beat();
+    return fsdp_->zero_grads();
+}
+
+absl::StatusOr<double> GpuTrainEngine::forward_backward(const PackedBatch& b, int64_t global_labels,
+                                                        bool last) {
+    fsdp_->set_gradient_sync(last);
+    const double denominator = static_cast<double>(std::max<int64_t>(global_labels, 1));
+    const PackedBatch* batch = &b;
+    PackedBatch filler;
+    if (b.tokens() == 0) batch = &(filler = untrained_batch(16));
+    DT_ASSIGN_OR_RETURN(LossResult r, net_->forward(*batch, denominator));
+    DT_RETURN_IF_ERROR(net_->backward());
+    beat();
+    return r.loss_sum;
+}
+
+absl::StatusOr<double> GpuTrainEngine::apply(const AdamWHyper& hyper, double max_grad_norm) {
+    DT_ASSIGN_OR_RETURN(double norm, fsdp_->step(hyper, adam_step_ + 1, max_grad_norm));
+    ++adam_step_;
+    beat();
+    return norm;
+}
+
+absl::StatusOr<LossResult> GpuTrainEngine::evaluate(const PackedBatch& b) {
+    fsdp_->set_gradient_sync(true);
+    DT_ASSIGN_OR_RETURN(LossResult r, net_->forward(b));
+    DT_RETURN_IF_ERROR(net_->backward());  // releases the units the forward holds
+    beat();
+    return r;
+}
+
+ShardedStateIo GpuTrainEngine::state_io() {
+    ShardedStateIo io;
+    io.group_sizes = fsdp_->group_sizes();
+    io.adam_step = adam_step_;
+    io.save_shard = [this](const std::string& path) {
         beat();
-        return fsdp_->zero_grads();
-    }
-
-    absl::StatusOr<double> forward_backward(const PackedBatch& b, int64_t global_labels,
-                                            bool last) override {
-        fsdp_->set_gradient_sync(last);
-        const double denominator = static_cast<double>(std::max<int64_t>(global_labels, 1));
-        const PackedBatch* batch = &b;
-        PackedBatch filler;
-        if (b.tokens() == 0) batch = &(filler = untrained_batch(16));
-        DT_ASSIGN_OR_RETURN(LossResult r, net_->forward(*batch, denominator));
-        DT_RETURN_IF_ERROR(net_->backward());
-        beat();
-        return r.loss_sum;
-    }
-
-    absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) override {
-        DT_ASSIGN_OR_RETURN(double norm, fsdp_->step(hyper, adam_step_ + 1, max_grad_norm));
-        ++adam_step_;
-        beat();
-        return norm;
-    }
-
-    absl::StatusOr<LossResult> evaluate(const PackedBatch& b) override {
-        fsdp_->set_gradient_sync(true);
-        DT_ASSIGN_OR_RETURN(LossResult r, net_->forward(b));
-        DT_RETURN_IF_ERROR(net_->backward());  // releases the units the forward holds
-        beat();
-        return r;
-    }
-
-    ShardedStateIo state_io() override {
-        ShardedStateIo io;
-        io.group_sizes = fsdp_->group_sizes();
-        io.adam_step = adam_step_;
-        io.save_shard = [this](const std::string& path) {
-            beat();
-            absl::Status s = fsdp_->save_shard(path);
-            beat();
-            return s;
-        };
-        io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
-            beat();
-            DT_RETURN_IF_ERROR(fsdp_->load_shards(files));
-            adam_step_ = adam_step;
-            beat();
-            return absl::OkStatus();
-        };
-        return io;
-    }
-
-    absl::Status download(ParamSet& params) override {
-        beat();
-        absl::Status s = fsdp_->download(params);
+        absl::Status s = fsdp_->save_shard(path);
         beat();
         return s;
-    }
+    };
+    io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
+        beat();
+        DT_RETURN_IF_ERROR(fsdp_->load_shards(files));
+        adam_step_ = adam_step;
+        beat();
+        return absl::OkStatus();
+    };
+    return io;
+}
 
-  private:
-    GpuTrainEngine() = default;
-    void beat() {
-        if (watchdog_) watchdog_->beat();
-    }
+absl::Status GpuTrainEngine::download(ParamSet& params) {
+    beat();
+    absl::Status s = fsdp_->download(params);
+    beat();
+    return s;
+}
 
-    // Declared first, destroyed last: it also guards the teardown of everything below.
-    std::unique_ptr<ProgressWatchdog> watchdog_;
-    std::unique_ptr<DeviceContext> ctx_;
-    std::unique_ptr<NcclCommunicator> nccl_;
-    std::unique_ptr<NcclHostCommunicator> host_;
-    std::unique_ptr<FsdpGpuParams> fsdp_;
-    std::unique_ptr<Qwen35GpuModel> net_;
-    int64_t adam_step_ = 0;
-    std::string recompute_;
-};
+std::string GpuTrainEngine::recompute() const {
+    return recompute_name(recompute_policy_);
+}
 
-}  // namespace
+void GpuTrainEngine::beat() {
+    if (watchdog_) watchdog_->beat();
+}
 
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel& model,
                                                                    const GpuRankOptions& options) {

@@ -62,10 +62,10 @@ TEST_CASE("bad command lines fail with one clear line", "[cli]") {
     CHECK(out.find("/nonexistent/config.json: cannot open") != std::string::npos);
     CHECK(run("init-model --config x.json --out y --colour blue", out) == 1);
     CHECK(out == "deltatune init-model: unknown flag --colour\n");
-    CHECK(run("bench --config x.json --max-grad-norm 1", out) == 1);
-    CHECK(out ==
-          "deltatune bench: --max-grad-norm needs --fsdp (the single-device step does not "
-          "clip)\n");
+    CHECK(run("bench --config x.json --max-grad-norm -1", out) == 1);
+    CHECK(out == "deltatune bench: --max-grad-norm must be >= 0 (0: no clipping), got -1\n");
+    CHECK(run("bench --config x.json --world-size 2 --rank 1", out) == 1);
+    CHECK(out == "deltatune bench: --world-size > 1 needs --rendezvous DIR\n");
     CHECK(run("frobnicate", out) == 2);
 }
 

@@ -1,0 +1,67 @@
+// The GPU engine (Qwen35GpuModel over FsdpGpuParams; world size 1 is one GPU), declared for the
+// tools that measure it: `deltatune bench` times this object, the one daemon jobs train with,
+// and reads its device, shards and model for its figures. CUDA builds only.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <memory>
+#include <string>
+
+#include "runtime/device/device_context.h"
+#include "runtime/dist/fsdp_gpu.h"
+#include "runtime/dist/nccl_host_communicator.h"
+#include "runtime/dist/progress_watchdog.h"
+#include "runtime/model/qwen35_gpu_model.h"
+#include "runtime/train/memory_plan.h"
+#include "runtime/train/train_engine.h"
+
+namespace deltatune {
+
+class GpuTrainEngine final : public TrainEngine {
+  public:
+    // Loads `model.params` into this rank's shards.
+    static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> create(const HfModel& model,
+                                                                  const GpuRankOptions& options);
+    // Parameters initialised on the device as transformers initialises them (no host copy).
+    static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> create_random(
+        const Qwen35Config& config, const GpuRankOptions& options, uint64_t seed);
+    ~GpuTrainEngine() override;
+
+    std::string name() const override { return "cuda-fsdp"; }
+    std::string recompute() const override;
+    Communicator& comm() override { return *host_; }
+    absl::Status begin_step() override;
+    absl::StatusOr<double> forward_backward(const PackedBatch& batch, int64_t global_labels,
+                                            bool last) override;
+    absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) override;
+    absl::StatusOr<LossResult> evaluate(const PackedBatch& batch) override;
+    ShardedStateIo state_io() override;
+    absl::Status download(ParamSet& params) override;
+
+    // For measurements.
+    DeviceContext& device() { return *ctx_; }
+    FsdpGpuParams& fsdp() { return *fsdp_; }
+    Qwen35GpuModel& model() { return *net_; }
+    NcclCommunicator& nccl() { return *nccl_; }
+    Recompute recompute_policy() const { return recompute_policy_; }
+
+  private:
+    GpuTrainEngine();
+    static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> prepare(const Qwen35Config& config,
+                                                                   const GpuRankOptions& options);
+    absl::Status attach_model(const Qwen35Config& config);
+    void beat();
+
+    // Declared first, destroyed last: it also guards the teardown of everything below.
+    std::unique_ptr<ProgressWatchdog> watchdog_;
+    std::unique_ptr<DeviceContext> ctx_;
+    std::unique_ptr<NcclCommunicator> nccl_;
+    std::unique_ptr<NcclHostCommunicator> host_;
+    std::unique_ptr<FsdpGpuParams> fsdp_;
+    std::unique_ptr<Qwen35GpuModel> net_;
+    int64_t adam_step_ = 0;
+    Recompute recompute_policy_ = Recompute::kLayer;
+};
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

@@ -251,6 +251,61 @@ absl::Status FsdpGpuParams::zero_grads() {
     return absl::OkStatus();
 }
 
+absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero) {
+    if (comm_.world_size() != 1 || zero.size() != layout_.slots.size()) {
+        return absl::FailedPreconditionError("partial gradient zeroing needs world size 1");
+    }
+    std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) in grad_, by start
+    std::vector<std::pair<int64_t, bool>> slots;    // (begin, zero it) of every sharded slot
+    for (size_t i = 0; i < layout_.slots.size(); ++i) {
+        const GpuParamSlot& slot = layout_.slots[i];
+        if (slot.replicated) continue;
+        slots.emplace_back(units_[static_cast<size_t>(slot.unit)].shard_begin + slot.offset,
+                           zero[i]);
+    }
+    std::vector<size_t> order(slots.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return slots[a].first < slots[b].first; });
+    // A run ends where a kept slot starts: padding between zeroed neighbours is zeroed too
+    // (nothing ever writes it), never a kept slot's values.
+    float* g = grad_.as<float>();
+    for (size_t k = 0; k < order.size(); ++k) {
+        const size_t i = order[k];
+        if (!slots[i].second) continue;
+        const int64_t end = k + 1 < order.size() ? slots[order[k + 1]].first : shard_total_;
+        if (!runs.empty() && runs.back().second == slots[i].first) {
+            runs.back().second = end;
+        } else {
+            runs.emplace_back(slots[i].first, end);
+        }
+    }
+    for (const auto& [b, e] : runs) {
+        DT_CUDA_RETURN_IF_ERROR(
+            cudaMemsetAsync(g + b, 0, sizeof(float) * static_cast<size_t>(e - b), compute()));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status FsdpGpuParams::zero_grads_except(const std::vector<char>& skip) {
+    std::vector<char> zero(skip.size());
+    for (size_t i = 0; i < skip.size(); ++i) zero[i] = !skip[i];
+    DT_RETURN_IF_ERROR(order(comm_stream(), compute()));
+    DT_RETURN_IF_ERROR(zero_marked_grads(zero));
+    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rep_grad_.get(), 0, rep_grad_.bytes(), compute()));
+    return absl::OkStatus();
+}
+
+absl::Status FsdpGpuParams::zero_param_grads(const std::vector<size_t>& params) {
+    if (params.empty()) return absl::OkStatus();
+    std::vector<char> zero(layout_.slots.size(), 0);
+    for (size_t i : params) {
+        if (i >= zero.size()) return absl::OutOfRangeError("zero_param_grads: no such parameter");
+        zero[i] = 1;
+    }
+    return zero_marked_grads(zero);
+}
+
 int FsdpGpuParams::next_unit(int unit, Phase phase) const {
     const int layers = layout_.num_units - 2, head = layout_.head_unit();
     if (phase == Phase::kBackward) return unit >= 2 && unit <= layers ? unit - 1 : -1;

@@ -64,6 +64,12 @@ class FsdpGpuParams final : public GpuParamSource {
     std::vector<int64_t> group_sizes() const;
 
     absl::Status zero_grads();
+    // World size 1 (every unit whole in this rank's buffers): zeroes the gradients of the
+    // parameters `skip` does not mark (by parameter index) and the replicated ones; the marked
+    // are left to whatever writes them first (Qwen35GpuModel::mark_gemm_gradients_fresh).
+    absl::Status zero_grads_except(const std::vector<char>& skip);
+    // World size 1: zeroes the gradients of these parameters.
+    absl::Status zero_param_grads(const std::vector<size_t>& params);
     // Gradient accumulation without extra communication: while off, releasing a unit in the
     // backward keeps its unsharded fp32 gradient (accumulating over micro-batches) instead of
     // reduce-scattering it; turn it on for the step's last micro-batch. Costs the full fp32
@@ -105,6 +111,9 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status order(cudaStream_t from, cudaStream_t to);  // `to` waits for `from` so far
     absl::Status gather(int unit);
     GpuUnitPtrs whole_unit(const Unit& u);
+    // Zeroes the sharded gradient ranges of the parameters `zero` marks, neighbours (and the
+    // padding between them) in one memset.
+    absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
     cudaError_t for_each_local_piece(

@@ -455,6 +455,20 @@ absl::Status Qwen35GpuModel::backward() {
     return absl::OkStatus();
 }
 
+const std::vector<char>& Qwen35GpuModel::mark_gemm_gradients_fresh() {
+    impl_->fresh = impl_->gemm_grad;
+    return impl_->gemm_grad;
+}
+
+std::vector<size_t> Qwen35GpuModel::take_unwritten_fresh_gradients() {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < impl_->fresh.size(); ++i) {
+        if (impl_->fresh[i]) out.push_back(i);
+    }
+    std::fill(impl_->fresh.begin(), impl_->fresh.end(), 0);
+    return out;
+}
+
 int64_t Qwen35GpuModel::peak_device_bytes() const {
     return impl_->dev.allocator()->peak_bytes();
 }

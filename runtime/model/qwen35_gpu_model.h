@@ -84,6 +84,17 @@ class Qwen35GpuModel {
 
     int64_t peak_device_bytes() const;
 
+#if DELTATUNE_HAVE_CUDA
+    // For a source that hands out every unit whole (FSDP at world size 1): marks the
+    // projections' gradients, whose dW GEMMs then write their first gradient instead of adding
+    // to a zeroed one (as zero_grads does on the single-device model), and returns the mask by
+    // parameter index; the caller zeroes every other gradient.
+    const std::vector<char>& mark_gemm_gradients_fresh();
+    // The marked parameters no GEMM has written since (their gradients hold the last step's
+    // values: zero them before reading); clears the marks.
+    std::vector<size_t> take_unwritten_fresh_gradients();
+#endif
+
     struct Impl;  // the device state (qwen35_gpu_model.cc)
 
   private:

@@ -83,7 +83,10 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create_random(
 
 absl::Status GpuTrainEngine::begin_step() {
     beat();
-    return fsdp_->zero_grads();
+    if (nccl_->world_size() > 1) return fsdp_->zero_grads();
+    // One rank holds every unit whole: the projections' dW GEMMs write their first gradient
+    // (no zeroing before, no read of C in the GEMM); every other gradient is zeroed.
+    return fsdp_->zero_grads_except(net_->mark_gemm_gradients_fresh());
 }
 
 absl::StatusOr<double> GpuTrainEngine::forward_backward(const PackedBatch& b, int64_t global_labels,
@@ -100,6 +103,9 @@ absl::StatusOr<double> GpuTrainEngine::forward_backward(const PackedBatch& b, in
 }
 
 absl::StatusOr<double> GpuTrainEngine::apply(const AdamWHyper& hyper, double max_grad_norm) {
+    if (nccl_->world_size() == 1) {  // a marked gradient no GEMM wrote still holds the last step's
+        DT_RETURN_IF_ERROR(fsdp_->zero_param_grads(net_->take_unwritten_fresh_gradients()));
+    }
     DT_ASSIGN_OR_RETURN(double norm, fsdp_->step(hyper, adam_step_ + 1, max_grad_norm));
     ++adam_step_;
     beat();

@@ -104,6 +104,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::open(JobManagerOptions o
             absl::StrCat("state_dir ", impl->opt.state_dir, ": ", ec.message()));
     }
     fs::permissions(impl->opt.state_dir + "/jobs", fs::perms::owner_all, ec);
+    // Output folders are created beneath the outputs roots through the roots' descriptors
+    // (output_claim.cc, the ranks' sandbox): a root must exist, so a missing one is made now.
+    for (const std::string& root : impl->opt.roots.outputs) {
+        fs::create_directories(root, ec);
+        if (ec) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("roots.outputs '", root, "': cannot create: ", ec.message()));
+        }
+    }
     // Two daemons on one state_dir would both launch the same jobs.
     const std::string lock = impl->opt.state_dir + "/deltatuned.lock";
     impl->lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -374,6 +374,19 @@ TEST_CASE("WatchJob streams the job on each change until it ends", "[daemon][grp
     CHECK(j.progress().percent() == Approx(100));
 }
 
+TEST_CASE("a missing outputs root is created at start, so jobs can claim folders in it",
+          "[daemon][grpc]") {
+    TempDir dir;
+    DaemonConfig config = test_config(dir);
+    std::filesystem::remove_all(dir.file("outputs"));
+    config.roots.outputs = {dir.file("outputs/nested")};
+    TestDaemon d(config, false);
+    CHECK(std::filesystem::is_directory(dir.file("outputs/nested")));
+    Job job;
+    REQUIRE(create(d, fake_spec("run"), &job).ok());
+    CHECK(std::filesystem::exists(dir.file("outputs/nested/run/.deltatune-job")));
+}
+
 TEST_CASE("specs are bounded as a whole, unknown fields dropped, pages bounded by bytes",
           "[daemon][grpc][security]") {
     TempDir dir;

@@ -238,17 +238,22 @@ def second_daemon(grpc_port, http_port, token=None):
 
 
 def test_a_second_daemon_on_the_same_port_fails():
-    from harness import free_port
+    # Run to its exit rather than through Daemon.start(): that probe would reach the first
+    # daemon's /readyz on a shared HTTP port and take it for the second's.
+    from harness import DELTATUNED, free_port
     for grpc_port, http_port, what in ((D.port, free_port(), "cannot listen on"),
                                        (free_port(), D.http_port, "listen.http: cannot bind")):
         other = second_daemon(grpc_port, http_port)
+        proc = subprocess.Popen([DELTATUNED, "--config", other.config], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         try:
-            other.start()
-            raise AssertionError(f"a second daemon started on {grpc_port}/{http_port}")
-        except RuntimeError as e:
-            check(what in str(e), f"'{what}' not in: {e}")
-        finally:
-            other.stop()
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise AssertionError(f"a second daemon kept running on {grpc_port}/{http_port}")
+        check(proc.returncode != 0, f"exit {proc.returncode}: {out}")
+        check(what in out, f"'{what}' not in: {out}")
 
 
 def test_metrics_without_the_token_show_no_jobs():

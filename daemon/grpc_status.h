@@ -1,4 +1,4 @@
-// The single absl::Status -> grpc::Status translation at the RPC edge (style.md R7). Abseil's codes
+// The single absl::Status -> grpc::Status translation at the RPC edge. Abseil's codes
 // are gRPC's codes by value, so this is a static_cast: a known failure never becomes UNKNOWN.
 #pragma once
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Formatting guard (style.md R19): every C++/CUDA source matches .clang-format.
+# Formatting guard: every C++/CUDA source matches .clang-format.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 find kernels runtime daemon tests \( -name '*.cc' -o -name '*.cu' -o -name '*.h' \) -print0 |

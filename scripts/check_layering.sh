@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layering guard (style.md R1): kernels/ includes nothing from runtime/ or daemon/, runtime/
+# Layering guard: kernels/ includes nothing from runtime/ or daemon/, runtime/
 # includes nothing from daemon/, and neither links protobuf or gRPC headers.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# File size guard (style.md R18): hard limit 800 lines per source file; prints lines per layer and
+# File size guard: hard limit 800 lines per source file; prints lines per layer and
 # the files over the soft limits (500 per .cc/.cu, 250 per header) so growth shows in review.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU-contract comparison of a `deltatune step` output with a reference (architecture.md):
+"""GPU-contract comparison of a `deltatune step` output with a reference:
 loss relative error (< 1e-2) and per-tensor gradient cosine similarity (> 0.99).
 
   compare_step_cosine.py REF_DIR STEP_JSON GRADS_SAFETENSORS

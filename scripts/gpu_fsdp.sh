@@ -33,7 +33,7 @@ bench() {
 
 if [[ ${1:-one} == one ]]; then
   "$DT" bench --config $CFG --steps 10 --warmup 1 > "$O/single.json" 2> "$O/single.err" || cat "$O/single.err"
-  # benchmark.md's second row: the daemon's automatic recompute policy.
+  # The headline table's second row: the daemon's automatic recompute policy.
   "$DT" bench --config $CFG --steps 10 --warmup 1 --recompute auto > "$O/auto.json" 2> "$O/auto.err" || cat "$O/auto.err"
   bench fsdp1 1 1 --fsdp --steps 10 --warmup 1 || true
   cat "$O/fsdp1.r0.err"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the benchmark's synthetic pre-tokenized dataset (shared/docs/benchmark.md): N documents
+"""Writes the benchmark's synthetic pre-tokenized dataset (docs/performance.md): N documents
 whose lengths are drawn from lognormal(mu=7.0, sigma=0.5) clipped to [16, 8192], with token ids
 uniform in [0, vocab), every token trained (no "labels" field: labels default to input_ids).
 Standard library only (random.Random), so the same seed gives the same file everywhere.

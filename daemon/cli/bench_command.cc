@@ -91,7 +91,7 @@ std::vector<std::vector<int64_t>> make_batches(int64_t count, int64_t budget,
     return out;
 }
 
-// Model FLOPs per step (kernels_and_performance.md §9; recomputation not counted):
+// Model FLOPs per step (recomputation not counted):
 //   6 * N_mm * T                     N_mm = every linear weight incl. the LM head, not the
 //   embedding
 //   + per full-attention layer 12 * n_q * d_h * s_bar * T,   s_bar = sum s_i^2 / (2 sum s_i)

@@ -9,7 +9,7 @@ namespace deltatune::cli {
 
 int init_model_command(const std::vector<std::string>& args);
 int step_command(const std::vector<std::string>& args);
-// The 27B-slice training-step benchmark on a random model (shared/docs/benchmark.md); one JSON
+// The 27B-slice training-step benchmark on a random model (docs/performance.md); one JSON
 // line.
 int bench_command(const std::vector<std::string>& args);
 // Prints which implementation each op of the training step uses on this machine.

@@ -12,7 +12,7 @@
 
 namespace deltatune::daemon {
 
-// Bounds on untrusted input: gRPC messages and YAML documents (control_plane.md §5).
+// Bounds on untrusted input: gRPC messages and YAML documents (docs/operations.md).
 struct InputLimits {
     int64_t max_request_bytes = 4 << 20;  // gRPC receive limit and YAML file size
     int max_yaml_depth = 32;              // nesting of mappings and sequences

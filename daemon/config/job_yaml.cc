@@ -1,5 +1,5 @@
 // Job YAML -> JobSpec by proto reflection, then defaults, cross-field rules and path confinement.
-// Reflection keeps the YAML schema and the proto identical by construction (style.md R11).
+// Reflection keeps the YAML schema and the proto identical by construction.
 #include "daemon/config/job_yaml.h"
 
 #include <algorithm>

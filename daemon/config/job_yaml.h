@@ -1,5 +1,5 @@
 // Job files (configs/jobs/*.yaml) -> deltatune.v1.JobSpec, and the checks every JobSpec passes
-// before the daemon accepts it, whether it came from YAML or over gRPC (style.md R11):
+// before the daemon accepts it, whether it came from YAML or over gRPC (one schema, one check):
 //   parse_job_yaml (field names identical to the proto, unknown keys rejected with their path,
 //   depth/list/size bounds) -> normalize_job_spec (documented defaults) -> validate_job_spec
 //   (cross-field rules quoting the values) -> resolve_job_paths (symlink-resolved, under roots).

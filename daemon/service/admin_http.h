@@ -1,4 +1,4 @@
-// The admin HTTP port (listen.http): Prometheus `/metrics` (control_plane.md §7.5 names),
+// The admin HTTP port (listen.http): Prometheus `/metrics` (deltatune_* names),
 // `/healthz` (the process serves), `/readyz` (the scheduler runs and the daemon is not shutting
 // down), and read-only JSON of jobs for dashboards: `/v1/jobs` (query: page_size, page_token,
 // state) and `/v1/jobs/{id}` in protobuf's JSON mapping. The JSON routes take the same bearer

@@ -1,5 +1,5 @@
 // FineTuningService (service.proto) on the callback API: each handler is authenticate -> parse ->
-// JobManager -> ToGrpcStatus, nothing more (style.md R12). Training never runs here: the manager
+// JobManager -> ToGrpcStatus, nothing more. Training never runs here: the manager
 // only records intent and the scheduler and rank processes do the work.
 #pragma once
 

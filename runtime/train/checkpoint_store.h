@@ -1,4 +1,4 @@
-// Training checkpoints (architecture.md "Checkpoints"): one directory per step under a root,
+// Training checkpoints: one directory per step under a root,
 // written into a temporary directory, a manifest with every file's size and SHA-256 written last,
 // then renamed into place and the parent directory fsynced. A directory without a manifest was
 // never committed and is ignored (and garbage-collected). Loading verifies sizes and checksums.

@@ -2,7 +2,7 @@
 // config, world size, tokens per micro-batch and the activation-recompute policy, before any
 // weight is loaded, so the daemon can refuse a job that cannot fit with the numbers that say why.
 //
-// The model of memory follows the training step (architecture.md): per rank, the bf16 parameter
+// The model of memory follows the training step: per rank, the bf16 parameter
 // shard, fp32 master weights, AdamW moments and gradient shard (each 1/world of the flat padded
 // groups); resident activations (every layer's saved tensors without recompute, including the
 // delta rule's chunk states the GDN forward keeps for its backward; with per-layer recompute,

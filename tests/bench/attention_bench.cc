@@ -1,8 +1,9 @@
 // Gated attention benchmark on Qwen3.5-27B shapes (24 query / 4 kv heads of 256): the
 // handwritten mma.sync kernel, the wgmma + TMA forward and backward, and cuDNN's SDPA with the
-// gate's passes around it, on the 8192-token packed batch of kernels_bench.cc and on benchmark.md's
-// two SDPA rows (6 documents of 1,250 tokens; one 8192-token document). FLOPs count causal (query,
-// key) pairs only: 4 * head_dim per pair and head forward, 2.5x that backward. `kernels_bench
+// gate's passes around it, on the 8192-token packed batch of kernels_bench.cc and on the
+// benchmark's two SDPA rows (6 documents of 1,250 tokens; one 8192-token document). FLOPs count
+// causal (query, key) pairs only: 4 * head_dim per pair and head forward, 2.5x that backward.
+// `kernels_bench
 // "[attention_bench]"` runs this alone, `kernels_bench "[attention_wgmma_bench]"` only the wgmma
 // kernels' rows.
 #include <catch2/catch.hpp>
@@ -167,7 +168,7 @@ void attention_bench(bool ours_only) {
         row(("cudnn attention backward" + shape).c_str(), cudnn_bwd_ms, 0, 2.5 * fwd_flops, ceil);
         // The sigmoid gate's passes around cuDNN's SDPA (which cannot fuse them), as bytes
         // (forward: o, gate in, y out; backward: dy, o, gate in, d_o, dgate out), and the SDPA
-        // alone as the difference: what torch's SDPA figures in benchmark.md compare with.
+        // alone as the difference: what torch's SDPA figures compare with.
         const AttentionGateLayout gl{a.gate, a.gate_token_stride, a.gate_head_stride};
         const double gate_fwd_ms = median_ms(
             [&] {

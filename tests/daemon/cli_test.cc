@@ -1,4 +1,4 @@
-// The deltatune CLI contract (architecture.md "Command-line contracts"): init-model and step
+// The deltatune CLI contract: init-model and step
 // end to end through the real binary, one JSON line on success, one clear error line and a
 // non-zero exit on bad input.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// Job YAML and daemon config loading (style.md R11): field names identical to the proto, unknown
+// Job YAML and daemon config loading: field names identical to the proto, unknown
 // keys rejected with their path, bounds on size, depth and lists, documented defaults, cross-field
 // rules quoting values, and paths confined under the roots after symlinks.
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Faults against a real deltatuned with real rank processes (control_plane.md §8), each checked
+"""Faults against a real deltatuned with real rank processes, each checked
 against an uninterrupted reference run of the same job: training is deterministic, so a resumed
 run must report, for every step, the same loss and the same batch (STEP_METRICS batch_digest, a
 hash of the step's document pieces) as the reference: no document skipped or repeated.

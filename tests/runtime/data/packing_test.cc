@@ -16,7 +16,7 @@
 namespace deltatune {
 namespace {
 
-// lognormal(mu, sigma) clipped to [16, 8192] (benchmark.md), from mt19937_64 with our own
+// lognormal(mu, sigma) clipped to [16, 8192] (the benchmark's), from mt19937_64 with our own
 // Box-Muller, so the figures do not depend on the standard library's distributions.
 std::vector<int64_t> lognormal_lengths(size_t n, uint64_t seed, double mu = 7.0,
                                        double sigma = 0.5) {

@@ -1,5 +1,5 @@
 // [cuda] `deltatune step --device cuda` against the CPU reference path on the parity fixtures:
-// loss relative error < 1e-2 and per-tensor gradient cosine similarity > 0.99 (architecture.md's
+// loss relative error < 1e-2 and per-tensor gradient cosine similarity > 0.99 (the GPU contract's
 // GPU contract) except where the fp32 reference itself is ill-conditioned under bf16 weights
 // (tiny-c's first GDN layer: see bf16_noise_floor), for both recompute policies; the two policies
 // must agree with each other to rounding. Also the model on awkward packings (one-token documents,

@@ -1,6 +1,6 @@
-// The memory planner: parameter counts of the published widths (benchmark.md's 27B-slice has
+// The memory planner: parameter counts of the published widths (the 27B-slice has
 // 5.59 B), and fit decisions for the full Qwen3.8-27B on H200s (141 GiB): 1 and 2 GPUs cannot
-// hold its fp32 optimizer state, 4 can (benchmark.md's memory target).
+// hold its fp32 optimizer state, 4 can (the memory target).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -40,7 +40,7 @@ Qwen35Config qwen_27b(int layers) {
 
 constexpr int64_t kH200 = int64_t{141} << 30;
 
-TEST_CASE("parameter count of the 27B-slice is benchmark.md's 5.59 B", "[memory_plan]") {
+TEST_CASE("parameter count of the 27B-slice is 5.59 B", "[memory_plan]") {
     const int64_t n = count_parameters(qwen_27b(8));
     CHECK(n > 5.585e9);
     CHECK(n < 5.595e9);

@@ -200,13 +200,13 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
         in_range("scheduler.cpu_rank_memory_gib", c.cpu_rank_memory_gib, 0.001, 1 << 20));
     // A root holding the state folder would let a job read or overwrite the daemon's own
     // database and rank specs (an output_dir of "state/jobs.db/..."). Roots inside it are fine.
+    std::error_code ec;
+    const std::string state = std::filesystem::weakly_canonical(c.state_dir, ec).string();
     for (const auto& [roots, kind] :
          {std::pair{&c.roots.models, "models"}, std::pair{&c.roots.data, "data"},
           std::pair{&c.roots.outputs, "outputs"}}) {
         for (const std::string& root : *roots) {
-            std::error_code ec;
             const std::string r = std::filesystem::weakly_canonical(root, ec).string();
-            const std::string state = std::filesystem::weakly_canonical(c.state_dir, ec).string();
             if (state == r || absl::StartsWith(state, r == "/" ? r : r + "/")) {
                 return absl::InvalidArgumentError(absl::StrCat(
                     "roots.", kind, " '", root, "' holds state_dir '", c.state_dir,

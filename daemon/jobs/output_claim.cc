@@ -65,15 +65,8 @@ absl::Status claim_output_dir(const std::vector<std::string>& output_roots,
                               const std::string& output_dir, const std::string& job_name) {
     DT_ASSIGN_OR_RETURN(PathSandbox box, PathSandbox::confined({{}, output_roots}));
     DT_RETURN_IF_ERROR(box.make_dirs(output_dir));
-    const std::string tmp = absl::StrCat(marker_path(output_dir), ".tmp.", getpid());
-    {
-        DT_ASSIGN_OR_RETURN(UniqueFd fd,
-                            box.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644));
-        const std::string text = job_name + "\n";
-        DT_RETURN_IF_ERROR(write_fd(fd.get(), text.data(), text.size(), tmp));
-        if (::fsync(fd.get()) != 0) return errno_status(tmp, "fsync failed", errno);
-    }
-    return box.rename(tmp, marker_path(output_dir));
+    const std::string text = job_name + "\n";
+    return box.write_atomic(marker_path(output_dir), {{text.data(), text.size()}});
 }
 
 }  // namespace deltatune::daemon

@@ -92,28 +92,36 @@ EntryType type_of(mode_t m) {
     return EntryType::kOther;
 }
 
-// Removes everything inside the open folder `dirfd`, never following a symlink.
-absl::Status remove_contents(int dirfd, const std::string& where) {
+// The entries of the open folder `dirfd` in directory order; symlinks are not followed.
+absl::StatusOr<std::vector<DirEntry>> read_entries(int dirfd, const std::string& where) {
     DIR* dir = ::fdopendir(::dup(dirfd));
     if (dir == nullptr) return errno_status(where, "cannot list", errno);
-    std::vector<std::pair<std::string, bool>> entries;
+    std::vector<DirEntry> out;
     while (dirent* e = ::readdir(dir)) {
         const std::string name = e->d_name;
         if (name == "." || name == "..") continue;
         struct stat st {};
         if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        entries.emplace_back(name, S_ISDIR(st.st_mode));
+        out.push_back({name, type_of(st.st_mode), static_cast<int64_t>(st.st_size)});
     }
     ::closedir(dir);
-    for (const auto& [name, is_dir] : entries) {
-        const std::string path = absl::StrCat(where, "/", name);
+    return out;
+}
+
+// Removes everything inside the open folder `dirfd`, never following a symlink.
+absl::Status remove_contents(int dirfd, const std::string& where) {
+    absl::StatusOr<std::vector<DirEntry>> entries = read_entries(dirfd, where);
+    if (!entries.ok()) return entries.status();
+    for (const DirEntry& e : *entries) {
+        const std::string path = absl::StrCat(where, "/", e.name);
+        const bool is_dir = e.type == EntryType::kDirectory;
         if (is_dir) {
             UniqueFd sub(
-                ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+                ::openat(dirfd, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
             if (sub.get() < 0) return errno_status(path, "cannot open", errno);
             if (absl::Status s = remove_contents(sub.get(), path); !s.ok()) return s;
         }
-        if (::unlinkat(dirfd, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
+        if (::unlinkat(dirfd, e.name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
             return errno_status(path, "cannot remove", errno);
         }
     }
@@ -291,20 +299,41 @@ absl::Status PathSandbox::remove_tree(const std::string& path) const {
 absl::StatusOr<std::vector<DirEntry>> PathSandbox::list(const std::string& path) const {
     absl::StatusOr<UniqueFd> fd = open(path, O_RDONLY | O_DIRECTORY);
     if (!fd.ok()) return fd.status();
-    DIR* dir = ::fdopendir(::dup(fd->get()));
-    if (dir == nullptr) return errno_status(path, "cannot list", errno);
-    std::vector<DirEntry> out;
-    while (dirent* e = ::readdir(dir)) {
-        const std::string name = e->d_name;
-        if (name == "." || name == "..") continue;
-        struct stat st {};
-        if (::fstatat(fd->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        out.push_back({name, type_of(st.st_mode), static_cast<int64_t>(st.st_size)});
-    }
-    ::closedir(dir);
-    std::sort(out.begin(), out.end(),
+    absl::StatusOr<std::vector<DirEntry>> out = read_entries(fd->get(), path);
+    if (!out.ok()) return out.status();
+    std::sort(out->begin(), out->end(),
               [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     return out;
+}
+
+// The temporary file is created and renamed through the descriptor of the (confined) folder, so
+// neither step can be redirected by a symlink swapped in after the folder was opened.
+absl::Status PathSandbox::write_atomic(
+    const std::string& path, const std::vector<std::pair<const void*, size_t>>& chunks) const {
+    std::string name;
+    absl::StatusOr<UniqueFd> dir = open_parent(path, &name);
+    if (!dir.ok()) return dir.status();
+    const std::string tmp_name = absl::StrCat(".", name, ".tmp.", getpid());
+    const std::string tmp = absl::StrCat(path.substr(0, path.size() - name.size()), tmp_name);
+    UniqueFd fd(::openat(dir->get(), tmp_name.c_str(),
+                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return errno_status(tmp, "cannot create", errno);
+    absl::Status s;
+    for (const auto& [data, size] : chunks) {
+        s = write_fd(fd.get(), data, size, tmp);
+        if (!s.ok()) break;
+    }
+    if (s.ok() && ::fsync(fd.get()) != 0) s = errno_status(tmp, "fsync failed", errno);
+    if (s.ok() && ::close(fd.release()) != 0) s = errno_status(tmp, "close failed", errno);
+    if (s.ok() && ::renameat(dir->get(), tmp_name.c_str(), dir->get(), name.c_str()) != 0) {
+        s = errno_status(absl::StrCat(tmp, " -> ", path), "rename failed", errno);
+    }
+    if (!s.ok()) {
+        ::unlinkat(dir->get(), tmp_name.c_str(), 0);
+        return s;
+    }
+    ::fsync(dir->get());
+    return absl::OkStatus();
 }
 
 const PathSandbox& process_sandbox() {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,6 +88,11 @@ class PathSandbox {
     // Removes a file or a folder tree (symlinks inside are removed, not followed); a missing
     // path is fine.
     absl::Status remove_tree(const std::string& path) const;
+    // Writes the chunks to `path` through a temporary file in the same folder (fsynced, renamed
+    // into place, the folder fsynced), all through the folder's descriptor: readers see the old
+    // file or the new one, never half, and no swapped symlink redirects either step.
+    absl::Status write_atomic(const std::string& path,
+                              const std::vector<std::pair<const void*, size_t>>& chunks) const;
     // The entries of a folder, sorted by name.
     absl::StatusOr<std::vector<DirEntry>> list(const std::string& path) const;
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fused_linear_cross_entropy.h"
 #include "runtime/device/gemm.h"
 #include "tests/bench/bench_util.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -173,6 +174,83 @@ TEST_CASE("the runtime's GEMMs against cuBLASLt's first and fastest algorithms, 
             std::fflush(stdout);
         }
     }
+    cublasLtDestroy(h);
+}
+
+// The LM head (5120 -> 248320, the 27B vocabulary) is the step's largest GEMM set and its slowest
+// per FLOP: its three forms at the token counts one chunk of the fused cross-entropy sees, then
+// the whole fused op (three GEMMs and the softmax per chunk) on a 7422-token batch (the
+// benchmark's mean) at each chunk size. `kernels_bench "[gemm_bench_lm_head]"`.
+TEST_CASE("the LM head's GEMMs and the fused cross-entropy by chunk size",
+          "[bench][gemm_bench_lm_head]") {
+    if (!have_gpu()) return;
+    constexpr int64_t kHidden = 5120, kVocab = 248320, kBatch = 7422;
+    cublasLtHandle_t h = nullptr;
+    BENCH_LT(cublasLtCreate(&h));
+    DeviceBuffer<char> ws(kWorkspace);
+    auto runtime_gemm = Gemm::create(ws.get(), kWorkspace, /*time_candidates=*/false);
+    REQUIRE(runtime_gemm.ok());
+    const size_t xn = static_cast<size_t>(8192 * kHidden),
+                 wn = static_cast<size_t>(kHidden * kVocab);
+    const size_t yn = static_cast<size_t>(8192 * kVocab);
+    DeviceBuffer<uint16_t> x(Bf16Fill{xn, 1.0f}), w(Bf16Fill{wn, 0.02f}), y(yn), dx(xn);
+    DeviceBuffer<float> dw(wn);
+    std::printf("%-18s %-5s %10s %10s %6s %8s\n", "lm_head rows", "form", "first TF/s", "best TF/s",
+                "rank", "offered");
+    for (int64_t rows : {int64_t{2048}, int64_t{3326}, int64_t{4096}, kBatch}) {
+        const uint64_t T = rows, K = kHidden, N = kVocab;
+        const Problem fwd{CUBLAS_OP_T, CUBLAS_OP_N, K,       N,      K,           T,   N,
+                          T,           kHidden,     kHidden, kVocab, CUDA_R_16BF, 0.0f};
+        const Problem dgrad{CUBLAS_OP_N, CUBLAS_OP_N, K,      N,       N,           T,   K,
+                            T,           kHidden,     kVocab, kHidden, CUDA_R_16BF, 0.0f};
+        const Problem wgrad{CUBLAS_OP_N, CUBLAS_OP_T, K,      T,       N,          T,   K,
+                            N,           kHidden,     kVocab, kHidden, CUDA_R_32F, 1.0f};
+        const double flops = 2.0 * static_cast<double>(T * K * N);
+        const struct {
+            const char* form;
+            const Problem& p;
+            const void *a, *b;
+            void* c;
+        } runs[] = {{"fwd", fwd, w.get(), x.get(), y.get()},
+                    {"dx", dgrad, w.get(), y.get(), dx.get()},
+                    {"dW", wgrad, x.get(), y.get(), dw.get()}};
+        for (const auto& r : runs) {
+            const Row row =
+                time_candidates(h, r.p, r.a, r.b, r.c, ws.get(), [] { return cudaSuccess; });
+            std::printf("%-18lld %-5s %10.1f %10.1f %6d %8d\n", static_cast<long long>(rows),
+                        r.form, flops / row.first_ms / 1e9, flops / row.best_ms / 1e9,
+                        row.best_rank, row.offered);
+            std::fflush(stdout);
+        }
+    }
+    cublasHandle_t blas = nullptr;
+    REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+    std::vector<int32_t> targets(static_cast<size_t>(kBatch));
+    for (size_t i = 0; i < targets.size(); ++i)
+        targets[i] = static_cast<int32_t>(i * 7919 % kVocab);
+    DeviceBuffer<int32_t> d_targets(targets);
+    DeviceBuffer<float> row_losses(static_cast<size_t>(kBatch));
+    const double flops = 6.0 * static_cast<double>(kBatch * kHidden * kVocab);
+    for (int64_t chunk : {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{8192}}) {
+        FusedLinearCrossEntropyArgs a;
+        a.row_losses = row_losses.get();
+        a.dx = bf16_ptr(dx);
+        a.dw = dw.get();
+        a.x = bf16_ptr(x);
+        a.w = bf16_ptr(w);
+        a.targets = d_targets.get();
+        a.tokens = kBatch, a.hidden = kHidden, a.vocab = kVocab;
+        a.grad_scale = 1.0f / kBatch;
+        a.chunk_tokens = chunk;
+        REQUIRE(fused_linear_cross_entropy_workspace_bytes(a) <= yn * sizeof(uint16_t));
+        const double ms = median_ms(
+            [&] { return fused_linear_cross_entropy(a, blas, y.get(), yn * 2, nullptr); }, 5);
+        std::printf("fused linear cross-entropy, %lld tokens, chunk %5lld: %8.2f ms, %6.1f TF/s\n",
+                    static_cast<long long>(kBatch), static_cast<long long>(chunk), ms,
+                    flops / ms / 1e9);
+        std::fflush(stdout);
+    }
+    cublasDestroy(blas);
     cublasLtDestroy(h);
 }
 #endif

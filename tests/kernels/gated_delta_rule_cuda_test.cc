@@ -72,15 +72,22 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
           "[kernels][cuda]") {
     if (!have_gpu()) return;
     std::mt19937 rng(63);
-    const std::vector<std::vector<int32_t>> layouts = {
-        {1, 63, 64, 65, 2, 1031, 7, 64, 130, 1},  // many documents, one past 1000 tokens
-        {1100},                                   // one document over many chunks
+    struct Case {
+        std::vector<int32_t> lengths;
+        int64_t k_heads;
+        std::vector<int64_t> ratios;
     };
-    const int64_t k_heads = 2;
-    for (const auto& lengths : layouts) {
-        for (int64_t ratio : {1, 2, 3}) {
+    const Case cases[] = {
+        {{1, 63, 64, 65, 2, 1031, 7, 64, 130, 1}, 2, {1, 2, 3}},  // one document past 1000 tokens
+        {{1100}, 2, {1, 2, 3}},                                   // one document, many chunks
+        // 27B's heads: the recurrences take 64 value columns per block (32 below 34 heads).
+        {{70, 1, 129}, 16, {3}},
+    };
+    for (const auto& [lengths, k_heads, ratios] : cases) {
+        for (int64_t ratio : ratios) {
             const int64_t v_heads = k_heads * ratio;
-            INFO("docs = " << lengths.size() << ", v_heads / k_heads = " << ratio);
+            INFO("docs = " << lengths.size() << ", k_heads = " << k_heads
+                           << ", v_heads / k_heads = " << ratio);
             const auto cu = awkward_cu_seqlens(lengths);
             const int64_t docs = static_cast<int64_t>(lengths.size());
             const int64_t tokens = cu.back();

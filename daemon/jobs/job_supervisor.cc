@@ -12,7 +12,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <google/protobuf/util/message_differencer.h>
 
@@ -20,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/jobs/job_manager_impl.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
 
@@ -57,19 +57,6 @@ void kill_orphans(const std::vector<RankPid>& ranks) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     }
-}
-
-absl::Status write_file_atomic(const std::string& path, const std::string& bytes) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << bytes;
-        if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
-    return absl::OkStatus();
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
-#include "runtime/checkpoint/file_util.h"
 
 namespace deltatune {
 namespace {

@@ -1,9 +1,9 @@
 // Random initialisation of a Qwen3.5 checkpoint.
 #include "runtime/model/init_model.h"
 
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/qwen35_params.h"
 
 namespace deltatune {

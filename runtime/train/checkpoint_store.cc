@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
 
 namespace deltatune {
 

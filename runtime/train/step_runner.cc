@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/optim/adamw.h"

@@ -12,9 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
-#include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/dist/kv_store.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/train/train_state.h"

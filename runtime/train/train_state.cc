@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
 
 namespace deltatune {
 

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/train/train_state.h"

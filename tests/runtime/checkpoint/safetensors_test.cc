@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "runtime/checkpoint/file_util.h"
+#include "runtime/base/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "tests/common/test_util.h"
 

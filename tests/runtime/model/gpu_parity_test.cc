@@ -12,9 +12,9 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/step_runner.h"

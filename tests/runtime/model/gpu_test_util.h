@@ -11,9 +11,9 @@
 #include <random>
 #include <string>
 
-#include "runtime/checkpoint/hf_model_io.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/packed_batch.h"
 
 namespace deltatune::testing {

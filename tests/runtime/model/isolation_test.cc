@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "tests/common/test_util.h"
 

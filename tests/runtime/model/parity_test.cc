@@ -15,9 +15,9 @@
 #include <cstring>
 
 #include "nlohmann/json.hpp"
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/base/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/optim/adamw.h"
 #include "tests/common/test_util.h"
 

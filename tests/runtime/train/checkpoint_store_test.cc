@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/checkpoint/file_util.h"
+#include "runtime/base/file_util.h"
 #include "runtime/train/checkpoint_store.h"
 #include "runtime/train/lr_schedule.h"
 #include "tests/common/test_util.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/train/checkpoint_store.h"
 #include "runtime/train/trainer.h"
 #include "tests/common/test_util.h"

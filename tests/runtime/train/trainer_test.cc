@@ -6,8 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/base/file_util.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/train/checkpoint_store.h"
 #include "runtime/train/trainer.h"
 #include "tests/common/test_util.h"

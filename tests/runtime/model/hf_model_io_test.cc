@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "nlohmann/json.hpp"
-#include "runtime/checkpoint/file_util.h"
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/base/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/init_model.h"
 #include "tests/common/test_util.h"
 

@@ -1,4 +1,5 @@
-// Small file helpers for checkpoints: whole-file reads and crash-safe atomic writes.
+// Small file helpers for the whole runtime: whole-file reads, mappings and crash-safe atomic
+// writes, all through the process sandbox (path_sandbox.h).
 #pragma once
 
 #include <memory>

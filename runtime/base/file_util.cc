@@ -1,5 +1,5 @@
 // Whole-file reads and atomic writes (temp file + fsync + rename + directory fsync).
-#include "runtime/checkpoint/file_util.h"
+#include "runtime/base/file_util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 // Loading and saving Hugging Face Qwen3.5 checkpoints (single file or sharded with an index).
-#include "runtime/checkpoint/hf_model_io.h"
+#include "runtime/model/hf_model_io.h"
 
 #include <cstring>
 #include <filesystem>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/checkpoint/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/model/qwen35_params.h"
 

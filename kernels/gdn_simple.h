@@ -1,7 +1,8 @@
 // Reference-grade CUDA kernels for the Gated DeltaNet core (causal conv1d + SiLU, q/k L2 norm,
 // beta/g gates, gated delta rule, gated RMSNorm): straightforward, correct, deterministic, and
-// slow on long documents (the delta rule runs token by token). They stand in until the chunked
-// fused kernels land; the registry reports them as non-fused. Oracles: the *_ref.cc beside them.
+// slow on long documents (the delta rule runs token by token). They run where the fused ones
+// cannot (runtime/model/kernel_registry.cc says when and why, and reports them as non-fused, so a
+// strict GPU job refuses them). Oracles: the *_ref.cc beside them.
 // Math and intermediates are fp32; bf16 only where a GEMM reads or writes the tensor. Every
 // document starts from a zero conv window and a zero state. All pointers are device pointers,
 // launches are stream-ordered and never synchronise. Gradient contract as in the references:

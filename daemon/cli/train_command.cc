@@ -41,7 +41,7 @@ absl::Status run_train(const Flags& flags) {
     }
     daemon::normalize_job_spec(&parsed->spec, &parsed->present);
     DT_RETURN_IF_ERROR(daemon::validate_job_spec(parsed->spec, {}));
-    DT_ASSIGN_OR_RETURN(TrainConfig config, train_config_from_spec(parsed->spec));
+    TrainConfig config = train_config_from_spec(parsed->spec);
 
     GlooOptions gloo;
     DT_ASSIGN_OR_RETURN(const uint64_t rank, flags.get_uint("rank", 0));

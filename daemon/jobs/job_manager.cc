@@ -4,6 +4,7 @@
 #include "daemon/jobs/job_manager.h"
 
 #include <google/protobuf/util/message_differencer.h>
+#include <optional>
 
 #include <algorithm>
 #include <random>
@@ -321,91 +322,93 @@ absl::StatusOr<JobManager::ListResult> JobManager::list_jobs(const ListRequest& 
     return out;
 }
 
-absl::StatusOr<Job> JobManager::cancel_job(const std::string& name) {
+namespace {
+
+// One requested state change: under the lock, look the job up and let `decide` refuse it (an
+// error), find it already made (no Change: the job is returned as it is) or describe it; then
+// commit it, reorder the queue and wake the scheduler; listeners hear of it after the lock.
+template <typename Decide>
+absl::StatusOr<Job> transition(JobManager::Impl& m, const std::string& name, Decide decide) {
     absl::StatusOr<Job> out = [&]() -> absl::StatusOr<Job> {
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
-        const Job::State s = r->stored.job.state();
-        if (s == Job::CANCELLING || s == Job::CANCELLED) return impl_->view(*r);
+        std::lock_guard<std::mutex> lock(m.mu);
+        DT_ASSIGN_OR_RETURN(Record * r, m.lookup(name));
+        DT_ASSIGN_OR_RETURN(std::optional<Change> c, decide(*r));
+        if (!c) return m.view(*r);
+        DT_RETURN_IF_ERROR(m.commit(*r, *std::move(c)));
+        m.reorder_queue();
+        m.wake = true;
+        m.wake_cv.notify_all();
+        return m.view(*r);
+    }();
+    m.notify();
+    return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Job> JobManager::cancel_job(const std::string& name) {
+    return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
+        const Job::State s = r.stored.job.state();
+        if (s == Job::CANCELLING || s == Job::CANCELLED) return std::nullopt;
         if (s == Job::SUCCEEDED || s == Job::FAILED) {
-            return refused(*r, "cancel", "QUEUED, PENDING, RUNNING, RECOVERING, PAUSING, PAUSED");
+            return refused(r, "cancel", "QUEUED, PENDING, RUNNING, RECOVERING, PAUSING, PAUSED");
         }
-        Change c(r->stored);
+        Change c(r.stored);
         c.add("CANCEL_REQUESTED", JobEvent::INFO, "cancel requested");
-        if (r->attempt) {
+        if (r.attempt) {
             // Ranks get SIGTERM now and SIGKILL after the grace period, so GPU memory is freed
             // within seconds even when a rank is stuck.
-            r->attempt->ending = Ending::kCancel;
-            impl_->launcher->terminate(r->attempt->ranks, impl_->opt.rank_term_grace);
+            r.attempt->ending = Ending::kCancel;
+            impl_->launcher->terminate(r.attempt->ranks, impl_->opt.rank_term_grace);
             c.set_state(Job::CANCELLING, "CANCELLED_BY_USER");
         } else {
             c.set_state(Job::CANCELLED, "CANCELLED_BY_USER", "cancelled by the user");
             c.add("CANCELLED", JobEvent::INFO, "cancelled");
         }
-        DT_RETURN_IF_ERROR(impl_->commit(*r, std::move(c)));
-        impl_->reorder_queue();
-        impl_->wake = true;
-        impl_->wake_cv.notify_all();
-        return impl_->view(*r);
-    }();
-    impl_->notify();
-    return out;
+        return c;
+    });
 }
 
 absl::StatusOr<Job> JobManager::pause_job(const std::string& name) {
-    absl::StatusOr<Job> out = [&]() -> absl::StatusOr<Job> {
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
-        const Job::State s = r->stored.job.state();
-        if (s == Job::PAUSING || s == Job::PAUSED) return impl_->view(*r);
+    return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
+        const Job::State s = r.stored.job.state();
+        if (s == Job::PAUSING || s == Job::PAUSED) return std::nullopt;
         const bool live = s == Job::PENDING || s == Job::RUNNING || s == Job::RECOVERING;
-        const bool ending_ok = !r->attempt || r->attempt->ending == Ending::kNone ||
-                               r->attempt->ending == Ending::kFault;
+        const bool ending_ok =
+            !r.attempt || r.attempt->ending == Ending::kNone || r.attempt->ending == Ending::kFault;
         if (!(s == Job::QUEUED || live) || !ending_ok) {
-            return refused(*r, "pause", "QUEUED, PENDING, RUNNING, RECOVERING");
+            return refused(r, "pause", "QUEUED, PENDING, RUNNING, RECOVERING");
         }
-        Change c(r->stored);
+        Change c(r.stored);
         c.add("PAUSE_REQUESTED", JobEvent::INFO, "pause requested");
-        if (r->attempt) {
-            r->attempt->ending = Ending::kPause;  // ranks get CHECKPOINT_AND_EXIT
+        if (r.attempt) {
+            r.attempt->ending = Ending::kPause;  // ranks get CHECKPOINT_AND_EXIT
             c.set_state(Job::PAUSING);
         } else {
             c.set_state(Job::PAUSED);
             c.add("PAUSED", JobEvent::INFO, "paused");
         }
-        DT_RETURN_IF_ERROR(impl_->commit(*r, std::move(c)));
-        impl_->reorder_queue();
-        return impl_->view(*r);
-    }();
-    impl_->notify();
-    return out;
+        return c;
+    });
 }
 
 absl::StatusOr<Job> JobManager::resume_job(const std::string& name) {
-    absl::StatusOr<Job> out = [&]() -> absl::StatusOr<Job> {
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
-        const Job& j = r->stored.job;
+    return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
+        const Job& j = r.stored.job;
         const bool resumable_failure =
             j.state() == Job::FAILED &&
             (j.state_reason() == "MAX_RESTARTS_EXCEEDED" || j.state_reason() == "RANK_EXITED");
         if (j.state() != Job::PAUSED && !resumable_failure) {
-            return refused(*r, "resume", "PAUSED and FAILED (MAX_RESTARTS_EXCEEDED)");
+            return refused(r, "resume", "PAUSED and FAILED (MAX_RESTARTS_EXCEEDED)");
         }
-        Change c(r->stored);
+        Change c(r.stored);
         if (c.next.job.has_start_time()) c.next.job.set_attempt(c.next.job.attempt() + 1);
         c.next.fault_count = 0;
         c.add("RESUME_REQUESTED", JobEvent::INFO, "resume requested");
         c.set_state(Job::QUEUED);
         c.add("QUEUED", JobEvent::INFO, "waiting for a slot; resumes from the last checkpoint");
-        DT_RETURN_IF_ERROR(impl_->commit(*r, std::move(c)));
-        impl_->reorder_queue();
-        impl_->wake = true;
-        impl_->wake_cv.notify_all();
-        return impl_->view(*r);
-    }();
-    impl_->notify();
-    return out;
+        return c;
+    });
 }
 
 absl::Status JobManager::delete_job(const std::string& name) {

@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
 #include "deltatune/v1/rank.grpc.pb.h"
 #include "runtime/base/path_sandbox.h"
@@ -262,7 +263,12 @@ int rank_main(int argc, char** argv) {
     bytes << in.rdbuf();
     absl::StatusOr<TrainConfig> config =
         absl::InvalidArgumentError(args.spec + ": cannot read the job spec");
-    if (in && spec.ParseFromString(bytes.str())) config = train_config_from_spec(spec);
+    if (in && spec.ParseFromString(bytes.str())) {
+        // The daemon stored the spec normalised and validated; normalising again fills what a
+        // spec stored by an older daemon may lack.
+        daemon::normalize_job_spec(&spec);
+        config = train_config_from_spec(spec);
+    }
     // From here on every file the trainer opens is opened beneath the daemon's roots, resolved
     // by the kernel at the time of use (runtime/base/path_sandbox.h).
     if (config.ok() && (!args.roots.read.empty() || !args.roots.write.empty())) {

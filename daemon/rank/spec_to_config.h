@@ -1,13 +1,13 @@
-// JobSpec (proto) -> TrainConfig (the runtime's plain struct), applying job.proto's defaults to
-// unset fields. The runtime never sees protobuf.
+// JobSpec (proto) -> TrainConfig (the runtime's plain struct): a field-by-field mapping of a spec
+// that normalize_job_spec has given its defaults and validate_job_spec has accepted
+// (daemon/config/); it adds no defaults and checks nothing. The runtime never sees protobuf.
 #pragma once
 
-#include "absl/status/statusor.h"
 #include "deltatune/v1/job.pb.h"
 #include "runtime/train/trainer.h"
 
 namespace deltatune {
 
-absl::StatusOr<TrainConfig> train_config_from_spec(const v1::JobSpec& spec);
+TrainConfig train_config_from_spec(const v1::JobSpec& spec);
 
 }  // namespace deltatune

@@ -1,0 +1,164 @@
+// What the trainer reads and writes around its loop (see trainer_inputs.h).
+#include "runtime/train/trainer_inputs.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/base/file_util.h"
+#include "runtime/base/path_sandbox.h"
+#include "runtime/base/status_macros.h"
+
+namespace deltatune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t trained_tokens(const TokenizedDataset& d) {
+    int64_t n = 0;
+    for (int64_t doc = 0; doc < d.size(); ++doc) {
+        for (int32_t label : d.labels(doc)) n += label != -100;
+    }
+    return n;
+}
+
+// Loads every file; a corpus with no document, or none with a trained token (chat data with no
+// assistant turn, labels all -100), would train nothing and is refused naming its files.
+absl::StatusOr<Corpus> load_corpus(const std::vector<std::string>& files, const TrainConfig& c,
+                                   const DatasetOptions& options) {
+    Corpus corpus;
+    int64_t docs = 0;
+    for (const auto& path : files) {
+        DT_ASSIGN_OR_RETURN(TokenizedDataset d, load_dataset(path, options));
+        corpus.first_doc.push_back(docs);
+        docs += d.size();
+        corpus.trained_tokens += trained_tokens(d);
+        corpus.files.push_back(std::move(d));
+    }
+    const std::string names = absl::StrJoin(files, ", ");
+    if (docs == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("NO_TRAINED_TOKENS: ", names, ": no documents (every line skipped?)"));
+    }
+    if (corpus.trained_tokens == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NO_TRAINED_TOKENS: ", names, ": ", docs,
+            " documents but not one trained token (chat data without an assistant turn, or "
+            "every label -100)"));
+    }
+    return corpus;
+}
+
+// DATA_LOADED: sizes, and the lines bad_lines: skip dropped, per file and by reason.
+TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::string>& files) {
+    TrainerEvent e{"DATA_LOADED", "INFO", "", {}, {}};
+    int64_t skipped = 0;
+    for (size_t i = 0; i < train.files.size(); ++i) {
+        const BadLineCounts& counts = train.files[i].counts();
+        skipped += counts.skipped;
+        if (counts.skipped == 0) continue;
+        std::string why;
+        for (const auto& [reason, n] : counts.by_reason) {
+            absl::StrAppend(&why, why.empty() ? "" : ", ", reason, " ", n);
+        }
+        e.details[absl::StrCat("skipped_lines:", files[i])] =
+            absl::StrCat(counts.skipped, " of ", counts.lines, " lines (", why, ")");
+    }
+    e.metrics = {{"num_samples", double(train.lengths().size())},
+                 {"num_tokens", double(train.tokens())},
+                 {"trained_tokens", double(train.trained_tokens)},
+                 {"skipped_lines", double(skipped)}};
+    if (skipped > 0) {
+        e.level = "WARNING";
+        e.message = absl::StrCat(skipped, " bad line(s) skipped (bad_lines: skip)");
+    }
+    return e;
+}
+
+}  // namespace
+
+absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHooks& hooks) {
+    Loaded in;
+    DT_ASSIGN_OR_RETURN(in.model, load_hf_model(c.model_dir));
+    hooks.on_event({"MODEL_LOADED",
+                    "INFO",
+                    c.model_dir,
+                    {{"parameters", double(in.model.params.numel())}},
+                    {}});
+    DatasetOptions options;
+    options.format = c.format;
+    options.bad_lines = c.bad_lines;
+    options.vocab_size = in.model.config.vocab_size;
+    options.max_line_bytes = static_cast<size_t>(c.max_document_bytes);
+    options.max_document_tokens = c.max_document_tokens;
+    options.cache_dir = (fs::path(c.output_dir) / "cache").string();
+    // Chat data needs the tokenizer; pre-tokenized data does not.
+    bool needs_tokenizer = c.format == DatasetFormat::kChat;
+    for (const auto& f : c.train_files) {
+        if (c.format != DatasetFormat::kAuto) break;
+        DT_ASSIGN_OR_RETURN(DatasetFormat detected, detect_dataset_format(f));
+        needs_tokenizer |= detected == DatasetFormat::kChat;
+    }
+    if (needs_tokenizer) {
+        DT_ASSIGN_OR_RETURN(in.tokenizer,
+                            Tokenizer::load(c.tokenizer.empty() ? c.model_dir : c.tokenizer));
+        ChatTemplateKind kind = in.tokenizer->vocab_size() >= 248000 ? ChatTemplateKind::kQwen35
+                                                                     : ChatTemplateKind::kQwen3;
+        if (!c.chat_template.empty()) {
+            DT_ASSIGN_OR_RETURN(kind, parse_chat_template_kind(c.chat_template));
+        }
+        options.chat = make_chat_tokenizer(*in.tokenizer, kind);
+    }
+    DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
+    hooks.on_event(data_loaded_event(in.train, c.train_files));
+    if (!c.eval_files.empty()) {
+        DT_ASSIGN_OR_RETURN(in.eval, load_corpus(c.eval_files, c, options));
+    }
+    return in;
+}
+
+absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab) {
+    std::vector<Document> docs;
+    for (const auto& s : bin.segments) docs.push_back(corpus.piece(s));
+    if (docs.empty()) return PackedBatch{{}, {}, {}, {0}};
+    return pack_documents(docs, vocab);
+}
+
+absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
+                                       const TrainConfig& c, int64_t vocab) {
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, 0, 1, c.overlong};
+    DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(eval.lengths(), po));
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t s = 0; s < packer.steps_in_epoch(); ++s) {
+        const auto bins = packer.next_step();
+        DT_ASSIGN_OR_RETURN(PackedBatch b, assemble(eval, bins[0], vocab));
+        if (b.label_tokens() == 0) continue;
+        DT_ASSIGN_OR_RETURN(LossResult r, engine.evaluate(b));
+        sum += r.loss_sum;
+        count += r.label_tokens;
+    }
+    return count ? sum / static_cast<double>(count) : 0.0;
+}
+
+// The tokenizer files beside the model (or the spec's tokenizer) go with the export, so it loads
+// in transformers as it is. Through the process sandbox, like every other file the trainer opens.
+absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir) {
+    const PathSandbox& files = process_sandbox();
+    std::string tok_dir = c.tokenizer.empty() ? c.model_dir : c.tokenizer;
+    absl::StatusOr<DirEntry> st = files.stat(tok_dir);
+    if (!c.tokenizer.empty() && !(st.ok() && st->type == EntryType::kDirectory)) {
+        tok_dir = fs::path(c.tokenizer).parent_path().string();
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                          "generation_config.json"}) {
+        absl::StatusOr<std::string> text = read_file(absl::StrCat(tok_dir, "/", f));
+        if (absl::IsNotFound(text.status())) continue;
+        if (!text.ok()) return text.status();
+        DT_RETURN_IF_ERROR(write_file_atomic(absl::StrCat(export_dir, "/", f), *text));
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace deltatune

@@ -1,0 +1,65 @@
+// What the trainer reads and writes around its loop: the model and the tokenized train / eval
+// corpora (one global document index over their files), batches assembled from packed bins, the
+// forward-only evaluation of a corpus, and the tokenizer files an export carries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/packing.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/model/hf_model_io.h"
+#include "runtime/model/packed_batch.h"
+#include "runtime/train/train_engine.h"
+#include "runtime/train/trainer.h"
+
+namespace deltatune {
+
+// Every training (or eval) file, addressed by one global document index.
+struct Corpus {
+    std::vector<TokenizedDataset> files;
+    std::vector<int64_t> first_doc;  // global index of each file's first document
+    int64_t trained_tokens = 0;      // labels other than -100
+
+    std::vector<int64_t> lengths() const {
+        std::vector<int64_t> out;
+        for (const auto& f : files) {
+            const auto l = f.lengths();
+            out.insert(out.end(), l.begin(), l.end());
+        }
+        return out;
+    }
+    Document piece(const Segment& s) const {
+        size_t f = 0;
+        while (f + 1 < files.size() && first_doc[f + 1] <= s.doc) ++f;
+        return files[f].document(s.doc - first_doc[f], s.begin, s.end);
+    }
+    int64_t tokens() const {
+        int64_t n = 0;
+        for (const auto& f : files) n += f.total_tokens();
+        return n;
+    }
+};
+
+struct Loaded {
+    HfModel model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    Corpus train, eval;
+};
+
+// The model, the tokenizer when the data needs one, the train and eval corpora; MODEL_LOADED and
+// DATA_LOADED go to the hooks.
+absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHooks& hooks);
+absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab);
+// Token-weighted mean loss of a corpus (forward only), packed deterministically.
+absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
+                                       const TrainConfig& c, int64_t vocab);
+// Copies tokenizer.json and its companions beside the model (or the spec's tokenizer) into
+// export_dir.
+absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
+
+}  // namespace deltatune

@@ -32,7 +32,7 @@ void output_gate_forward_ref(T* y, const T* o, const T* gate, int64_t n);
 template <typename T>
 void output_gate_backward_ref(T* d_o, T* dgate, const T* dy, const T* o, const T* gate, int64_t n);
 
-// The wgmma backward's dS tiles (flash_attention_wgmma_dq.h): 8 KiB per 64 x 64 tile of
+// The wgmma backward's dS tiles (attention_wgmma_dq.h): 8 KiB per 64 x 64 tile of
 // (query, key) pairs and query head. An upper bound on their bytes for `tokens` in `num_docs`
 // documents none longer than `max_doc_tokens` (n_d 64-token tiles per document: the
 // sum_d n_d (n_d + 1) / 2 tile pairs are at most (sum_d n_d) (n_max + 1) / 2), and the budget up
@@ -54,7 +54,7 @@ inline size_t attention_ds_tile_bound(int64_t tokens, int64_t num_docs, int64_t 
 
 // Host-side sizes of the wgmma kernels' device workspaces (the kernels and the memory planner
 // share them; the plan is made in builds without CUDA too). A tile list
-// (flash_attention_wgmma_tile.cuh) of `rows`-token tiles: 16 bytes of counters, then 8 bytes per
+// (attention_wgmma_tile.cuh) of `rows`-token tiles: 16 bytes of counters, then 8 bytes per
 // tile (at most tokens / rows rounded up, plus one partial tile per document) and per level (as
 // many as a document of `tokens` has tiles).
 inline int64_t attention_tile_list_capacity(int64_t tokens, int64_t num_docs, int rows) {
@@ -68,7 +68,7 @@ inline size_t attention_tile_list_bytes(int64_t tokens, int64_t num_docs, int ro
                                         attention_tile_list_levels(tokens, rows));
 }
 
-// The wgmma backward's workspace (flash_attention_wgmma_backward.cu; head_dim 256, 64-row
+// The wgmma backward's workspace (attention_wgmma_backward.cu; head_dim 256, 64-row
 // tiles), in order, each part 256-byte aligned: d_o, delta, the key-tile list, then either (dS
 // through memory) the documents' pair bases, the dQ pass's query-tile list and the dS tiles (at
 // most `ds_cap` bytes of them), or (dQ by atomics) dQ's fp32 sums.
@@ -114,7 +114,7 @@ inline size_t attention_backward_workspace_bound(int64_t tokens, int64_t q_heads
 }
 
 #if DELTATUNE_HAVE_CUDA
-// CUDA flash attention with the output gate fused (flash_attention.cu): bf16 in and out, fp32
+// CUDA flash attention with the output gate fused (attention_flash.cu): bf16 in and out, fp32
 // softmax and accumulation, tensor-core (mma.sync) tiles, no (tokens x tokens) matrix in memory.
 // Device pointers; cu_seqlens lives on the device, `tokens` (= cu_seqlens[num_docs]) is passed
 // from the host. The gate of head h of token t is read at
@@ -131,7 +131,7 @@ struct GatedAttentionArgs {
     // head_dim^-1/2 for Qwen3.5; must be positive and finite (the wgmma forward takes each row's
     // maximum before scaling, and 0 or NaN would make masked scores NaN).
     float scale = 0.0f;
-    // Longest document (host-known upper bound; 0 = unknown). cudnn_attention.cc sizes its plans
+    // Longest document (host-known upper bound; 0 = unknown). attention_cudnn.cc sizes its plans
     // by it; the handwritten kernels need no bound.
     int64_t max_doc_tokens = 0;
 };

@@ -1,8 +1,8 @@
 // The gated attention op's pieces around the attention core, for head_dim 256: Qwen3.5's sigmoid
 // output gate (y = o * sigmoid(gate)) forward and backward as standalone passes, and the ragged
-// offsets that describe packed documents to cuDNN. flash_attention.cu fuses the gate's forward
+// offsets that describe packed documents to cuDNN. attention_flash.cu fuses the gate's forward
 // into its epilogue and runs attention_gate_backward as its backward's first pass;
-// cudnn_attention.cc, whose attention core is cuDNN's, runs both passes around it.
+// attention_cudnn.cc, whose attention core is cuDNN's, runs both passes around it.
 // References: output_gate_forward_ref / output_gate_backward_ref (attention.h).
 #pragma once
 #if DELTATUNE_HAVE_CUDA

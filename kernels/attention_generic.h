@@ -1,5 +1,5 @@
 // Gated varlen causal GQA attention for any head_dim up to 256: the generic CUDA fallback beside
-// flash_attention.cu (which is head_dim 256 only), for small test models. Same arguments and
+// attention_flash.cu (which is head_dim 256 only), for small test models. Same arguments and
 // outputs as gated_attention_forward / gated_attention_backward (attention.h); one thread block
 // per (query token, head) or (key token, kv head), fp32 softmax and accumulation, deterministic,
 // no (tokens x tokens) matrix in memory. Not fast: the registry reports it as non-fused.

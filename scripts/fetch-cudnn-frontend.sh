@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches NVIDIA's cudnn-frontend headers (header-only C++ over the cuDNN library; MIT licence)
 # into $BUILD_DIR/_deps/cudnn_frontend/include: the graph API that builds cuDNN's fused flash
-# attention (kernels/cudnn_attention.cc). The headers ship in the PyPI wheel
+# attention (kernels/attention_cudnn.cc). The headers ship in the PyPI wheel
 # nvidia-cudnn-frontend, pinned here by version and sha256. Idempotent; needs the Python
 # environment of scripts/python-env.sh (its pip reaches PyPI).
 set -euo pipefail

@@ -220,6 +220,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     plan_in.world_size = static_cast<int>(o.world);
     plan_in.tokens_per_batch = o.tokens;
     plan_in.sm_version = eng.device().sm_version();
+    plan_in.attention_core = eng.device().attention_core();
     // A failed collective aborted the communicator: report at once and end the process, as
     // tearing down streams that hold never-ending collectives may block.
     auto fail_fast = [&](const absl::Status& s) {

@@ -326,6 +326,8 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     MemoryPlanInput in;
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
+    // The ranks inherit the daemon's environment, so their contexts resolve the same core.
+    in.attention_core = attention_core_from_env().value_or(AttentionCore::kWgmma);
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
     // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.
     if (spec.resources().gpus() > gpus_available) {

@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
+#include "kernels/attention_cudnn.h"
 #else
 namespace deltatune {
 class CudnnAttention {};  // never created in a build without it; completes the owning pointer
@@ -60,12 +60,30 @@ absl::Status check_env_choice(const char* name, std::initializer_list<std::strin
 
 }  // namespace
 
-absl::Status check_attention_choice() {
+absl::StatusOr<AttentionCore> attention_core_from_env() {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-    return check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "cudnn", "flash"});
+    DT_RETURN_IF_ERROR(check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "cudnn", "flash"}));
 #else
-    return check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "flash"});  // no cuDNN in this build
+    // No cuDNN attention in this build.
+    DT_RETURN_IF_ERROR(check_env_choice("DELTATUNE_ATTENTION", {"wgmma", "flash"}));
 #endif
+    const char* env = std::getenv("DELTATUNE_ATTENTION");
+    const std::string asked = env ? env : "";
+    if (asked == "flash") return AttentionCore::kFlash;
+    if (asked == "cudnn") return AttentionCore::kCudnn;
+    return AttentionCore::kWgmma;
+}
+
+const char* attention_core_name(AttentionCore core) {
+    switch (core) {
+        case AttentionCore::kCudnn:
+            return "cudnn";
+        case AttentionCore::kFlash:
+            return "flash";
+        case AttentionCore::kWgmma:
+            break;
+    }
+    return "wgmma";
 }
 
 bool gemm_times_candidates() {
@@ -80,19 +98,9 @@ absl::Status check_gemm_choice() {
     return check_env_choice("DELTATUNE_GEMM", {"timed", "heuristic"});
 }
 
-std::string attention_core_choice() {
-    const char* env = std::getenv("DELTATUNE_ATTENTION");
-    const std::string asked = env ? env : "";
-    if (asked == "flash") return "flash";
-#if DELTATUNE_HAVE_CUDNN_ATTENTION
-    if (asked == "cudnn") return "cudnn";
-#endif
-    return "wgmma";
-}
-
 absl::StatusOr<CudnnAttention*> DeviceContext::cudnn_attention() const {
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-    if (device_.is_cpu() || attention_core_choice() != "cudnn") return nullptr;
+    if (device_.is_cpu() || attention_core_ != AttentionCore::kCudnn) return nullptr;
     if (!cudnn_attention_) {
         DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.index));
         DT_ASSIGN_OR_RETURN(cudnn_attention_, CudnnAttention::create());
@@ -106,7 +114,8 @@ absl::StatusOr<CudnnAttention*> DeviceContext::cudnn_attention() const {
 absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::create(Device device) {
     std::unique_ptr<DeviceContext> ctx(new DeviceContext(device));
     if (device.is_cpu()) return ctx;
-    DT_RETURN_IF_ERROR(check_attention_choice());  // before any GPU work: a typo is not a default
+    // Before any GPU work: a typo is not a default.
+    DT_ASSIGN_OR_RETURN(ctx->attention_core_, attention_core_from_env());
     DT_RETURN_IF_ERROR(check_gemm_choice());
     std::string why;
     const int n = cuda_device_count(&why);

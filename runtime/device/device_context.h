@@ -19,20 +19,23 @@ struct cublasContext;
 
 namespace deltatune {
 
-class CudnnAttention;  // kernels/cudnn_attention.h
+class CudnnAttention;  // kernels/attention_cudnn.h
 
-// The attention core that serves head_dim 256 on sm_90 in this build and environment:
-//   "wgmma" (the default): kernels/flash_attention_wgmma.cu forward (wgmma + TMA, the gate
-//     fused) and kernels/flash_attention_wgmma_backward.cu backward (deterministic where the
+// The attention core that serves head_dim 256 on sm_90:
+//   kWgmma ("wgmma", the default): kernels/attention_wgmma.cu forward (wgmma + TMA, the gate
+//     fused) and kernels/attention_wgmma_backward.cu backward (deterministic where the
 //     batch's dS tiles fit its 4 GiB budget, else dq summed with atomics); each faster than
 //     cuDNN's SDPA with the gate's passes on packed batches;
-//   "cudnn" (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
-//   "flash" (DELTATUNE_ATTENTION=flash): kernels/flash_attention.cu both ways, handwritten on
+//   kCudnn (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
+//   kFlash (DELTATUNE_ATTENTION=flash): kernels/attention_flash.cu both ways, handwritten on
 //     mma.sync and bitwise deterministic.
-std::string attention_core_choice();
-// InvalidArgument when DELTATUNE_ATTENTION is set to anything but "wgmma", "cudnn" (in builds
-// with cuDNN's attention) or "flash" (CUDA contexts refuse to start then).
-absl::Status check_attention_choice();
+enum class AttentionCore { kWgmma, kCudnn, kFlash };
+const char* attention_core_name(AttentionCore core);
+// The core DELTATUNE_ATTENTION names (kWgmma when it is unset or empty); InvalidArgument for any
+// other value, and for "cudnn" in builds without cuDNN's attention. Read where a process decides:
+// DeviceContext::create (which keeps it; a CUDA context refuses to start on a bad value), the
+// daemon's memory planning and `deltatune kernels` (probe_machine).
+absl::StatusOr<AttentionCore> attention_core_from_env();
 
 // Whether GEMM algorithms are the heuristic's first per shape (the default: the same algorithm,
 // and so the same rounding, in every process) or timed per shape among cuBLASLt's top candidates
@@ -65,8 +68,10 @@ class DeviceContext {
     // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
     absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
 
-    // cuDNN's attention where built and attention_core_choice() is "cudnn"; the handle is
-    // created on the first call. Null when the handwritten kernels serve.
+    // The attention core, resolved once when the context was made (kWgmma on CPU contexts).
+    AttentionCore attention_core() const { return attention_core_; }
+    // cuDNN's attention where built and the core is kCudnn; the handle is created on the first
+    // call. Null when the handwritten kernels serve.
     absl::StatusOr<CudnnAttention*> cudnn_attention() const;
 
     // Waits for all work on both streams (host sync: for tests and step boundaries only).
@@ -78,6 +83,7 @@ class DeviceContext {
     cudaStream_t compute_ = nullptr;
     cudaStream_t comm_ = nullptr;
     int sm_version_ = 0;
+    AttentionCore attention_core_ = AttentionCore::kWgmma;
     // Declaration order is destruction order reversed: the workspace goes back to the allocator
     // before the allocator's pool is destroyed.
     std::unique_ptr<CudaAllocator> allocator_;

@@ -1,8 +1,8 @@
 // Gated full-attention block on the GPU: q/k/v GEMMs (q_proj's output holds per head
 // [query | gate] and is read in place), fused q/k RMSNorm + partial RoPE, varlen causal GQA
 // attention with the sigmoid gate (for head_dim 256 the wgmma kernels both ways by default, see
-// attention_core_choice(); the generic kernel for other head dims), o_proj. Backward mirrors
-// forward.
+// the device context's attention_core(); the generic kernel for other head dims), o_proj. Backward
+// mirrors forward.
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_blocks.h"
 
@@ -12,9 +12,9 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_generic.h"
-#include "kernels/flash_attention_wgmma.h"
+#include "kernels/attention_wgmma.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
+#include "kernels/attention_cudnn.h"
 #endif
 #include "kernels/qk_norm_rope.h"
 #include "runtime/base/status_macros.h"
@@ -81,7 +81,8 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
     // The wgmma backward takes y where the others take the ungated o: o is neither written nor
     // kept (T x Hq x D bf16 less per layer, and a pass of writes less).
-    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version()) && gated_attention_supported(args)) {
+    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version(), x.dev.attention_core()) &&
+        gated_attention_supported(args)) {
         const size_t ws = gated_attention_forward_wgmma_workspace_bytes(args);
         GpuAttentionSchedule* shared = x.b.attention_schedule;
         if (shared == nullptr) {
@@ -135,7 +136,8 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     const GatedAttentionArgs args = attention_args(x, acts);
     bf16* dgate = dqg.as<bf16>() + D;
     DT_ASSIGN_OR_RETURN(CudnnAttention * cudnn, x.dev.cudnn_attention());
-    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version()) && gated_attention_supported(args)) {
+    if (gpu_attention_keeps_y_only(x.c, x.dev.sm_version(), x.dev.attention_core()) &&
+        gated_attention_supported(args)) {
         const size_t ws = gated_attention_backward_wgmma_workspace_bytes(args);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
         DT_CUDA_RETURN_IF_ERROR(gated_attention_backward_wgmma(
@@ -201,8 +203,8 @@ bool gpu_attention_fused(const Qwen35Config& c, int sm_version) {
     return c.head_dim == 256 && sm_version == 90;
 }
 
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version) {
-    return gpu_attention_fused(c, sm_version) && attention_core_choice() == "wgmma";
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, AttentionCore core) {
+    return gpu_attention_fused(c, sm_version) && core == AttentionCore::kWgmma;
 }
 
 }  // namespace deltatune

@@ -6,6 +6,7 @@
 // activation gradient is written (=).
 #pragma once
 
+#include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
@@ -13,9 +14,9 @@ namespace deltatune {
 // True when the fused flash-attention kernel serves this config on a GPU of `sm_version` (head_dim
 // 256 on sm_90). Plain host logic, in every build: the memory planner asks it too.
 bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
-// True when the wgmma core serves this config (fused, and attention_core_choice() "wgmma"): its
+// True when the wgmma core serves this config (fused, and `core` kWgmma): its
 // backward takes y, so the layer keeps y alone; the other cores' backwards take the ungated o too.
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version);
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, AttentionCore core);
 
 }  // namespace deltatune
 

@@ -30,6 +30,7 @@ const char* kernel_kind_name(KernelKind k) {
 
 MachineInfo probe_machine() {
     MachineInfo m;
+    m.attention_core = attention_core_from_env().value_or(AttentionCore::kWgmma);
     if (cuda_device_count(&m.why_no_gpu) == 0) return m;
 #if DELTATUNE_HAVE_CUDA
     cudaDeviceProp prop;
@@ -57,7 +58,7 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
         {"embedding", "kernels/embedding.cu"},
         {"rmsnorm_residual", "kernels/rmsnorm.cu"},
         {"qk_norm_rope", "kernels/qk_norm_rope.cu"},
-        {"gated_attention", "kernels/flash_attention_wgmma.cu"},
+        {"gated_attention", "kernels/attention_wgmma.cu"},
         {"swiglu", "kernels/swiglu.cu"},
         {"fused_linear_cross_entropy", "kernels/fused_linear_cross_entropy.cu"},
         {"adamw", "kernels/adamw.cu"},
@@ -102,24 +103,24 @@ KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Confi
                                           ": the flash kernel serves head_dim 256 only")});
             continue;
         }
-        if (op == "gated_attention" && attention_core_choice() == "cudnn") {
+        if (op == "gated_attention" && machine.attention_core == AttentionCore::kCudnn) {
             r.ops.push_back({op, KernelKind::kLibrary,
-                             "cuDNN fused flash attention (kernels/cudnn_attention.cc) + "
+                             "cuDNN fused flash attention (kernels/attention_cudnn.cc) + "
                              "kernels/attention_gate.cu (sm_90a)",
                              "DELTATUNE_ATTENTION=cudnn: cuDNN's SDPA both ways, the gate in "
                              "passes of its own"});
             continue;
         }
-        if (op == "gated_attention" && attention_core_choice() == "flash") {
-            r.ops.push_back({op, KernelKind::kFused, "kernels/flash_attention.cu (sm_90a)",
+        if (op == "gated_attention" && machine.attention_core == AttentionCore::kFlash) {
+            r.ops.push_back({op, KernelKind::kFused, "kernels/attention_flash.cu (sm_90a)",
                              "DELTATUNE_ATTENTION=flash: handwritten on mma.sync both ways, "
                              "bitwise deterministic, 3-7x slower"});
             continue;
         }
         if (op == "gated_attention") {  // "wgmma", the default
             r.ops.push_back({op, KernelKind::kFused,
-                             "kernels/flash_attention_wgmma.cu forward + "
-                             "kernels/flash_attention_wgmma_backward.cu (sm_90a)",
+                             "kernels/attention_wgmma.cu forward + "
+                             "kernels/attention_wgmma_backward.cu (sm_90a)",
                              "wgmma + TMA both ways, the gate fused: faster than cuDNN's SDPA with "
                              "the gate's passes on packed batches; the backward deterministic "
                              "while its dS tiles fit 4 GiB"});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
@@ -24,7 +25,7 @@ const char* kernel_kind_name(KernelKind k);
 struct KernelChoice {
     std::string op;  // e.g. "gated_attention"
     KernelKind kind;
-    std::string implementation;  // e.g. "kernels/flash_attention.cu (sm_90a)"
+    std::string implementation;  // e.g. "kernels/attention_flash.cu (sm_90a)"
     std::string why;             // one line
 };
 
@@ -37,6 +38,9 @@ struct KernelRegistry {
 // then says why.
 struct MachineInfo {
     int sm_version = 0;
+    // From DELTATUNE_ATTENTION (kWgmma when it names no core: a GPU context then refuses to
+    // start, saying why).
+    AttentionCore attention_core = AttentionCore::kWgmma;
     std::string gpu_name;
     std::string why_no_gpu;
 };

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/device/device_context.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
@@ -31,6 +32,7 @@ struct MemoryPlanInput {
     RecomputePolicy recompute = RecomputePolicy::kLayer;
     int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
     int sm_version = 90;  // the GPU's (the H200's by default): which attention core serves
+    AttentionCore attention_core = AttentionCore::kWgmma;  // what the ranks' contexts resolve
 };
 
 struct MemoryPlan {

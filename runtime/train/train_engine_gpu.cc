@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.world_size = o.world_size;
     plan_in.tokens_per_batch = o.tokens_per_batch;
     plan_in.sm_version = e->ctx_->sm_version();
+    plan_in.attention_core = e->ctx_->attention_core();
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;

@@ -14,9 +14,9 @@
 #include "kernels/attention.h"
 #include "kernels/attention_gate.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
+#include "kernels/attention_cudnn.h"
 #endif
-#include "kernels/flash_attention_wgmma.h"
+#include "kernels/attention_wgmma.h"
 #include "tests/bench/qwen27b_shapes.h"
 #include "tests/kernels/attention_test_util.h"
 

@@ -1,7 +1,7 @@
 // Gated varlen flash attention (CUDA) against attention_*_ref and output_gate_*_ref: GQA groups
 // of 1, 2 and 3, one-token documents, documents longer than a tile and not a multiple of it,
 // tiles straddling documents, the gate read in place from q_proj's interleaved layout; for the
-// handwritten kernel (flash_attention.cu) and cuDNN's (cudnn_attention.cc, where built), whose
+// handwritten kernel (attention_flash.cu) and cuDNN's (attention_cudnn.cc, where built), whose
 // batch slots past the documents are empty ([cuda]; skipped with a printed reason where no GPU is
 // present).
 #include <catch2/catch.hpp>
@@ -16,7 +16,7 @@
 #include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
+#include "kernels/attention_cudnn.h"
 #endif
 
 namespace deltatune {
@@ -79,7 +79,7 @@ TEST_CASE("gated flash attention CUDA forward and backward match the reference",
     auto made = CudnnAttention::create();
     REQUIRE(made.ok());
     CudnnAttention& cudnn = **made;
-    impls.push_back(true);  // the default backward (attention_core_choice) where built
+    impls.push_back(true);  // the default backward (DeviceContext::attention_core) where built
 #endif
     for (const bool use_cudnn : impls) {
         std::mt19937 rng(81);

@@ -48,7 +48,9 @@ TEST_CASE("a CUDA context refuses an unknown DELTATUNE_ATTENTION, naming it", "[
     for (const char* good : {"wgmma", "flash"}) {
 #endif
         ScopedEnv choice("DELTATUNE_ATTENTION", good);
-        CHECK(check_attention_choice().ok());
+        const absl::StatusOr<AttentionCore> core = attention_core_from_env();
+        REQUIRE(core.ok());
+        CHECK(std::string(attention_core_name(*core)) == good);
     }
 }
 

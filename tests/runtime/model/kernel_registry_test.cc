@@ -15,6 +15,7 @@ MachineInfo h200() {
     MachineInfo m;
     m.sm_version = 90;
     m.gpu_name = "NVIDIA H200";
+    m.attention_core = attention_core_from_env().value_or(AttentionCore::kWgmma);  // as probed
     return m;
 }
 
@@ -45,7 +46,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
     KernelRegistry r = kernel_registry_for(m, &c);
     // A library call only where DELTATUNE_ATTENTION=cudnn asks for cuDNN's.
     CHECK(op(r, "gated_attention").kind ==
-          (attention_core_choice() == "cudnn" ? KernelKind::kLibrary : KernelKind::kFused));
+          (m.attention_core == AttentionCore::kCudnn ? KernelKind::kLibrary : KernelKind::kFused));
     CHECK(op(r, "linear").kind == KernelKind::kLibrary);
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
     CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
@@ -66,32 +67,33 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
 
 TEST_CASE("registry: the wgmma kernels by default, cuDNN's or the handwritten kernels if asked",
           "[registry]") {
-    const MachineInfo m = h200();
     Qwen35Config c;
     c.head_dim = 256;
     {
         const testing::ScopedEnv unset("DELTATUNE_ATTENTION", nullptr);
+        const MachineInfo m = h200();
         const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
-        CHECK(attention_core_choice() == "wgmma");
-        CHECK(k.implementation.find("kernels/flash_attention_wgmma.cu forward") == 0);
-        CHECK(k.implementation.find("kernels/flash_attention_wgmma_backward.cu") !=
-              std::string::npos);
+        CHECK(m.attention_core == AttentionCore::kWgmma);
+        CHECK(k.implementation.find("kernels/attention_wgmma.cu forward") == 0);
+        CHECK(k.implementation.find("kernels/attention_wgmma_backward.cu") != std::string::npos);
         CHECK(k.kind == KernelKind::kFused);
     }
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
     {
         const testing::ScopedEnv asked("DELTATUNE_ATTENTION", "cudnn");
+        const MachineInfo m = h200();
         const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
-        CHECK(attention_core_choice() == "cudnn");
+        CHECK(m.attention_core == AttentionCore::kCudnn);
         CHECK(k.kind == KernelKind::kLibrary);
         CHECK(k.implementation.find("cuDNN fused flash attention") == 0);
     }
 #endif
     const testing::ScopedEnv asked("DELTATUNE_ATTENTION", "flash");
+    const MachineInfo m = h200();
     const KernelChoice flash = op(kernel_registry_for(m, &c), "gated_attention");
-    CHECK(attention_core_choice() == "flash");
+    CHECK(m.attention_core == AttentionCore::kFlash);
     CHECK(flash.kind == KernelKind::kFused);
-    CHECK(flash.implementation == "kernels/flash_attention.cu (sm_90a)");
+    CHECK(flash.implementation == "kernels/attention_flash.cu (sm_90a)");
 }
 
 TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {

@@ -10,7 +10,7 @@
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 #if DELTATUNE_HAVE_CUDA
-#include "kernels/flash_attention_wgmma.h"
+#include "kernels/attention_wgmma.h"
 #endif
 
 namespace deltatune {

@@ -1,10 +1,10 @@
-// Gated varlen causal GQA attention backward on wgmma + TMA (see flash_attention_wgmma.h).
+// Gated varlen causal GQA attention backward on wgmma + TMA (see attention_wgmma.h).
 //
 // Passes: attention_gate_backward_from_y forms d_o = dy * sigmoid(gate), dgate and
 // delta = rowsum(d_o y / sigmoid(gate)) (= rowsum(d_o o));
 // list_tiles_kernel lists the (document, key tile of 64) pairs with the most query tiles first;
 // the main kernel runs one block per (key tile, kv head); then dQ either comes from the dS^T
-// tiles the main kernel stored (flash_attention_wgmma_dq.cu: no atomics, the default while the
+// tiles the main kernel stored (attention_wgmma_dq.cu: no atomics, the default while the
 // tiles fit kAttentionDsBudget) or, past the budget, from fp32 sums the main kernel added into,
 // which dq_finish_kernel scales into bf16.
 //
@@ -31,11 +31,11 @@
 #include <algorithm>
 
 #include "kernels/attention_gate.h"
+#include "kernels/attention_wgmma.h"
+#include "kernels/attention_wgmma_dq.h"
+#include "kernels/attention_wgmma_tile.cuh"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
-#include "kernels/flash_attention_wgmma.h"
-#include "kernels/flash_attention_wgmma_dq.h"
-#include "kernels/flash_attention_wgmma_tile.cuh"
 
 namespace deltatune {
 
@@ -69,7 +69,7 @@ struct Params {
     const float* lse;
     const float* delta;
     float* dq_acc;  // (tokens, q_heads, 256) fp32, zeroed (dQ by atomics)
-    bf16* ds;       // the dS^T tiles (dQ from memory; flash_attention_wgmma_dq.h has the layout)
+    bf16* ds;       // the dS^T tiles (dQ from memory; attention_wgmma_dq.h has the layout)
     const int64_t* pair_base;
     bf16* dk;
     bf16* dv;
@@ -170,7 +170,7 @@ __device__ __forceinline__ int swizzled(int row, int col) {
     return row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
 }
 
-// kStoreDs: each step's dS^T tile goes to memory for flash_attention_wgmma_dq.cu (one bulk
+// kStoreDs: each step's dS^T tile goes to memory for attention_wgmma_dq.cu (one bulk
 // copy from shared memory, issued by the first consumer thread); otherwise dQ's partial is
 // computed here and added to the fp32 sums.
 template <bool kStoreDs>

@@ -11,9 +11,9 @@
 //             dk/dv: block = 32 keys of one kv head, looping over the group's query heads and the
 //             query tiles that can see them (warps split keys x head_dim halves);
 //             dq: block = 64 query rows, looping over key tiles. No atomics: deterministic.
-// This file holds the forward; flash_attention_backward.cu the backward; the tile constants and
-// mma.sync helpers they share are in flash_attention_common.cuh.
-#include "kernels/flash_attention_common.cuh"
+// This file holds the forward; attention_flash_backward.cu the backward; the tile constants and
+// mma.sync helpers they share are in attention_flash_common.cuh.
+#include "kernels/attention_flash_common.cuh"
 
 namespace deltatune {
 

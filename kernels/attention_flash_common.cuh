@@ -1,6 +1,6 @@
-// Shared by flash_attention.cu (forward) and flash_attention_backward.cu: the tile constants, the
+// Shared by attention_flash.cu (forward) and attention_flash_backward.cu: the tile constants, the
 // mma.sync m16n8k16 helpers, the geometry and the launch helpers of the handwritten varlen causal
-// GQA flash attention (head_dim 256, Qwen3.5's sigmoid output gate fused). See flash_attention.cu
+// GQA flash attention (head_dim 256, Qwen3.5's sigmoid output gate fused). See attention_flash.cu
 // for the design.
 #pragma once
 

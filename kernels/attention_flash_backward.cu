@@ -1,10 +1,10 @@
-// The handwritten flash attention's backward (flash_attention.cu has the design): a pre-pass
+// The handwritten flash attention's backward (attention_flash.cu has the design): a pre-pass
 // (attention_gate_backward) forms d_o = dy * sigmoid(gate), dgate and delta = rowsum(d_o * o);
 // the dk/dv kernel runs a block per 32 keys of one kv head over the group's query heads and the
 // query tiles that can see them; the dq kernel a block per 64 query rows over key tiles. No
 // atomics: deterministic.
+#include "kernels/attention_flash_common.cuh"
 #include "kernels/attention_gate.h"
-#include "kernels/flash_attention_common.cuh"
 
 namespace deltatune {
 

@@ -1,4 +1,4 @@
-// The dQ pass of the wgmma attention backward (flash_attention_wgmma_backward.cu), for batches
+// The dQ pass of the wgmma attention backward (attention_wgmma_backward.cu), for batches
 // whose dS tiles fit in memory: the main kernel leaves each (query tile, key tile, head) tile of
 // dS^T (64 x 64 bf16, in the 128-byte swizzled layout of its shared memory) in `ds`, and this
 // pass forms dQ = scale * dS K per query tile with no atomics: deterministic. Internal to the

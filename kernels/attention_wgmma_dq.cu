@@ -1,5 +1,5 @@
 // dQ = scale * dS K from the dS^T tiles the wgmma backward left in memory (see
-// flash_attention_wgmma_dq.h).
+// attention_wgmma_dq.h).
 //
 // One block of 3 warpgroups per (64-row query tile t of a document, two query heads of one kv
 // group), listed with the most key tiles first. Warpgroup 0, thread 0 is the producer: per key
@@ -9,15 +9,15 @@
 // dS^T read transposed and B = K read N-major, the next tile's loads in flight meanwhile. The
 // two heads share each K tile (a block per head read K twice as often). Each query row's dQ is
 // one block's sum over the key tiles in order: no atomics, the same bits every run.
-#include "kernels/flash_attention_wgmma_dq.h"
+#include "kernels/attention_wgmma_dq.h"
 
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 
+#include "kernels/attention_wgmma_tile.cuh"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
-#include "kernels/flash_attention_wgmma_tile.cuh"
 
 namespace deltatune {
 

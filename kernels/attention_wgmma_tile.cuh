@@ -1,7 +1,7 @@
 // The tile arithmetic of the wgmma attention kernels: tile constants, the forward's two products
 // of a key tile as wgmma, the masked online softmax of one tile of scores, the consumer
-// warpgroups' turns and the fast sigmoid of the gate (flash_attention_wgmma.cu); the backward's
-// staged fp32 reductions (flash_attention_wgmma_backward.cu); the work lists of both.
+// warpgroups' turns and the fast sigmoid of the gate (attention_wgmma.cu); the backward's
+// staged fp32 reductions (attention_wgmma_backward.cu); the work lists of both.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -357,7 +357,7 @@ cudaError_t build_tile_list(void* workspace, const GatedAttentionArgs& a, cudaSt
 
 // Element offset of the backward's dS^T tile for query tile t and key tile k <= t (64-token
 // tiles from the document's start) of query head h, the document's tile pairs starting at
-// pair_base (flash_attention_wgmma_dq.h has the layout): written by the main backward kernel,
+// pair_base (attention_wgmma_dq.h has the layout): written by the main backward kernel,
 // read by the dQ pass.
 __device__ __forceinline__ int64_t ds_tile_at(int64_t pair_base, int t, int k, int q_heads, int h) {
     const int64_t pair = pair_base + static_cast<int64_t>(t) * (t + 1) / 2 + k;

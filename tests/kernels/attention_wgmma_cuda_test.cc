@@ -1,4 +1,4 @@
-// The wgmma + TMA gated attention forward (flash_attention_wgmma.cu) against attention_ref.cc
+// The wgmma + TMA gated attention forward (attention_wgmma.cu) against attention_ref.cc
 // and output_gate_forward_ref: one-token documents, empty documents, documents shorter than,
 // equal to and longer than a 128-row query tile and not multiples of the 64-key tile, GQA groups
 // of 1, 2, 3 and 6, the gate read in place from q_proj's interleaved layout, poisoned outputs
@@ -18,10 +18,10 @@
 #include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
 #if DELTATUNE_HAVE_CUDA
-#include "kernels/flash_attention_wgmma.h"
+#include "kernels/attention_wgmma.h"
 #endif
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/cudnn_attention.h"
+#include "kernels/attention_cudnn.h"
 #endif
 
 namespace deltatune {

@@ -6,8 +6,8 @@
 // turns), persistent over a longest-first list of (128-row query tile, head) items, with the
 // sigmoid output gate fused into the epilogue. Same inputs, outputs and saved lse as
 // gated_attention_forward (attention.h); its reference is attention_ref.cc. The model's default
-// forward (attention_core_choice "wgmma"); on the H200 its gated op beats cuDNN's SDPA plus the
-// gate's pass on packed batches (tests/bench/attention_bench.cc).
+// forward (DELTATUNE_ATTENTION=wgmma, the default); on the H200 its gated op beats cuDNN's SDPA
+// plus the gate's pass on packed batches (tests/bench/attention_bench.cc).
 //
 // Query tiles of 128 rows never straddle documents (a batch of many tiny documents wastes most
 // of each tile; the packing makes real documents). Nondeterminism: none in the results (the
@@ -53,7 +53,7 @@ cudaError_t gated_attention_forward_wgmma_scheduled(__nv_bfloat16* y, __nv_bfloa
                                                     size_t schedule_bytes, cudaStream_t stream,
                                                     int max_blocks = 0);
 
-// The backward on wgmma + TMA (flash_attention_wgmma_backward.cu): same contract as
+// The backward on wgmma + TMA (attention_wgmma_backward.cu): same contract as
 // gated_attention_backward (attention.h) except that it takes the gated output y (the forward's
 // y) where that takes o: dgate = dy * y * (1 - sigmoid(gate)) and the row terms
 // sum_c d_o * (y / sigmoid) equal o's in real numbers (attention_gate_backward_from_y). Where the

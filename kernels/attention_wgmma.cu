@@ -1,4 +1,4 @@
-// Gated varlen causal GQA attention forward on wgmma + TMA (see flash_attention_wgmma.h).
+// Gated varlen causal GQA attention forward on wgmma + TMA (see attention_wgmma.h).
 //
 // Work items are (query tile of 128 rows, query head), listed longest-first by
 // list_tiles_kernel. The kernel is persistent: one block of 3 warpgroups per SM takes items off
@@ -23,10 +23,10 @@
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <algorithm>
 
+#include "kernels/attention_wgmma.h"
+#include "kernels/attention_wgmma_tile.cuh"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
-#include "kernels/flash_attention_wgmma.h"
-#include "kernels/flash_attention_wgmma_tile.cuh"
 
 namespace deltatune {
 

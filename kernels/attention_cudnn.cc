@@ -1,5 +1,5 @@
-// cuDNN fused flash attention for the gated attention op (cudnn_attention.h).
-#include "kernels/cudnn_attention.h"
+// cuDNN fused flash attention for the gated attention op (attention_cudnn.h).
+#include "kernels/attention_cudnn.h"
 
 #include <cudnn.h>
 

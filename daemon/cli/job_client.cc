@@ -5,8 +5,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -25,19 +23,10 @@ absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
     if (token_file.empty() && std::getenv("DELTATUNE_TOKEN_FILE"))
         token_file = std::getenv("DELTATUNE_TOKEN_FILE");
     if (!token_file.empty()) {
-        std::ifstream in(token_file);
-        if (!in)
-            return absl::NotFoundError(absl::StrCat("--token-file ", token_file, ": cannot open"));
-        std::stringstream text;
-        text << in.rdbuf();
-        // Read as the daemon reads its own token file: the first token in it.
-        const std::vector<std::string> tokens = daemon::parse_token_lines(text.str());
-        if (tokens.empty()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("--token-file ", token_file, ": holds no token"));
-        }
+        // Read as the daemon reads its own token file; the CLI sends the first token.
+        DT_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
+                            daemon::read_token_file(token_file, "--token-file"));
         c.token_ = tokens.front();
-        DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "--token-file " + token_file));
     } else if (const char* t = std::getenv("DELTATUNE_TOKEN")) {
         c.token_ = std::string(absl::StripAsciiWhitespace(t));
         DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "DELTATUNE_TOKEN"));

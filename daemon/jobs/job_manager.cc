@@ -87,19 +87,19 @@ bool labels_match(const Job& job, const std::map<std::string, std::string>& want
 // once that job has stopped; resume_from naming a job must name the owner.
 absl::Status check_output_owner(const JobManager::Impl& m, const v1::JobSpec& spec,
                                 const std::string& job_name) {
-    DT_ASSIGN_OR_RETURN(
-        const std::string owner,
-        output_dir_owner(existing_resolved_roots(m.opt.roots.outputs), spec.output_dir()));
+    DT_ASSIGN_OR_RETURN(const OutputDirOwner owner,
+                        output_dir_owner(*m.outputs, spec.output_dir()));
+    const bool owned_by_job = owner.kind == OutputDirOwner::Kind::kJob;
     const std::string& from = spec.resume_from();
-    if (absl::StartsWith(from, "jobs/") && from != owner) {
+    if (absl::StartsWith(from, "jobs/") && !(owned_by_job && from == owner.job)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "INVALID_CONFIG: resume_from names ", from, ", but output_dir '", spec.output_dir(),
-            "' ", owner.empty() ? "belongs to no job" : absl::StrCat("belongs to ", owner),
+            "' ", owned_by_job ? absl::StrCat("belongs to ", owner.job) : "belongs to no job",
             "; to start from another folder's checkpoint, name the checkpoint folder"));
     }
     bool owner_running = false;
-    if (absl::StartsWith(owner, "jobs/")) {
-        auto it = m.jobs.find(owner.substr(5));
+    if (owned_by_job && absl::StartsWith(owner.job, "jobs/")) {
+        auto it = m.jobs.find(owner.job.substr(5));
         owner_running = it != m.jobs.end() && !is_terminal(it->second.stored.job.state()) &&
                         it->second.stored.job.state() != Job::PAUSED;
     }
@@ -137,8 +137,7 @@ absl::StatusOr<Job> create_locked(JobManager::Impl& m, v1::JobSpec spec,
         job.clear_uid();
         return job;
     }
-    DT_RETURN_IF_ERROR(claim_output_dir(existing_resolved_roots(m.opt.roots.outputs),
-                                        job.spec().output_dir(), job.name()));
+    DT_RETURN_IF_ERROR(claim_output_dir(*m.outputs, job.spec().output_dir(), job.name()));
     Change c(r.stored);
     c.add("JOB_CREATED", JobEvent::INFO, "job created");
     c.add("VALIDATION_PASSED", JobEvent::INFO, "spec and paths are valid");

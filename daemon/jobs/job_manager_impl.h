@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "daemon/jobs/job_manager.h"
+#include "runtime/base/path_sandbox.h"
 
 namespace deltatune::daemon {
 
@@ -57,6 +58,9 @@ inline void log_error(const absl::Status& s) {
 
 struct JobManager::Impl {
     JobManagerOptions opt;
+    // The outputs roots, opened once at start: output folders are checked and claimed beneath
+    // them (output_claim.h).
+    std::unique_ptr<PathSandbox> outputs;
     std::unique_ptr<JobStore> store;
     std::unique_ptr<RankLauncher> launcher;
     int lock_fd = -1;

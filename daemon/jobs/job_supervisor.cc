@@ -100,6 +100,10 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::open(JobManagerOptions o
                 absl::StrCat("roots.outputs '", root, "': cannot create: ", ec.message()));
         }
     }
+    DT_ASSIGN_OR_RETURN(
+        PathSandbox outputs,
+        PathSandbox::confined({{}, existing_resolved_roots(impl->opt.roots.outputs)}));
+    impl->outputs = std::make_unique<PathSandbox>(std::move(outputs));
     // Two daemons on one state_dir would both launch the same jobs.
     const std::string lock = impl->opt.state_dir + "/deltatuned.lock";
     impl->lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

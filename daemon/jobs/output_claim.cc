@@ -28,27 +28,33 @@ absl::Status in_use(const v1::JobSpec& spec, const std::string& why) {
 
 }  // namespace
 
-absl::StatusOr<std::string> output_dir_owner(const std::vector<std::string>& output_roots,
-                                             const std::string& output_dir) {
-    DT_ASSIGN_OR_RETURN(PathSandbox box, PathSandbox::confined({{}, output_roots}));
-    absl::StatusOr<UniqueFd> fd = box.open(marker_path(output_dir), O_RDONLY | O_NOFOLLOW);
+absl::StatusOr<OutputDirOwner> output_dir_owner(const PathSandbox& outputs,
+                                                const std::string& output_dir) {
+    using Kind = OutputDirOwner::Kind;
+    absl::StatusOr<UniqueFd> fd = outputs.open(marker_path(output_dir), O_RDONLY | O_NOFOLLOW);
     if (absl::IsNotFound(fd.status())) {
-        if (holds_an_earlier_run(box, output_dir)) return std::string("(an earlier run)");
-        return std::string();
+        OutputDirOwner none;
+        if (holds_an_earlier_run(outputs, output_dir)) none.kind = Kind::kEarlierRun;
+        return none;
     }
     if (!fd.ok()) return fd.status();
     DT_ASSIGN_OR_RETURN(std::string text, read_fd(fd->get(), marker_path(output_dir)));
-    return std::string(absl::StripAsciiWhitespace(text.substr(0, 256)));
+    std::string job(absl::StripAsciiWhitespace(text.substr(0, 256)));
+    if (job.empty()) return OutputDirOwner{};
+    return OutputDirOwner{Kind::kJob, std::move(job)};
 }
 
 absl::Status check_output_dir(const v1::JobSpec& spec, const std::string& job_name,
-                              const std::string& owner, bool owner_running) {
-    if (owner.empty() || owner == job_name) return absl::OkStatus();
-    if (owner == "(an earlier run)") {
+                              const OutputDirOwner& owner_of, bool owner_running) {
+    using Kind = OutputDirOwner::Kind;
+    if (owner_of.kind == Kind::kNobody) return absl::OkStatus();
+    if (owner_of.kind == Kind::kEarlierRun) {
         return in_use(spec,
                       "holds the checkpoints or export of an earlier run that no job claims; "
                       "choose another output_dir (or move that run away)");
     }
+    const std::string& owner = owner_of.job;
+    if (owner == job_name) return absl::OkStatus();
     if (spec.resume_from() != owner) {
         return in_use(spec, absl::StrCat("belongs to ", owner,
                                          "; choose another output_dir, or set resume_from: ", owner,
@@ -61,12 +67,11 @@ absl::Status check_output_dir(const v1::JobSpec& spec, const std::string& job_na
     return absl::OkStatus();
 }
 
-absl::Status claim_output_dir(const std::vector<std::string>& output_roots,
-                              const std::string& output_dir, const std::string& job_name) {
-    DT_ASSIGN_OR_RETURN(PathSandbox box, PathSandbox::confined({{}, output_roots}));
-    DT_RETURN_IF_ERROR(box.make_dirs(output_dir));
+absl::Status claim_output_dir(const PathSandbox& outputs, const std::string& output_dir,
+                              const std::string& job_name) {
+    DT_RETURN_IF_ERROR(outputs.make_dirs(output_dir));
     const std::string text = job_name + "\n";
-    return box.write_atomic(marker_path(output_dir), {{text.data(), text.size()}});
+    return outputs.write_atomic(marker_path(output_dir), {{text.data(), text.size()}});
 }
 
 }  // namespace deltatune::daemon

@@ -48,27 +48,32 @@ absl::Status check_token(std::string_view token, std::string_view where) {
     return absl::OkStatus();
 }
 
-absl::StatusOr<Authenticator> Authenticator::from_token_file(const std::string& path) {
-    if (path.empty()) return Authenticator();
+absl::StatusOr<std::vector<std::string>> read_token_file(const std::string& path,
+                                                         const std::string& where) {
     std::ifstream in(path);
-    if (!in)
-        return absl::FailedPreconditionError(
-            absl::StrCat("auth.token_file ", path, ": cannot open"));
+    if (!in) return absl::NotFoundError(absl::StrCat(where, " ", path, ": cannot open"));
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH)) {
-        std::fprintf(stderr, "deltatuned: warning: %s is world-readable\n", path.c_str());
+        std::fprintf(stderr, "warning: %s is world-readable (chmod 600 it)\n", path.c_str());
     }
     std::stringstream text;
     text << in.rdbuf();
     std::vector<std::string> tokens = parse_token_lines(text.str());
     for (const std::string& t : tokens) {
-        DT_RETURN_IF_ERROR(check_token(t, absl::StrCat("auth.token_file ", path)));
+        DT_RETURN_IF_ERROR(check_token(t, absl::StrCat(where, " ", path)));
     }
     if (tokens.empty()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("auth.token_file ", path, " has no tokens"));
+        return absl::InvalidArgumentError(absl::StrCat(where, " ", path, ": holds no token"));
     }
-    return with_tokens(std::move(tokens));
+    return tokens;
+}
+
+absl::StatusOr<Authenticator> Authenticator::from_token_file(const std::string& path) {
+    if (path.empty()) return Authenticator();
+    absl::StatusOr<std::vector<std::string>> tokens = read_token_file(path, "auth.token_file");
+    // A daemon that cannot read its configured tokens does not start (never without auth).
+    if (!tokens.ok()) return absl::FailedPreconditionError(tokens.status().message());
+    return with_tokens(*std::move(tokens));
 }
 
 Authenticator Authenticator::with_tokens(std::vector<std::string> tokens) {

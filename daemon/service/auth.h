@@ -20,6 +20,12 @@ namespace deltatune::daemon {
 std::vector<std::string> parse_token_lines(std::string_view text);
 // A bearer token travels in a header: printable ASCII, no spaces. `where` names its source.
 absl::Status check_token(std::string_view token, std::string_view where);
+// A token file's tokens (parse_token_lines), each checked, at least one: the daemon's
+// auth.token_file and the CLI's --token-file are read the same way. `where` ("auth.token_file",
+// "--token-file") starts every error: NotFound when the file cannot be opened, InvalidArgument
+// for a bad token or none. Warns on stderr when the file is world-readable.
+absl::StatusOr<std::vector<std::string>> read_token_file(const std::string& path,
+                                                         const std::string& where);
 
 class Authenticator {
   public:

@@ -46,23 +46,15 @@ size_t gated_delta_rule_backward_workspace_bytes(int64_t tokens, int64_t v_heads
     return bytes;
 }
 
-cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const __nv_bfloat16* q,
-                                     const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                     const __nv_bfloat16* a, const __nv_bfloat16* b,
-                                     const float* A_log, const float* dt_bias,
-                                     const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens,
-                                     int64_t k_heads, int64_t v_heads, float scale, void* workspace,
-                                     size_t workspace_bytes, cudaStream_t stream) {
-    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const GatedDeltaRuleArgs& args,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    if (!args_supported(args)) return cudaErrorInvalidValue;
+    if (args.tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_forward_workspace_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;
     }
-    if (tokens == 0) return cudaSuccess;
-    if (workspace_bytes < gated_delta_rule_forward_workspace_bytes(tokens, v_heads)) {
-        return cudaErrorInvalidValue;
-    }
-    const Ws w = carve(workspace, tokens, v_heads, false, nullptr);
-    return launch_forward(out, /*save_states=*/false, w, q, k, v, a, b, A_log, dt_bias, cu_seqlens,
-                          num_docs, tokens, k_heads, v_heads, scale, stream);
+    const Ws w = carve(workspace, args.tokens, args.v_heads, false, nullptr);
+    return launch_forward(out, /*save_states=*/false, w, args, stream);
 }
 
 }  // namespace deltatune

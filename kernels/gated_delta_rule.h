@@ -42,25 +42,37 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
 // per-chunk intermediates (see the *_workspace_bytes functions); no host synchronisation.
 bool gated_delta_rule_supported(int64_t tokens, int64_t k_heads, int64_t v_heads, int64_t dk,
                                 int64_t dv);
+
+// One layer's rule inputs (device pointers, shapes as above).
+struct GatedDeltaRuleArgs {
+    const __nv_bfloat16* q = nullptr;     // (tokens, k_heads, 128), raw (normalised inside)
+    const __nv_bfloat16* k = nullptr;     // (tokens, k_heads, 128), raw
+    const __nv_bfloat16* v = nullptr;     // (tokens, v_heads, 128)
+    const __nv_bfloat16* a = nullptr;     // (tokens, v_heads), the decay gate's pre-activation
+    const __nv_bfloat16* b = nullptr;     // (tokens, v_heads), beta's pre-activation
+    const float* A_log = nullptr;         // (v_heads)
+    const float* dt_bias = nullptr;       // (v_heads)
+    const int32_t* cu_seqlens = nullptr;  // (num_docs + 1), device
+    int64_t num_docs = 0, tokens = 0, k_heads = 0, v_heads = 0;
+    float scale = 0.0f;  // applied to q (dk^-1/2 in the model)
+};
+
+// The rule's gradients: dq, dk (summed over each key head's value heads), dv, da, db written (=)
+// in bf16 with the shapes of their inputs; dA_log, ddt_bias (v_heads, fp32) accumulated (+=)
+// through a deterministic per-chunk reduction.
+struct GatedDeltaRuleGrads {
+    __nv_bfloat16 *dq = nullptr, *dk = nullptr, *dv = nullptr, *da = nullptr, *db = nullptr;
+    float *dA_log = nullptr, *ddt_bias = nullptr;
+};
+
 size_t gated_delta_rule_forward_workspace_bytes(int64_t tokens, int64_t v_heads);
-cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const __nv_bfloat16* q,
-                                     const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                     const __nv_bfloat16* a, const __nv_bfloat16* b,
-                                     const float* A_log, const float* dt_bias,
-                                     const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens,
-                                     int64_t k_heads, int64_t v_heads, float scale, void* workspace,
-                                     size_t workspace_bytes, cudaStream_t stream);
-// Recomputes the forward's intermediates, then writes (=) dq, dk (summed over each key head's
-// value heads), dv, da, db in bf16 and accumulates (+=) dA_log, ddt_bias (v_heads, fp32) through
-// a deterministic per-chunk reduction.
+cudaError_t gated_delta_rule_forward(__nv_bfloat16* out, const GatedDeltaRuleArgs& args,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// Recomputes the forward's intermediates, then writes the gradients.
 size_t gated_delta_rule_backward_workspace_bytes(int64_t tokens, int64_t v_heads);
-cudaError_t gated_delta_rule_backward(
-    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
-    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
-    size_t workspace_bytes, cudaStream_t stream);
+cudaError_t gated_delta_rule_backward(const GatedDeltaRuleGrads& grads, const __nv_bfloat16* dout,
+                                      const GatedDeltaRuleArgs& args, void* workspace,
+                                      size_t workspace_bytes, cudaStream_t stream);
 
 // Training: a forward that also keeps what the backward needs (the chunk intermediates, each
 // chunk's entering state and Vn) in `saved` (gated_delta_rule_saved_bytes; the caller holds it
@@ -68,18 +80,13 @@ cudaError_t gated_delta_rule_backward(
 // scratch: gated_delta_rule_backward_scratch_bytes). Same results as the pair above.
 size_t gated_delta_rule_saved_bytes(int64_t tokens, int64_t v_heads);
 size_t gated_delta_rule_backward_scratch_bytes(int64_t tokens, int64_t v_heads);
-cudaError_t gated_delta_rule_forward_saving(
-    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-    const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
-    const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
-    float scale, void* saved, size_t saved_bytes, cudaStream_t stream);
-cudaError_t gated_delta_rule_backward_from_saved(
-    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
-    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, const void* saved,
-    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+cudaError_t gated_delta_rule_forward_saving(__nv_bfloat16* out, const GatedDeltaRuleArgs& args,
+                                            void* saved, size_t saved_bytes, cudaStream_t stream);
+cudaError_t gated_delta_rule_backward_from_saved(const GatedDeltaRuleGrads& grads,
+                                                 const __nv_bfloat16* dout,
+                                                 const GatedDeltaRuleArgs& args, const void* saved,
+                                                 void* workspace, size_t workspace_bytes,
+                                                 cudaStream_t stream);
 #endif
 
 }  // namespace deltatune

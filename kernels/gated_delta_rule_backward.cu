@@ -425,20 +425,14 @@ __global__ void gdn_gate_reduce_kernel(float* dA_log, float* ddt_bias, Ws ws, in
 }
 
 // The backward from workspace views `w`; `replay`: recompute the forward's part first.
-cudaError_t backward_from(const Ws& w, bool replay, __nv_bfloat16* dq, __nv_bfloat16* dk,
-                          __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db, float* dA_log,
-                          float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-                          const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a,
-                          const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
-                          const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens,
-                          int64_t k_heads, int64_t v_heads, float scale, cudaStream_t stream) {
-    const auto t32 = static_cast<int32_t>(tokens);
-    const auto kh = static_cast<int>(k_heads), vh = static_cast<int>(v_heads);
-    const auto chunks = static_cast<unsigned>(num_chunks(tokens));
+cudaError_t backward_from(const Ws& w, bool replay, const GatedDeltaRuleGrads& g,
+                          const __nv_bfloat16* dout, const GatedDeltaRuleArgs& x,
+                          cudaStream_t stream) {
+    const auto t32 = static_cast<int32_t>(x.tokens);
+    const auto kh = static_cast<int>(x.k_heads), vh = static_cast<int>(x.v_heads);
+    const auto chunks = static_cast<unsigned>(num_chunks(x.tokens));
     if (replay) {  // the chunk intermediates and the states, as a saving forward makes them
-        if (cudaError_t e =
-                launch_forward(nullptr, /*save_states=*/true, w, q, k, v, a, b, A_log, dt_bias,
-                               cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
+        if (cudaError_t e = launch_forward(nullptr, /*save_states=*/true, w, x, stream);
             e != cudaSuccess) {
             return e;
         }
@@ -459,13 +453,14 @@ cudaError_t backward_from(const Ws& w, bool replay, __nv_bfloat16* dq, __nv_bflo
         return e;
     }
     gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kPrepBwdThreads, kPrepBwdSmem, stream>>>(
-        w, dv, da, db, q, k, v, a, b, A_log, dt_bias, cu_seqlens, num_docs, t32, kh, vh, scale);
+        w, g.dv, g.da, g.db, x.q, x.k, x.v, x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs,
+        t32, kh, vh, x.scale);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    const int64_t items = tokens * k_heads;
+    const int64_t items = x.tokens * x.k_heads;
     const auto blocks = static_cast<unsigned>((items + kThreads / 32 - 1) / (kThreads / 32));
-    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(dq, dk, w, q, k, t32, kh, vh);
+    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(g.dq, g.dk, w, x.q, x.k, t32, kh, vh);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(dA_log, ddt_bias, w,
+    gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(g.dA_log, g.ddt_bias, w,
                                                                  static_cast<int>(chunks), vh);
     return cudaGetLastError();
 }
@@ -483,57 +478,41 @@ size_t gated_delta_rule_backward_scratch_bytes(int64_t tokens, int64_t v_heads) 
            gated_delta_rule_saved_bytes(tokens, v_heads);
 }
 
-cudaError_t gated_delta_rule_forward_saving(
-    __nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-    const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
-    const int32_t* cu_seqlens, int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
-    float scale, void* saved, size_t saved_bytes, cudaStream_t stream) {
-    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+cudaError_t gated_delta_rule_forward_saving(__nv_bfloat16* out, const GatedDeltaRuleArgs& args,
+                                            void* saved, size_t saved_bytes, cudaStream_t stream) {
+    if (!args_supported(args)) return cudaErrorInvalidValue;
+    if (args.tokens == 0) return cudaSuccess;
+    if (saved_bytes < gated_delta_rule_saved_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;
     }
-    if (tokens == 0) return cudaSuccess;
-    if (saved_bytes < gated_delta_rule_saved_bytes(tokens, v_heads)) return cudaErrorInvalidValue;
-    const Ws w = carve_parts(saved, nullptr, tokens, v_heads, 1, nullptr);
-    return launch_forward(out, /*save_states=*/true, w, q, k, v, a, b, A_log, dt_bias, cu_seqlens,
-                          num_docs, tokens, k_heads, v_heads, scale, stream);
+    const Ws w = carve_parts(saved, nullptr, args.tokens, args.v_heads, 1, nullptr);
+    return launch_forward(out, /*save_states=*/true, w, args, stream);
 }
 
-cudaError_t gated_delta_rule_backward_from_saved(
-    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
-    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, const void* saved,
-    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1 || !saved) {
+cudaError_t gated_delta_rule_backward_from_saved(const GatedDeltaRuleGrads& grads,
+                                                 const __nv_bfloat16* dout,
+                                                 const GatedDeltaRuleArgs& args, const void* saved,
+                                                 void* workspace, size_t workspace_bytes,
+                                                 cudaStream_t stream) {
+    if (!args_supported(args) || !saved) return cudaErrorInvalidValue;
+    if (args.tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_backward_scratch_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;
     }
-    if (tokens == 0) return cudaSuccess;
-    if (workspace_bytes < gated_delta_rule_backward_scratch_bytes(tokens, v_heads)) {
-        return cudaErrorInvalidValue;
-    }
-    const Ws w = carve_parts(workspace, saved, tokens, v_heads, 2, nullptr);
-    return backward_from(w, false, dq, dk, dv, da, db, dA_log, ddt_bias, dout, q, k, v, a, b, A_log,
-                         dt_bias, cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
+    const Ws w = carve_parts(workspace, saved, args.tokens, args.v_heads, 2, nullptr);
+    return backward_from(w, false, grads, dout, args, stream);
 }
 
-cudaError_t gated_delta_rule_backward(
-    __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-    float* dA_log, float* ddt_bias, const __nv_bfloat16* dout, const __nv_bfloat16* q,
-    const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-    const float* A_log, const float* dt_bias, const int32_t* cu_seqlens, int64_t num_docs,
-    int64_t tokens, int64_t k_heads, int64_t v_heads, float scale, void* workspace,
-    size_t workspace_bytes, cudaStream_t stream) {
-    if (!gated_delta_rule_supported(tokens, k_heads, v_heads, kD, kD) || num_docs < 1) {
+cudaError_t gated_delta_rule_backward(const GatedDeltaRuleGrads& grads, const __nv_bfloat16* dout,
+                                      const GatedDeltaRuleArgs& args, void* workspace,
+                                      size_t workspace_bytes, cudaStream_t stream) {
+    if (!args_supported(args)) return cudaErrorInvalidValue;
+    if (args.tokens == 0) return cudaSuccess;
+    if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;
     }
-    if (tokens == 0) return cudaSuccess;
-    if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(tokens, v_heads)) {
-        return cudaErrorInvalidValue;
-    }
-    const Ws w = carve(workspace, tokens, v_heads, true, nullptr);
-    return backward_from(w, true, dq, dk, dv, da, db, dA_log, ddt_bias, dout, q, k, v, a, b, A_log,
-                         dt_bias, cu_seqlens, num_docs, tokens, k_heads, v_heads, scale, stream);
+    const Ws w = carve(workspace, args.tokens, args.v_heads, true, nullptr);
+    return backward_from(w, true, grads, dout, args, stream);
 }
 
 }  // namespace deltatune

@@ -581,11 +581,12 @@ cudaError_t set_smem(F* kernel, size_t bytes) {
                                 static_cast<int>(bytes));
 }
 
-cudaError_t launch_prep(const Ws& w, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                        const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-                        const float* A_log, const float* dt_bias, const int32_t* cu,
-                        int64_t num_docs, int64_t tokens, int64_t k_heads, int64_t v_heads,
-                        float scale, cudaStream_t stream) {
+// The shapes the kernels serve (gated_delta_rule_supported) and at least one document.
+bool args_supported(const GatedDeltaRuleArgs& x) {
+    return gated_delta_rule_supported(x.tokens, x.k_heads, x.v_heads, kD, kD) && x.num_docs >= 1;
+}
+
+cudaError_t launch_prep(const Ws& w, const GatedDeltaRuleArgs& x, cudaStream_t stream) {
     if (cudaError_t e = set_smem(gdn_chunk_prep_kernel, kPrepSmem); e != cudaSuccess) return e;
     if (cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel,
                                              cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -593,10 +594,11 @@ cudaError_t launch_prep(const Ws& w, const __nv_bfloat16* q, const __nv_bfloat16
         e != cudaSuccess) {
         return e;
     }
-    const dim3 grid(static_cast<unsigned>(num_chunks(tokens)), static_cast<unsigned>(v_heads));
+    const dim3 grid(static_cast<unsigned>(num_chunks(x.tokens)), static_cast<unsigned>(x.v_heads));
     gdn_chunk_prep_kernel<<<grid, kThreads, kPrepSmem, stream>>>(
-        w, q, k, v, a, b, A_log, dt_bias, cu, num_docs, static_cast<int32_t>(tokens),
-        static_cast<int>(k_heads), static_cast<int>(v_heads), scale);
+        w, x.q, x.k, x.v, x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs,
+        static_cast<int32_t>(x.tokens), static_cast<int>(x.k_heads), static_cast<int>(x.v_heads),
+        x.scale);
     return cudaGetLastError();
 }
 
@@ -621,17 +623,9 @@ cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, i
 // The forward's two launches: chunk_prep into `w`, then the recurrence writing `out` (when set)
 // and, with save_states, each chunk's entering state and Vn for the backward.
 cudaError_t launch_forward(__nv_bfloat16* out, bool save_states, const Ws& w,
-                           const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                           const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log,
-                           const float* dt_bias, const int32_t* cu, int64_t num_docs,
-                           int64_t tokens, int64_t k_heads, int64_t v_heads, float scale,
-                           cudaStream_t stream) {
-    if (cudaError_t e = launch_prep(w, q, k, v, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
-                                    v_heads, scale, stream);
-        e != cudaSuccess) {
-        return e;
-    }
-    return launch_recurrence(out, w, tokens, v_heads, save_states, stream);
+                           const GatedDeltaRuleArgs& x, cudaStream_t stream) {
+    if (cudaError_t e = launch_prep(w, x, stream); e != cudaSuccess) return e;
+    return launch_recurrence(out, w, x.tokens, x.v_heads, save_states, stream);
 }
 
 }  // namespace

@@ -109,10 +109,30 @@ cudaError_t copy_cols(bf16* strided, int64_t strided_cols, int64_t col, bf16* de
 }
 
 // The fused core, forward: mixed (T, C) -> normed (T, VD), filling acts' fused-path fields.
+// The fused rule's inputs: the conv's q, k, v split out, the raw gates, the layer's gate weights.
+GatedDeltaRuleArgs fused_rule_args(const GpuCtx& x, const GpuLayer& w, const GpuGdnActs& acts) {
+    const Qwen35Config& c = x.c;
+    GatedDeltaRuleArgs r;
+    r.q = acts.q16.as<bf16>();
+    r.k = acts.k16.as<bf16>();
+    r.v = acts.v16.as<bf16>();
+    r.a = acts.a.as<bf16>();
+    r.b = acts.b.as<bf16>();
+    r.A_log = w.A_log.w32;
+    r.dt_bias = w.dt_bias.w32;
+    r.cu_seqlens = x.b.cu_seqlens;
+    r.num_docs = x.b.num_docs;
+    r.tokens = x.b.tokens;
+    r.k_heads = c.linear_num_key_heads;
+    r.v_heads = c.linear_num_value_heads;
+    r.scale = 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim));
+    return r;
+}
+
 absl::Status fused_core_forward(const GpuCtx& x, const GpuLayer& w, GpuGdnActs& acts) {
     const Qwen35Config& c = x.c;
     const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
-    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t Hv = c.linear_num_value_heads;
     const int64_t dv = c.linear_value_head_dim, KD = c.key_dim(), VD = c.value_dim();
     const size_t b2 = sizeof(bf16), f4 = sizeof(float);
     const cudaStream_t s = x.stream();
@@ -132,21 +152,17 @@ absl::Status fused_core_forward(const GpuCtx& x, const GpuLayer& w, GpuGdnActs& 
             copy_cols(conv.as<bf16>(), C, 2 * KD, acts.v16.as<bf16>(), VD, T, false, s));
     }
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * VD));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim));
+    const GatedDeltaRuleArgs rule = fused_rule_args(x, w, acts);
     if (x.keep_for_backward) {
         const size_t bytes = gated_delta_rule_saved_bytes(T, Hv);
         DT_ASSIGN_OR_RETURN(acts.rule_saved, x.dev.allocate(bytes));
-        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward_saving(
-            acts.o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
-            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
-            x.b.num_docs, T, Hk, Hv, scale, acts.rule_saved.get(), bytes, s));
+        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward_saving(acts.o.as<bf16>(), rule,
+                                                                acts.rule_saved.get(), bytes, s));
     } else {
         const size_t ws = gated_delta_rule_forward_workspace_bytes(T, Hv);
         DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-        DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_forward(
-            acts.o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(), acts.v16.as<bf16>(),
-            acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32, w.dt_bias.w32, x.b.cu_seqlens,
-            x.b.num_docs, T, Hk, Hv, scale, work.get(), ws, s));
+        DT_CUDA_RETURN_IF_ERROR(
+            gated_delta_rule_forward(acts.o.as<bf16>(), rule, work.get(), ws, s));
     }
     DT_ASSIGN_OR_RETURN(acts.norm_rstd, x.dev.allocate(f4 * T * Hv));
     DT_ASSIGN_OR_RETURN(acts.normed, x.dev.allocate(b2 * T * VD));
@@ -163,7 +179,7 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
                                  bf16* da_raw) {
     const Qwen35Config& c = x.c;
     const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
-    const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+    const int64_t Hv = c.linear_num_value_heads;
     const int64_t dv = c.linear_value_head_dim, KD = c.key_dim(), VD = c.value_dim();
     const size_t b2 = sizeof(bf16);
     const cudaStream_t s = x.stream();
@@ -180,24 +196,25 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
         DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * KD));
         DT_ASSIGN_OR_RETURN(DeviceMemory dk, x.dev.allocate(b2 * T * KD));
         DT_ASSIGN_OR_RETURN(DeviceMemory dvv, x.dev.allocate(b2 * T * VD));
-        const float scale = 1.0f / std::sqrt(static_cast<float>(c.linear_key_head_dim));
+        const GatedDeltaRuleArgs rule = fused_rule_args(x, w, acts);
+        GatedDeltaRuleGrads grads;
+        grads.dq = dq.as<bf16>();
+        grads.dk = dk.as<bf16>();
+        grads.dv = dvv.as<bf16>();
+        grads.da = da_raw;
+        grads.db = db;
+        grads.dA_log = w.A_log.grad;
+        grads.ddt_bias = w.dt_bias.grad;
         if (acts.rule_saved.get()) {  // the forward kept its intermediates: no replay
             const size_t ws = gated_delta_rule_backward_scratch_bytes(T, Hv);
             DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
             DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward_from_saved(
-                dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad,
-                w.dt_bias.grad, d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(),
-                acts.v16.as<bf16>(), acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32,
-                w.dt_bias.w32, x.b.cu_seqlens, x.b.num_docs, T, Hk, Hv, scale,
-                acts.rule_saved.get(), work.get(), ws, s));
+                grads, d_o.as<bf16>(), rule, acts.rule_saved.get(), work.get(), ws, s));
         } else {
             const size_t ws = gated_delta_rule_backward_workspace_bytes(T, Hv);
             DT_ASSIGN_OR_RETURN(DeviceMemory work, x.dev.allocate(ws));
-            DT_CUDA_RETURN_IF_ERROR(gated_delta_rule_backward(
-                dq.as<bf16>(), dk.as<bf16>(), dvv.as<bf16>(), da_raw, db, w.A_log.grad,
-                w.dt_bias.grad, d_o.as<bf16>(), acts.q16.as<bf16>(), acts.k16.as<bf16>(),
-                acts.v16.as<bf16>(), acts.a.as<bf16>(), acts.b.as<bf16>(), w.A_log.w32,
-                w.dt_bias.w32, x.b.cu_seqlens, x.b.num_docs, T, Hk, Hv, scale, work.get(), ws, s));
+            DT_CUDA_RETURN_IF_ERROR(
+                gated_delta_rule_backward(grads, d_o.as<bf16>(), rule, work.get(), ws, s));
         }
         DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, 0, dq.as<bf16>(), KD, T, true, s));
         DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, KD, dk.as<bf16>(), KD, T, true, s));

@@ -45,23 +45,41 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][g
         const size_t wsb = gated_delta_rule_backward_workspace_bytes(kTokens, v_heads);
         DeviceBuffer<char> ws(wsb);
         const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
-        const double fwd = median_ms(
-            [&] {
-                return gated_delta_rule_forward(bf16_ptr(out), bf16_ptr(q), bf16_ptr(k),
-                                                bf16_ptr(v), bf16_ptr(a), bf16_ptr(b), d_A.get(),
-                                                d_dt.get(), d_cu.get(), 1, kTokens, kKHeads,
-                                                v_heads, scale, ws.get(), wsb, nullptr);
-            },
-            20);
-        const double bwd = median_ms(
-            [&] {
-                return gated_delta_rule_backward(
-                    bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(da), bf16_ptr(db), dA.get(),
-                    ddt.get(), bf16_ptr(dout), bf16_ptr(q), bf16_ptr(k), bf16_ptr(v), bf16_ptr(a),
-                    bf16_ptr(b), d_A.get(), d_dt.get(), d_cu.get(), 1, kTokens, kKHeads, v_heads,
-                    scale, ws.get(), wsb, nullptr);
-            },
-            20);
+        GatedDeltaRuleArgs args;
+        args.q = bf16_ptr(q);
+        args.k = bf16_ptr(k);
+        args.v = bf16_ptr(v);
+        args.a = bf16_ptr(a);
+        args.b = bf16_ptr(b);
+        args.A_log = d_A.get();
+        args.dt_bias = d_dt.get();
+        args.cu_seqlens = d_cu.get();
+        args.num_docs = 1;
+        args.tokens = kTokens;
+        args.k_heads = kKHeads;
+        args.v_heads = v_heads;
+        args.scale = scale;
+        GatedDeltaRuleGrads grads;
+        grads.dq = bf16_ptr(dq);
+        grads.dk = bf16_ptr(dk);
+        grads.dv = bf16_ptr(dv);
+        grads.da = bf16_ptr(da);
+        grads.db = bf16_ptr(db);
+        grads.dA_log = dA.get();
+        grads.ddt_bias = ddt.get();
+        auto timings = [&](const GatedDeltaRuleArgs& x) {
+            const double f = median_ms(
+                [&] { return gated_delta_rule_forward(bf16_ptr(out), x, ws.get(), wsb, nullptr); },
+                20);
+            const double b = median_ms(
+                [&] {
+                    return gated_delta_rule_backward(grads, bf16_ptr(dout), x, ws.get(), wsb,
+                                                     nullptr);
+                },
+                20);
+            return std::make_pair(f, b);
+        };
+        const auto [fwd, bwd] = timings(args);
         std::printf("%-28s %10.3f %10.3f   (%s shape: 16 key / %lld value heads)\n",
                     "chunked gated delta rule", fwd, bwd, v_heads == 32 ? "9B" : "27B",
                     static_cast<long long>(v_heads));
@@ -69,23 +87,10 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][g
             std::vector<int32_t> cu8;
             for (int d = 0; d <= 8; ++d) cu8.push_back(d * 1024);
             DeviceBuffer<int32_t> d_cu8(cu8);
-            const double fwd8 = median_ms(
-                [&] {
-                    return gated_delta_rule_forward(
-                        bf16_ptr(out), bf16_ptr(q), bf16_ptr(k), bf16_ptr(v), bf16_ptr(a),
-                        bf16_ptr(b), d_A.get(), d_dt.get(), d_cu8.get(), 8, kTokens, kKHeads,
-                        v_heads, scale, ws.get(), wsb, nullptr);
-                },
-                20);
-            const double bwd8 = median_ms(
-                [&] {
-                    return gated_delta_rule_backward(
-                        bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), bf16_ptr(da), bf16_ptr(db),
-                        dA.get(), ddt.get(), bf16_ptr(dout), bf16_ptr(q), bf16_ptr(k), bf16_ptr(v),
-                        bf16_ptr(a), bf16_ptr(b), d_A.get(), d_dt.get(), d_cu8.get(), 8, kTokens,
-                        kKHeads, v_heads, scale, ws.get(), wsb, nullptr);
-                },
-                20);
+            GatedDeltaRuleArgs docs8 = args;
+            docs8.cu_seqlens = d_cu8.get();
+            docs8.num_docs = 8;
+            const auto [fwd8, bwd8] = timings(docs8);
             std::printf("%-28s %10.3f %10.3f   (9B shape, 8 documents of 1024 tokens)\n",
                         "chunked gated delta rule", fwd8, bwd8);
         }

@@ -118,20 +118,36 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
             const size_t fwb = gated_delta_rule_forward_workspace_bytes(tokens, v_heads);
             const size_t bwb = gated_delta_rule_backward_workspace_bytes(tokens, v_heads);
             DeviceBuffer<char> ws(bwb > fwb ? bwb : fwb);
+            GatedDeltaRuleArgs args;
+            args.q = bf16_ptr(d_q);
+            args.k = bf16_ptr(d_k);
+            args.v = bf16_ptr(d_v);
+            args.a = bf16_ptr(d_a);
+            args.b = bf16_ptr(d_b);
+            args.A_log = d_A.get();
+            args.dt_bias = d_dt.get();
+            args.cu_seqlens = d_cu.get();
+            args.num_docs = docs;
+            args.tokens = tokens;
+            args.k_heads = k_heads;
+            args.v_heads = v_heads;
+            args.scale = static_cast<float>(scale);
+            GatedDeltaRuleGrads grads;
+            grads.dq = bf16_ptr(d_dq);
+            grads.dk = bf16_ptr(d_dk);
+            grads.dv = bf16_ptr(d_dv);
+            grads.da = bf16_ptr(d_da);
+            grads.db = bf16_ptr(d_db);
+            grads.dA_log = d_dA.get();
+            grads.ddt_bias = d_ddt.get();
             for (auto* buf : {&d_out, &d_dq, &d_dk, &d_dv, &d_da, &d_db}) buf->poison();
             ws.poison();
-            REQUIRE(gated_delta_rule_forward(
-                        bf16_ptr(d_out), bf16_ptr(d_q), bf16_ptr(d_k), bf16_ptr(d_v), bf16_ptr(d_a),
-                        bf16_ptr(d_b), d_A.get(), d_dt.get(), d_cu.get(), docs, tokens, k_heads,
-                        v_heads, static_cast<float>(scale), ws.get(), fwb, nullptr) == cudaSuccess);
+            REQUIRE(gated_delta_rule_forward(bf16_ptr(d_out), args, ws.get(), fwb, nullptr) ==
+                    cudaSuccess);
             const auto out = to_float(d_out.download());
             ws.poison();
-            REQUIRE(gated_delta_rule_backward(
-                        bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_da),
-                        bf16_ptr(d_db), d_dA.get(), d_ddt.get(), bf16_ptr(d_dout), bf16_ptr(d_q),
-                        bf16_ptr(d_k), bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b), d_A.get(),
-                        d_dt.get(), d_cu.get(), docs, tokens, k_heads, v_heads,
-                        static_cast<float>(scale), ws.get(), bwb, nullptr) == cudaSuccess);
+            REQUIRE(gated_delta_rule_backward(grads, bf16_ptr(d_dout), args, ws.get(), bwb,
+                                              nullptr) == cudaSuccess);
             const auto dq = d_dq.download();
             CHECK(noted("gdn out rel", rel_err(out, to_single(e.out))) < 1e-2);
             CHECK(noted("gdn out max_scaled", max_scaled_err(out, to_single(e.out), 2e-2, 2e-2)) <=
@@ -146,12 +162,8 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
                   2e-2);
             // The backward is deterministic: a second run gives the same bits.
             d_dq.poison();
-            REQUIRE(gated_delta_rule_backward(
-                        bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_da),
-                        bf16_ptr(d_db), d_dA.get(), d_ddt.get(), bf16_ptr(d_dout), bf16_ptr(d_q),
-                        bf16_ptr(d_k), bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b), d_A.get(),
-                        d_dt.get(), d_cu.get(), docs, tokens, k_heads, v_heads,
-                        static_cast<float>(scale), ws.get(), bwb, nullptr) == cudaSuccess);
+            REQUIRE(gated_delta_rule_backward(grads, bf16_ptr(d_dout), args, ws.get(), bwb,
+                                              nullptr) == cudaSuccess);
             CHECK(d_dq.download() == dq);
             // Training's pair: the forward keeps its intermediates, the backward starts from
             // them (no replay) and gives the same bits everywhere.
@@ -164,19 +176,12 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
             saved.poison();
             scratch.poison();
             for (auto* buf : {&d_out, &d_dq, &d_dk, &d_dv, &d_da, &d_db}) buf->poison();
-            REQUIRE(gated_delta_rule_forward_saving(bf16_ptr(d_out), bf16_ptr(d_q), bf16_ptr(d_k),
-                                                    bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b),
-                                                    d_A.get(), d_dt.get(), d_cu.get(), docs, tokens,
-                                                    k_heads, v_heads, static_cast<float>(scale),
-                                                    saved.get(), svb, nullptr) == cudaSuccess);
+            REQUIRE(gated_delta_rule_forward_saving(bf16_ptr(d_out), args, saved.get(), svb,
+                                                    nullptr) == cudaSuccess);
             CHECK(to_float(d_out.download()) == out);
-            REQUIRE(gated_delta_rule_backward_from_saved(
-                        bf16_ptr(d_dq), bf16_ptr(d_dk), bf16_ptr(d_dv), bf16_ptr(d_da),
-                        bf16_ptr(d_db), d_dA.get(), d_ddt.get(), bf16_ptr(d_dout), bf16_ptr(d_q),
-                        bf16_ptr(d_k), bf16_ptr(d_v), bf16_ptr(d_a), bf16_ptr(d_b), d_A.get(),
-                        d_dt.get(), d_cu.get(), docs, tokens, k_heads, v_heads,
-                        static_cast<float>(scale), saved.get(), scratch.get(), scb,
-                        nullptr) == cudaSuccess);
+            REQUIRE(gated_delta_rule_backward_from_saved(grads, bf16_ptr(d_dout), args, saved.get(),
+                                                         scratch.get(), scb,
+                                                         nullptr) == cudaSuccess);
             CHECK(d_dq.download() == dq);
             CHECK(d_dk.download() == dk);
             CHECK(d_dv.download() == dv);

@@ -14,13 +14,14 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     constexpr int kLdV = kBV + 4;
     extern __shared__ __align__(128) float smem[];
-    float* sdS = smem;
-    float* sW = sdS + kD * kLdV;
-    float* sQd = sW + kSTile;
-    float* sKd = sQd + kSTile;
-    float* sAqk = sKd + kSTile;
-    float* sdO = sAqk + kSSquare;
-    float* sdVn = sdO + kC * kLdV;
+    RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
+    float* sdS = sm.S;
+    float* sW = sm.W;
+    float* sQd = sm.Qd;
+    float* sKd = sm.Kd;
+    float* sAqk = sm.Aqk;
+    float* sdO = sm.V;
+    float* sdVn = sm.O;
     const int h = blockIdx.x;
     const int v0 = blockIdx.y * kBV;
     for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sdS[n] = 0.0f;
@@ -89,17 +90,24 @@ cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, i
     return cudaGetLastError();
 }
 
-constexpr size_t kStateGradSmem = sizeof(float) * (2 * kSTile + kD * kLdK + 32);
+struct StateGradSmem {
+    float dO[kSTile];    // kC x kD, stride kLdK
+    float V[kSTile];     // dVn, then Vn
+    float S[kD * kLdK];  // the entering state, then the leaving-state gradient
+    float scratch[32];
+};
+constexpr size_t kStateGradSmem = sizeof(StateGradSmem);
 
 // Per chunk and value head, from the entering state S and the leaving-state gradient dS:
 // dQd = dO S^T, dW = -dVn S^T, dKd = Vn dS^T, dAqk = dO Vn^T, dgam = <S, dS>.
 __global__ void __launch_bounds__(kThreads)
     gdn_state_grads_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     extern __shared__ __align__(128) float smem[];
-    float* sdO = smem;
-    float* sV = sdO + kSTile;
-    float* sS = sV + kSTile;
-    float* scratch = sS + kD * kLdK;
+    StateGradSmem& sm = *reinterpret_cast<StateGradSmem*>(smem);
+    float* sdO = sm.dO;
+    float* sV = sm.V;
+    float* sS = sm.S;
+    float* scratch = sm.scratch;
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
@@ -136,14 +144,25 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) ws.dgam[tile] = dot;
 }
 
-// Shared memory of chunk_prep_backward: sK, sAcc (dKn), s1, s2 (kC x kD), sT, sX, sY, sZ
-// (kC x kC; sY and sZ together also hold one kC x kD tile), dbeta, dGamma, meta.
-// chunk_prep_backward runs 16 warps: its shared memory allows one block per multiprocessor,
-// and twice the warps hide more of its many short, barrier-separated phases.
+// chunk_prep_backward runs 16 warps: its shared memory (PrepBwdSmem, whose size is the launch's)
+// allows one block per multiprocessor, and twice the warps hide more of its many short,
+// barrier-separated phases.
 constexpr int kPrepBwdThreads = 512;
 constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
-constexpr size_t kPrepBwdSmem =
-    sizeof(float) * (4 * kSTile + 4 * kSSquare + 2 * kC) + sizeof(ChunkMeta);
+struct PrepBwdSmem {
+    float K[kSTile];    // kC x kD, stride kLdK
+    float acc[kSTile];  // dKn, written to global at the end
+    float s1[kSTile];
+    float s2[kSTile];   // Qn first
+    float T[kSSquare];  // kC x kC, stride kLdC
+    float X[kSSquare];
+    float Y[kSSquare];  // Y and Z together also hold one kC x kD tile
+    float Z[kSSquare];
+    float dbeta[kC];
+    float dG[kC];
+    ChunkMeta meta;
+};
+constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
 static_assert(2 * kSSquare >= kSTile);
 
 // acc[i] += sum_j X[i,j] - (with_cols ? sum_j X[j,i] : 0) for a kC x kC matrix of stride kLdC.
@@ -182,18 +201,19 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
                                    const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
                                    int v_heads, float scale) {
     extern __shared__ __align__(128) float smem[];
-    float* sK = smem;
-    float* sAcc = sK + kSTile;  // dKn, written to global at the end
-    float* s1 = sAcc + kSTile;
-    float* s2 = s1 + kSTile;  // Qn first
-    float* sT = s2 + kSTile;
-    float* sX = sT + kSSquare;
-    float* sY = sX + kSSquare;
-    float* sZ = sY + kSSquare;
-    float* sYZ = sY;  // sY and sZ as one kC x kD tile (stride kLdK)
-    float* dbeta = sZ + kSSquare;
-    float* dG = dbeta + kC;
-    ChunkMeta& m = *reinterpret_cast<ChunkMeta*>(dG + kC);
+    PrepBwdSmem& sm = *reinterpret_cast<PrepBwdSmem*>(smem);
+    float* sK = sm.K;
+    float* sAcc = sm.acc;
+    float* s1 = sm.s1;
+    float* s2 = sm.s2;
+    float* sT = sm.T;
+    float* sX = sm.X;
+    float* sY = sm.Y;
+    float* sZ = sm.Z;
+    float* sYZ = sm.Y;  // Y and Z as one kC x kD tile (stride kLdK)
+    float* dbeta = sm.dbeta;
+    float* dG = sm.dG;
+    ChunkMeta& m = sm.meta;
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;

@@ -392,10 +392,18 @@ __device__ __forceinline__ void store_tile(float* dst, const float* src) {
     }
 }
 
-// Shared memory of chunk_prep: sK, sQV (Q, then V) (kC x kD), sA, sT (kC x kC), scratch, meta;
-// small enough for two blocks per multiprocessor.
-constexpr size_t kPrepSmem =
-    sizeof(float) * (2 * kSTile + 2 * kSSquare + 3 * 256) + sizeof(ChunkMeta);
+// Shared memory of chunk_prep; small enough for two blocks per multiprocessor. Its size is the
+// launch's (kPrepSmem), so the layout and the launch cannot disagree.
+struct PrepSmem {
+    float K[kSTile];    // kC x kD, stride kLdK
+    float QV[kSTile];   // Q, then V
+    float A[kSSquare];  // kC x kC, stride kLdC
+    float T[kSSquare];
+    float scratch[3 * 256];
+    ChunkMeta meta;
+};
+constexpr size_t kPrepSmem = sizeof(PrepSmem);
+static_assert(2 * kPrepSmem <= 227 * 1024, "two chunk_prep blocks per multiprocessor");
 
 __global__ void __launch_bounds__(kThreads, 2)
     gdn_chunk_prep_kernel(Ws ws, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -403,12 +411,13 @@ __global__ void __launch_bounds__(kThreads, 2)
                           const float* A_log, const float* dt_bias, const int32_t* cu,
                           int64_t num_docs, int32_t tokens, int k_heads, int v_heads, float scale) {
     extern __shared__ __align__(128) float smem[];
-    float* sK = smem;
-    float* sQV = sK + kSTile;
-    float* sA = sQV + kSTile;
-    float* sT = sA + kSSquare;
-    float* scratch = sT + kSSquare;
-    ChunkMeta& m = *reinterpret_cast<ChunkMeta*>(scratch + 3 * 256);
+    PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem);
+    float* sK = sm.K;
+    float* sQV = sm.QV;
+    float* sA = sm.A;
+    float* sT = sm.T;
+    float* scratch = sm.scratch;
+    ChunkMeta& m = sm.meta;
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
@@ -474,9 +483,21 @@ template <int kBV>
 constexpr int rec_threads() {
     return kBV * 8;
 }
+// Shared memory of the forward and reverse recurrences (the same layout; the names are the
+// forward's, the reverse's use in brackets); rec_smem is the launch size.
+template <int kBV>
+struct RecurrenceSmem {
+    float S[kD * (kBV + 4)];  // the state slice [its gradient], stride kBV + 4
+    float W[kSTile];          // kC x kD, stride kLdK
+    float Qd[kSTile];
+    float Kd[kSTile];
+    float Aqk[kSSquare];      // kC x kC, stride kLdC
+    float V[kC * (kBV + 4)];  // Vn [dO], stride kBV + 4
+    float O[kC * (kBV + 4)];  // O [dVn]
+};
 template <int kBV>
 constexpr size_t rec_smem() {
-    return sizeof(float) * (kD * (kBV + 4) + 3 * kSTile + kSSquare + 2 * kC * (kBV + 4));
+    return sizeof(RecurrenceSmem<kBV>);
 }
 // 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
 inline int recurrence_columns(int64_t v_heads) {
@@ -498,13 +519,14 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
                                   bool save_states) {
     constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
     extern __shared__ __align__(128) float smem[];
-    float* sS = smem;
-    float* sW = sS + kD * kLdV;
-    float* sQd = sW + kSTile;
-    float* sKd = sQd + kSTile;
-    float* sAqk = sKd + kSTile;
-    float* sVn = sAqk + kSSquare;
-    float* sO = sVn + kC * kLdV;
+    RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
+    float* sS = sm.S;
+    float* sW = sm.W;
+    float* sQd = sm.Qd;
+    float* sKd = sm.Kd;
+    float* sAqk = sm.Aqk;
+    float* sVn = sm.V;
+    float* sO = sm.O;
     const int h = blockIdx.x;
     const int v0 = blockIdx.y * kBV;
     for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sS[n] = 0.0f;

@@ -34,13 +34,19 @@ using deltatune::daemon::start_public_server;
 using deltatune::daemon::start_rank_server;
 using deltatune::daemon::validate_daemon_config;
 
-int usage() {
-    std::fprintf(stderr,
+#ifndef DT_VERSION
+#define DT_VERSION "unknown"
+#endif
+
+// Usage on stderr with exit status 2 (a bad command line), or on stdout with 0 (--help).
+int usage(bool asked = false) {
+    std::fprintf(asked ? stdout : stderr,
                  "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT] [--check]\n"
                  "       (--check: validate the config, print it resolved, and exit)\n"
+                 "       deltatuned --version | --help\n"
                  "       deltatuned rank --supervisor ADDR --job jobs/ID --attempt N --rank R "
                  "--world W --spec FILE\n");
-    return 2;
+    return asked ? 0 : 2;
 }
 
 int fail(const absl::Status& s) {
@@ -123,6 +129,11 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         const bool has_value = i + 1 < argc;
+        if (arg == "--help" || arg == "-h") return usage(/*asked=*/true);
+        if (arg == "--version" || arg == "-V") {
+            std::printf("deltatuned %s\n", DT_VERSION);
+            return 0;
+        }
         if (arg == "--check") {
             check = true;
         } else if (arg == "--config" && has_value) {

@@ -1,61 +1,115 @@
-// The deltatune command-line client. Subcommands that exist today run locally on the CPU
-// reference path; the job commands (submit, list, ...) arrive with the daemon.
+// The deltatune command-line client: local commands (init-model, step, bench, kernels,
+// pack-stats, tokenize, train) and the job commands that talk to deltatuned over gRPC.
+// `deltatune --help` lists every command; `deltatune COMMAND --help` (or -h) prints that
+// command's usage and exits 0; `deltatune --version` prints the version.
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "daemon/cli/commands.h"
 
+#ifndef DT_VERSION
+#define DT_VERSION "unknown"
+#endif
+
 namespace {
 
+using Run = int (*)(const std::vector<std::string>&);
+
+struct Command {
+    const char* name;
+    const char* usage;  // after "deltatune NAME"
+    Run run;            // null: a job command (job_command)
+};
+
+constexpr char kJobFlags[] =
+    "       job commands take [--address HOST:PORT] (or $DELTATUNE_ADDRESS) [--token-file F]\n"
+    "       [--output text|json] [--timeout S]\n";
+
+// clang-format off
+const Command kCommands[] = {
+    {"init-model", "--config CONFIG.json --out DIR [--seed N]\n"
+                   "       random-init Hugging Face checkpoint", deltatune::cli::init_model_command},
+    {"step", "--model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
+             "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X\n"
+             "       --eps X --weight-decay X]   one training step, printed as one JSON line",
+     deltatune::cli::step_command},
+    {"bench", "--config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]\n"
+              "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"
+              "       [--world-size N --rank R --rendezvous DIR] [--micro-batches K]\n"
+              "       [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE]\n"
+              "       training-step benchmark on a random model (the job's GPU engine)",
+     deltatune::cli::bench_command},
+    {"kernels", "[--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
+                "       which implementation each op uses on this machine, and why",
+     deltatune::cli::kernels_command},
+    {"pack-stats", "--data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
+                   "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate]\n"
+                   "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding",
+     deltatune::cli::pack_stats_command},
+    {"tokenize", "--tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads N]\n"
+                 "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line",
+     deltatune::cli::tokenize_command},
+    {"train", "JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]\n"
+              "       train in this process, without the daemon (W processes: data-parallel, Gloo)",
+     deltatune::cli::train_command},
+    {"submit", "JOB.yaml [--watch] [--validate-only] [--request-id ID]   submit a job", nullptr},
+    {"get", "JOB   a job's state, progress and paths", nullptr},
+    {"list", "[--state S] [--label k=v] [--page-size N] [--page-token T]   jobs", nullptr},
+    {"watch", "JOB   follow a job's progress until it ends", nullptr},
+    {"cancel", "JOB   stop a job (ranks get SIGTERM, then SIGKILL)", nullptr},
+    {"pause", "JOB   checkpoint and stop a job; resume continues it", nullptr},
+    {"resume", "JOB   queue a paused (or failed) job again from its last checkpoint", nullptr},
+    {"events", "JOB [--follow]   a job's events", nullptr},
+    {"checkpoints", "JOB   a job's checkpoints", nullptr},
+};
+// clang-format on
+
+void print_usage(FILE* out, const Command& c) {
+    std::fprintf(out, "usage: deltatune %s %s\n", c.name, c.usage);
+    if (c.run == nullptr) std::fputs(kJobFlags, out);
+}
+
 void usage(FILE* out) {
-    std::fprintf(
-        out,
-        "usage: deltatune <command> [flags]\n"
-        "  init-model --config CONFIG.json --out DIR [--seed N]   random-init HF checkpoint\n"
-        "  step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
-        "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X "
-        "--eps X --weight-decay X]\n"
-        "  bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2] [--recompute "
-        "layer|none]\n"
-        "       [--seed 0] [--layers N] [--lr 1e-5]   training-step benchmark on a random model\n"
-        "  kernels [--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
-        "       which implementation each op uses on this machine, and why\n"
-        "  pack-stats --data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
-        "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate]\n"
-        "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding\n"
-        "  tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads "
-        "N]\n"
-        "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
-        "  train JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]\n"
-        "       train in this process, without the daemon (W processes: data-parallel, Gloo)\n"
-        "  submit JOB.yaml [--watch] | get JOB | list [--state S] [--label k=v] | watch JOB\n"
-        "  cancel JOB | pause JOB | resume JOB | events JOB [--follow] | checkpoints JOB\n"
-        "       job commands take [--address HOST:PORT] [--token-file F] [--output text|json] "
-        "[--timeout S]\n");
+    std::fprintf(out,
+                 "usage: deltatune <command> [flags]   (deltatune <command> --help for one)\n");
+    for (const Command& c : kCommands) std::fprintf(out, "  %s %s\n", c.name, c.usage);
+    std::fputs(kJobFlags, out);
+}
+
+bool asks_for_help(const std::vector<std::string>& args) {
+    for (const std::string& a : args) {
+        if (a == "--help" || a == "-h") return true;
+    }
+    return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
     const std::string command = argv[1];
+    if (command == "--help" || command == "-h" || command == "help") {
+        usage(stdout);
+        return 0;
+    }
+    if (command == "--version" || command == "-V") {
+        std::printf("deltatune %s\n", DT_VERSION);
+        return 0;
+    }
     const std::vector<std::string> args(argv + 2, argv + argc);
-    if (command == "init-model") return deltatune::cli::init_model_command(args);
-    if (command == "step") return deltatune::cli::step_command(args);
-    if (command == "bench") return deltatune::cli::bench_command(args);
-    if (command == "kernels") return deltatune::cli::kernels_command(args);
-    if (command == "pack-stats") return deltatune::cli::pack_stats_command(args);
-    if (command == "tokenize") return deltatune::cli::tokenize_command(args);
-    if (command == "train") return deltatune::cli::train_command(args);
-    static const std::set<std::string> kJobCommands = {
-        "submit", "get", "list", "watch", "cancel", "pause", "resume", "events", "checkpoints"};
-    if (kJobCommands.count(command)) return deltatune::cli::job_command(command, args);
+    for (const Command& c : kCommands) {
+        if (command != c.name) continue;
+        if (asks_for_help(args)) {
+            print_usage(stdout, c);
+            return 0;
+        }
+        return c.run ? c.run(args) : deltatune::cli::job_command(command, args);
+    }
     std::fprintf(stderr, "deltatune: unknown command '%s'\n", command.c_str());
     usage(stderr);
     return 2;

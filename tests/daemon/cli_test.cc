@@ -150,5 +150,31 @@ TEST_CASE("token files and DELTATUNE_TOKEN are read as the daemon reads them", "
     CHECK_THAT(out, Catch::Contains("holds no token"));
 }
 
+TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]") {
+    std::string out;
+    for (const char* command :
+         {"init-model", "step", "bench", "kernels", "pack-stats", "tokenize", "train", "submit",
+          "get", "list", "watch", "cancel", "pause", "resume", "events", "checkpoints"}) {
+        INFO(command);
+        CHECK(run(std::string(command) + " --help", out) == 0);
+        CHECK_THAT(out, Catch::StartsWith(std::string("usage: deltatune ") + command + " "));
+        CHECK(run(std::string(command) + " -h", out) == 0);  // never a job named "-h"
+        CHECK_THAT(out, Catch::StartsWith(std::string("usage: deltatune ") + command + " "));
+    }
+    CHECK(run("get jobs/x --output json -h", out) == 0);
+    CHECK_THAT(out, Catch::Contains("--address HOST:PORT"));
+    CHECK(run("--help", out) == 0);
+    CHECK_THAT(out, Catch::Contains("checkpoints JOB"));
+    CHECK(run("", out) == 2);  // no command: usage on stderr, a usage error
+    CHECK(run("--version", out) == 0);
+    CHECK_THAT(out, Catch::Matches("deltatune [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+    const std::string daemon =
+        (std::filesystem::path(testing::cli_path()).parent_path() / "deltatuned").string();
+    CHECK(testing::run_command(daemon + " --version 2>&1", out) == 0);
+    CHECK_THAT(out, Catch::Matches("deltatuned [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+    CHECK(testing::run_command(daemon + " --help 2>&1", out) == 0);
+    CHECK_THAT(out, Catch::StartsWith("usage: deltatuned --config"));
+}
+
 }  // namespace
 }  // namespace deltatune

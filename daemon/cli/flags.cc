@@ -38,6 +38,7 @@ absl::StatusOr<Flags> Flags::parse(const std::vector<std::string>& args,
             value = args[++i];
         }
         f.values_[name] = value;
+        f.all_[name].push_back(value);
     }
     return f;
 }
@@ -45,6 +46,11 @@ absl::StatusOr<Flags> Flags::parse(const std::vector<std::string>& args,
 std::string Flags::get(const std::string& name, const std::string& fallback) const {
     auto it = values_.find(name);
     return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Flags::get_all(const std::string& name) const {
+    auto it = all_.find(name);
+    return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 absl::StatusOr<std::string> Flags::require(const std::string& name) const {

@@ -18,7 +18,10 @@ class Flags {
                                        const std::set<std::string>& known,
                                        const std::set<std::string>& boolean = {});
     bool has(const std::string& name) const { return values_.count(name) != 0; }
+    // The last value given for `name` (a repeated flag overrides), or `fallback`.
     std::string get(const std::string& name, const std::string& fallback = "") const;
+    // Every value given for `name`, in order (for flags that may repeat, e.g. --label).
+    std::vector<std::string> get_all(const std::string& name) const;
     absl::StatusOr<std::string> require(const std::string& name) const;
     absl::StatusOr<double> get_double(const std::string& name, double fallback) const;
     absl::StatusOr<uint64_t> get_uint(const std::string& name, uint64_t fallback) const;
@@ -26,6 +29,7 @@ class Flags {
 
   private:
     std::map<std::string, std::string> values_;
+    std::map<std::string, std::vector<std::string>> all_;
     std::vector<std::string> positional_;
 };
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/cli/commands.h"
@@ -112,6 +113,25 @@ int submit(const std::vector<std::string>& args) {
     return 0;
 }
 
+// delete: a finished job and its events leave the daemon's store (its output folder stays).
+int remove(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, kClientFlags);
+    if (!flags.ok()) return fail("delete", flags.status());
+    if (flags->positional().size() != 1)
+        return fail("delete", absl::InvalidArgumentError("expected one JOB_ID"));
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("delete", client.status());
+    v1::DeleteJobRequest r;
+    r.set_name(job_name(flags->positional()[0]));
+    google::protobuf::Empty empty;
+    auto ctx = client->context();
+    const grpc::Status s = client->stub().DeleteJob(ctx.get(), r, &empty);
+    if (!s.ok()) return report_rpc_error(s);
+    std::printf("%s\n", client->json() ? ("{\"deleted\": \"" + r.name() + "\"}").c_str()
+                                       : ("deleted " + r.name()).c_str());
+    return 0;
+}
+
 // get, cancel, pause, resume: one job name in, one Job out.
 int single(const std::string& command, const std::vector<std::string>& args) {
     auto flags = Flags::parse(args, kClientFlags);
@@ -155,8 +175,8 @@ int list(const std::vector<std::string>& args) {
     if (!client.ok()) return fail("list", client.status());
     v1::ListJobsRequest req;
     if (flags->has("state")) {
-        v1::Job::State st;
-        if (!v1::Job::State_Parse(flags->get("state"), &st)) {
+        v1::Job::State st;  // any case: --state running
+        if (!v1::Job::State_Parse(absl::AsciiStrToUpper(flags->get("state")), &st)) {
             return fail("list", absl::InvalidArgumentError("--state: unknown state '" +
                                                            flags->get("state") + "'"));
         }
@@ -166,11 +186,12 @@ int list(const std::vector<std::string>& args) {
     if (!size.ok()) return fail("list", size.status());
     req.set_page_size(static_cast<int32_t>(std::min<uint64_t>(*size, INT32_MAX)));
     req.set_page_token(flags->get("page-token"));
-    if (flags->has("label")) {
-        const std::string kv = flags->get("label");
+    for (const std::string& kv : flags->get_all("label")) {  // repeated: every one must match
         const size_t eq = kv.find('=');
-        if (eq == std::string::npos)
-            return fail("list", absl::InvalidArgumentError("--label: expected key=value"));
+        if (eq == std::string::npos) {
+            return fail("list", absl::InvalidArgumentError("--label: expected key=value, got '" +
+                                                           kv + "'"));
+        }
         (*req.mutable_labels())[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     v1::ListJobsResponse resp;
@@ -260,6 +281,7 @@ int job_command(const std::string& command, const std::vector<std::string>& args
     if (command == "list") return list(args);
     if (command == "events") return events(args);
     if (command == "checkpoints") return checkpoints(args);
+    if (command == "delete") return remove(args);
     return single(command, args);
 }
 

@@ -56,13 +56,14 @@ const Command kCommands[] = {
      deltatune::cli::train_command},
     {"submit", "JOB.yaml [--watch] [--validate-only] [--request-id ID]   submit a job", nullptr},
     {"get", "JOB   a job's state, progress and paths", nullptr},
-    {"list", "[--state S] [--label k=v] [--page-size N] [--page-token T]   jobs", nullptr},
+    {"list", "[--state S] [--label k=v ...] [--page-size N] [--page-token T]   jobs", nullptr},
     {"watch", "JOB   follow a job's progress until it ends", nullptr},
     {"cancel", "JOB   stop a job (ranks get SIGTERM, then SIGKILL)", nullptr},
     {"pause", "JOB   checkpoint and stop a job; resume continues it", nullptr},
     {"resume", "JOB   queue a paused (or failed) job again from its last checkpoint", nullptr},
     {"events", "JOB [--follow]   a job's events", nullptr},
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
+    {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
 };
 // clang-format on
 

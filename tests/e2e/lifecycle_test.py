@@ -181,7 +181,8 @@ def test_cli_lifecycle():
     with open(spec_path, "w") as f:
         f.write("model: tiny\noutput_dir: cli\ndata:\n  train_files: [train.jsonl]\n"
                 "  format: tokenized\nhyperparameters:\n  max_steps: 4\n  tokens_per_batch: 256\n"
-                "  learning_rate: 0.003\nresources:\n  gpus: 0\n  cpu_ranks: 1\n")
+                "  learning_rate: 0.003\nresources:\n  gpus: 0\n  cpu_ranks: 1\n"
+                "labels: {team: cli, stage: test}\n")
     rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
     check(rc == 0, f"submit --watch exit {rc}: {err}")
     job = json.loads(out)
@@ -192,6 +193,25 @@ def test_cli_lifecycle():
         check(rc == 0 and out, f"{args}: exit {rc} {err}")
     rc, _, err = cli("get", "jobs/nope")
     check(rc != 0 and "NOT_FOUND" in err.upper().replace(" ", "_"), f"get unknown: {rc} {err}")
+    # Repeated --label filters all apply; --state in any case.
+    rc, out, err = cli("list", "--state", "succeeded", "--label", "team=cli", "--label",
+                       "stage=test", "--output", "json")
+    names = [j["name"] for j in json.loads(out).get("jobs", [])] if rc == 0 else []
+    check(names == [name], f"list by state and two labels: {rc} {names} {err}")
+    rc, out, err = cli("list", "--label", "team=cli", "--label", "stage=other", "--output", "json")
+    check(rc == 0 and not json.loads(out).get("jobs"), f"a second label must narrow: {out} {err}")
+    # delete: a finished job leaves the daemon; get then says NOT_FOUND.
+    with open(spec_path, "w") as f:
+        f.write("model: tiny\noutput_dir: cli-delete\ndata:\n  train_files: [train.jsonl]\n"
+                "  format: tokenized\nhyperparameters:\n  max_steps: 1\n  tokens_per_batch: 256\n"
+                "resources:\n  gpus: 0\n  cpu_ranks: 1\n")
+    rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
+    check(rc == 0, f"submit the job to delete: {rc} {err}")
+    gone = json.loads(out)["name"]
+    rc, out, err = cli("delete", gone)
+    check(rc == 0 and f"deleted {gone}" in out, f"delete: {rc} {out} {err}")
+    rc, _, err = cli("get", gone)
+    check(rc != 0 and "NOT_FOUND" in err.upper().replace(" ", "_"), f"get deleted: {rc} {err}")
     with open(spec_path, "w") as f:
         f.write("model: tiny\nhyperparamters:\n  max_steps: 4\n")
     rc, _, err = cli("submit", spec_path)

@@ -111,7 +111,37 @@ int report_rpc_error(const grpc::Status& s) {
     const int code = static_cast<int>(s.error_code());
     std::fprintf(stderr, "deltatune: %s: %s\n", code >= 0 && code <= 16 ? kCodes[code] : "?",
                  s.error_message().c_str());
-    return 1;
+    return exit_code(s.error_code());
+}
+
+int exit_code(grpc::StatusCode code) {
+    // grpc::StatusCode and absl::StatusCode share the canonical numbering.
+    return exit_code(static_cast<absl::StatusCode>(static_cast<int>(code)));
+}
+
+int exit_code(absl::StatusCode code) {
+    switch (code) {
+        case absl::StatusCode::kOk:
+            return kExitOk;
+        case absl::StatusCode::kInvalidArgument:
+        case absl::StatusCode::kOutOfRange:
+            return kExitUsage;
+        case absl::StatusCode::kNotFound:
+            return kExitNotFound;
+        case absl::StatusCode::kUnavailable:
+        case absl::StatusCode::kDeadlineExceeded:
+            return kExitUnavailable;
+        case absl::StatusCode::kFailedPrecondition:
+        case absl::StatusCode::kAlreadyExists:
+        case absl::StatusCode::kResourceExhausted:
+        case absl::StatusCode::kAborted:
+            return kExitRefused;
+        case absl::StatusCode::kUnauthenticated:
+        case absl::StatusCode::kPermissionDenied:
+            return kExitUnauthorised;
+        default:
+            return kExitOther;
+    }
 }
 
 }  // namespace deltatune::cli

@@ -39,7 +39,21 @@ std::string state_name(v1::Job::State s);
 bool is_terminal(v1::Job::State s);
 // One human line per job: id, state, progress, loss.
 std::string job_line(const v1::Job& job);
-// Prints "deltatune: <grpc code>: <message>" to stderr and returns the exit code 1.
+// Exit statuses of the job commands, by kind of failure (README "Command line").
+enum ExitCode : int {
+    kExitOk = 0,
+    kExitOther = 1,         // anything not below (INTERNAL, UNKNOWN, ...)
+    kExitUsage = 2,         // a bad command line or job file (INVALID_ARGUMENT)
+    kExitNotFound = 3,      // no such job, or a file that cannot be opened
+    kExitUnavailable = 4,   // the daemon cannot be reached in time (UNAVAILABLE, DEADLINE_EXCEEDED)
+    kExitRefused = 5,       // the daemon refuses it now (FAILED_PRECONDITION, ALREADY_EXISTS,
+                            // RESOURCE_EXHAUSTED, ABORTED)
+    kExitUnauthorised = 6,  // UNAUTHENTICATED, PERMISSION_DENIED
+    kExitJobFailed = 7,     // a watched job ended FAILED or CANCELLED
+};
+int exit_code(grpc::StatusCode code);
+int exit_code(absl::StatusCode code);
+// Prints "deltatune: CODE: message" on stderr and returns exit_code(s).
 int report_rpc_error(const grpc::Status& s);
 
 }  // namespace deltatune::cli

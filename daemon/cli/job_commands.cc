@@ -20,7 +20,7 @@ namespace {
 
 int fail(const std::string& command, const absl::Status& s) {
     std::fprintf(stderr, "deltatune %s: %s\n", command.c_str(), std::string(s.message()).c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return exit_code(s.code());
 }
 
 std::set<std::string> with_client_flags(std::set<std::string> flags) {
@@ -73,12 +73,17 @@ int watch(JobClient& client, const std::string& name) {
         if (!client.json()) print_progress(job, tty);
         if (is_terminal(job.state())) break;
     }
-    ctx->TryCancel();
-    reader->Finish();
-    if (job.name().empty())
-        return report_rpc_error(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream ended"));
+    const bool ended = !job.name().empty() && is_terminal(job.state());
+    if (ended) ctx->TryCancel();  // done reading: the server's stream may still be open
+    const grpc::Status finished = reader->Finish();
+    if (!ended) {  // the stream stopped first: the server says why (NOT_FOUND for no such job)
+        return report_rpc_error(finished.ok()
+                                    ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                   "the watch stream ended before the job did")
+                                    : finished);
+    }
     if (client.json()) std::printf("%s\n", to_json(job).c_str());
-    return job.state() == v1::Job::SUCCEEDED ? 0 : 1;
+    return job.state() == v1::Job::SUCCEEDED ? kExitOk : kExitJobFailed;
 }
 
 int submit(const std::vector<std::string>& args) {

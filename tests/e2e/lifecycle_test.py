@@ -191,8 +191,11 @@ def test_cli_lifecycle():
     for args in (("get", name), ("list",), ("events", name), ("checkpoints", name)):
         rc, out, err = cli(*args)
         check(rc == 0 and out, f"{args}: exit {rc} {err}")
+    # Exit statuses by kind: 3 no such job (get and watch alike), 2 a bad job file.
     rc, _, err = cli("get", "jobs/nope")
-    check(rc != 0 and "NOT_FOUND" in err.upper().replace(" ", "_"), f"get unknown: {rc} {err}")
+    check(rc == 3 and "NOT_FOUND" in err, f"get unknown: {rc} {err}")
+    rc, _, err = cli("watch", "jobs/nope")
+    check(rc == 3 and "NOT_FOUND" in err, f"watch unknown: {rc} {err}")
     # Repeated --label filters all apply; --state in any case.
     rc, out, err = cli("list", "--state", "succeeded", "--label", "team=cli", "--label",
                        "stage=test", "--output", "json")
@@ -211,11 +214,11 @@ def test_cli_lifecycle():
     rc, out, err = cli("delete", gone)
     check(rc == 0 and f"deleted {gone}" in out, f"delete: {rc} {out} {err}")
     rc, _, err = cli("get", gone)
-    check(rc != 0 and "NOT_FOUND" in err.upper().replace(" ", "_"), f"get deleted: {rc} {err}")
+    check(rc == 3 and "NOT_FOUND" in err, f"get deleted: {rc} {err}")
     with open(spec_path, "w") as f:
         f.write("model: tiny\nhyperparamters:\n  max_steps: 4\n")
     rc, _, err = cli("submit", spec_path)
-    check(rc != 0 and "hyperparamters" in err, f"unknown key not named: {err}")
+    check(rc == 2 and "hyperparamters" in err, f"unknown key not named: {rc} {err}")
 
 
 def test_admin_http():

@@ -465,7 +465,14 @@ absl::StatusOr<std::vector<v1::Checkpoint>> JobManager::list_checkpoints(const s
         DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
         id = r->stored.id;
     }
-    return impl_->store->checkpoints(id);
+    DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> all, impl_->store->checkpoints(id));
+    // Only what can still be resumed from or exported: keep_last_n prunes older checkpoints
+    // (their commits stay in the job's events), and an operator may remove any.
+    std::vector<v1::Checkpoint> present;
+    for (v1::Checkpoint& c : all) {
+        if (impl_->outputs->exists(c.path())) present.push_back(std::move(c));
+    }
+    return present;
 }
 
 absl::StatusOr<JobManager::Cursor> JobManager::cursor(const std::string& name) {

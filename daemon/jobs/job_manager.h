@@ -103,6 +103,7 @@ class JobManager {
     absl::StatusOr<EventsResult> list_events(const EventsRequest& request);
     absl::StatusOr<std::vector<v1::JobEvent>> events_after(const std::string& name, int64_t after,
                                                            int limit);
+    // The job's committed checkpoints that still exist, by step.
     absl::StatusOr<std::vector<v1::Checkpoint>> list_checkpoints(const std::string& name);
     absl::StatusOr<Cursor> cursor(const std::string& name);
 

@@ -106,6 +106,12 @@ def test_watch_and_events_resume():
         check(key in m, f"STEP_METRICS lacks {key}")
     cps = C.stub.ListCheckpoints(C.service_pb2.ListCheckpointsRequest(name=name)).checkpoints
     check(len(cps) >= 1 and all(len(c.manifest_sha256) == 64 for c in cps), "checkpoints")
+    # Only checkpoints that still exist: keep_last_n pruned the others.
+    committed = sum(e.type == "CHECKPOINT_COMMITTED" for e in all_events)
+    pruned = sum(e.type == "CHECKPOINT_PRUNED" for e in all_events)
+    check(pruned >= 1 and len(cps) == committed - pruned and
+          all(os.path.isdir(c.path) for c in cps),
+          f"checkpoints listed {len(cps)}, committed {committed}, pruned {pruned}")
 
 
 def test_pause_resume_cancel():

@@ -221,6 +221,25 @@ std::string event_line(const v1::JobEvent& e) {
     return line;
 }
 
+// Every event after `since` that exists now, page by page, then return.
+int print_events(JobClient& client, const std::string& name, int64_t since) {
+    v1::ListJobEventsRequest req;
+    req.set_name(name);
+    req.set_min_sequence(since + 1);
+    req.set_page_size(1000);
+    for (;;) {
+        v1::ListJobEventsResponse resp;
+        auto ctx = client.context();
+        const grpc::Status s = client.stub().ListJobEvents(ctx.get(), req, &resp);
+        if (!s.ok()) return report_rpc_error(s);
+        for (const v1::JobEvent& e : resp.events()) {
+            std::printf("%s\n", client.json() ? to_json(e).c_str() : event_line(e).c_str());
+        }
+        if (resp.next_page_token().empty()) return kExitOk;
+        req.set_page_token(resp.next_page_token());
+    }
+}
+
 int events(const std::vector<std::string>& args) {
     auto flags = Flags::parse(args, with_client_flags({"since"}), {"follow"});
     if (!flags.ok()) return fail("events", flags.status());
@@ -230,23 +249,20 @@ int events(const std::vector<std::string>& args) {
     if (!client.ok()) return fail("events", client.status());
     auto since = flags->get_uint("since", 0);
     if (!since.ok()) return fail("events", since.status());
+    const std::string name = job_name(flags->positional()[0]);
+    // Without --follow: what exists now, at once (the stream would wait for its first heartbeat).
+    if (!flags->has("follow")) return print_events(*client, name, static_cast<int64_t>(*since));
     auto ctx = client->context(/*streaming=*/true);
     v1::StreamJobEventsRequest req;
-    req.set_name(job_name(flags->positional()[0]));
+    req.set_name(name);
     req.set_since_sequence(static_cast<int64_t>(*since));
     auto reader = client->stub().StreamJobEvents(ctx.get(), req);
     v1::JobEvent e;
-    const bool follow = flags->has("follow");
-    // Without --follow: print what exists, stopping at the first heartbeat (the stream is idle).
     while (reader->Read(&e)) {
-        if (e.type() == "HEARTBEAT") {
-            if (!follow) break;
-            continue;
-        }
+        if (e.type() == "HEARTBEAT") continue;
         std::printf("%s\n", client->json() ? to_json(e).c_str() : event_line(e).c_str());
         std::fflush(stdout);
-        if (!follow && (e.type() == "SUCCEEDED" || e.type() == "FAILED" || e.type() == "CANCELLED"))
-            break;
+        if (e.type() == "SUCCEEDED" || e.type() == "FAILED" || e.type() == "CANCELLED") break;
     }
     ctx->TryCancel();
     const grpc::Status s = reader->Finish();

@@ -61,7 +61,8 @@ const Command kCommands[] = {
     {"cancel", "JOB   stop a job (ranks get SIGTERM, then SIGKILL)", nullptr},
     {"pause", "JOB   checkpoint and stop a job; resume continues it", nullptr},
     {"resume", "JOB   queue a paused (or failed) job again from its last checkpoint", nullptr},
-    {"events", "JOB [--follow]   a job's events", nullptr},
+    {"events", "JOB [--since N] [--follow]   a job's events (--follow: live, until it ends)",
+     nullptr},
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
 };

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -118,6 +119,12 @@ def test_pause_resume_cancel():
     # One job at a time: a long job holds the slot, so the next ones stay QUEUED.
     long = C.create(C.spec(output="long", max_steps=400, every=5)).name
     C.wait(long, lambda j: j.progress.step >= 2, what="step 2")
+    # `deltatune events` of a running job prints what exists and returns at once (it used to
+    # wait for the event stream's first heartbeat, 15 s).
+    started = time.monotonic()
+    rc, out, err = cli("events", long)
+    check(rc == 0 and "JOB_CREATED" in out and time.monotonic() - started < 5,
+          f"events of a running job: exit {rc} after {time.monotonic() - started:.1f} s {err}")
     queued = C.create(C.spec(output="q", max_steps=2)).name
     check(C.state(queued) == "QUEUED" and C.get(queued).queue_position == 1, "queue position")
     C.stub.CancelJob(C.service_pb2.CancelJobRequest(name=queued))

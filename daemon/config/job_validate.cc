@@ -323,11 +323,13 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
         return absl::InvalidArgumentError(
             absl::StrCat("INVALID_CONFIG: model: ", config.status().message()));
     }
+    // The machine as this daemon sees it; its ranks inherit the daemon's environment, so their
+    // contexts resolve the same attention core.
+    const MachineInfo machine = probe_machine();
     MemoryPlanInput in;
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
-    // The ranks inherit the daemon's environment, so their contexts resolve the same core.
-    in.attention_core = attention_core_from_env().value_or(AttentionCore::kWgmma);
+    in.attention_core = machine.attention_core;
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
     // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.
     if (spec.resources().gpus() > gpus_available) {
@@ -337,7 +339,7 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                          " GPU(s) of this daemon (scheduler.gpus, or the visible CUDA devices)"));
     }
     // Strict kernels: never a slow fallback the user did not ask for.
-    const KernelRegistry registry = kernel_registry_for(probe_machine(), &*config);
+    const KernelRegistry registry = kernel_registry_for(machine, &*config);
     const auto& allowed = spec.kernels().allow_non_fused();
     for (int i = 0; i < allowed.size(); ++i) {
         const bool known = std::any_of(registry.ops.begin(), registry.ops.end(),

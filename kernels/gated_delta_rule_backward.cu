@@ -52,19 +52,19 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32>(sdVn, sAqk, sdO,
-                                                                                1.0f, 0.0f);
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdVn, sKd, sdS,
-                                                                                 1.0f, 1.0f);
+        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sdVn, sAqk, sdO, 1.0f, 0.0f);
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sdVn, sKd, sdS, 1.0f, 1.0f);
         __syncthreads();
         if (more) {
             copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
         }
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdS, sQd, sdO, 1.0f,
-                                                                                gam);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sdS, sW, sdVn,
-                                                                                -1.0f, 1.0f);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sdS, sQd, sdO, 1.0f, gam);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sdS, sW, sdVn, -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
             *reinterpret_cast<float4*>(ws.dVn + tile * kTile + r * kD + v0 + col) =
@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(kThreads)
 // barrier-separated phases.
 constexpr int kPrepBwdThreads = 512;
 constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
+constexpr int kPrepBwdTileDiv = 2;
 struct PrepBwdSmem {
     float K[kSTile];    // kC x kD, stride kLdK
     float acc[kSTile];  // dKn, written to global at the end
@@ -160,24 +161,22 @@ struct PrepBwdSmem {
     float Z[kSSquare];
     float dbeta[kC];
     float dG[kC];
+    float red[4];  // two warps' partial sums
     ChunkMeta meta;
 };
 constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
 static_assert(2 * kSSquare >= kSTile);
 
 // acc[i] += sum_j X[i,j] - (with_cols ? sum_j X[j,i] : 0) for a kC x kC matrix of stride kLdC.
-// One thread per row, fixed order.
+// One warp per row, fixed order.
 __device__ void add_row_col_sums(float* acc, const float* X, bool with_cols) {
     __syncthreads();
-    if (threadIdx.x < kC) {
-        const int i = threadIdx.x;
-        float s = 0.0f;
-        for (int jj = 0; jj < kC; ++jj)
-            s += X[i * kLdC + ((jj + i) & (kC - 1))];  // skewed: no bank conflicts
-        if (with_cols) {
-            for (int j = 0; j < kC; ++j) s -= X[j * kLdC + i];
-        }
-        acc[i] += s;
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x >> 5; i < kC; i += blockDim.x >> 5) {
+        float s = X[i * kLdC + lane] + X[i * kLdC + lane + 32];
+        if (with_cols) s -= X[lane * kLdC + i] + X[(lane + 32) * kLdC + i];
+        s = cuda::warp_sum(s);
+        if (lane == 0) acc[i] += s;
     }
     __syncthreads();
 }
@@ -227,7 +226,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         dG[threadIdx.x] = 0.0f;
     }
     // Aqk = scale lower_same(Qn Kn^T * E): Z = scale dAqk * E on the mask, H = dAqk * Aqk.
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, s2, sK, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s2, sK, 1.0f,
+                                                                                  0.0f);
     copies_wait();
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -261,16 +261,21 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         dG[r] += scale * m.eg[r] * dbeta[r];
         dbeta[r] = 0.0f;
     }
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(s1, sY, sK, 1.0f,
-                                                                  1.0f);  // dQn += Z Kn
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, s2, 1.0f,
-                                                                 0.0f);  // dKn = Z^T Qn
+    // dQn += Z Kn, dKn = Z^T Qn.
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s1, sY, sK, 1.0f,
+                                                                                   1.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, s2,
+                                                                                  1.0f, 0.0f);
     __syncthreads();
-    store_tile(ws.dQn + tile * kTile, s1);
-    // Kd = diag(exp(Gamma_L - Gamma) l) Kn.
-    __syncthreads();
+    // Kd = diag(exp(Gamma_L - Gamma) l) Kn. dKd, then dVn (the U part's), are copied in while dQn
+    // is stored: two commit groups, the first waited for here.
     copy_tile(s2, kLdK, ws.dKd + tile * kTile, kD, kC, kD);
-    copies_wait();
+    cuda::cp_async_commit();
+    store_tile(ws.dQn + tile * kTile, s1);
+    __syncthreads();
+    copy_tile(s1, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<1>();
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -280,26 +285,30 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     row_dots(dbeta, s2, sK);  // scratch again: rowsum(dKd * Kn) on l rows
     __syncthreads();
+    if (threadIdx.x < kC) {
+        const int r = threadIdx.x;
+        const float e = m.el[r] * dbeta[r];
+        dG[r] -= e;
+        const float sum_e = cuda::warp_sum(e);
+        if ((r & 31) == 0) sm.red[r >> 5] = sum_e;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
-        float sum_e = 0.0f;
-        for (int r = 0; r < kC; ++r) {
-            const float e = m.el[r] * dbeta[r];
-            dG[r] -= e;
-            sum_e += e;
-        }
-        dG[m.last] += sum_e + ws.dgam[tile] * m.f[m.last] * expf(m.gam[m.last]);
+        dG[m.last] += (sm.red[0] + sm.red[1]) + ws.dgam[tile] * m.f[m.last] * expf(m.gam[m.last]);
     }
     __syncthreads();
     if (threadIdx.x < kC) dbeta[threadIdx.x] = 0.0f;
     // U = T diag(beta) V: X = dU V^T, dBv = T^T dU, dV = beta dBv.
-    copy_tile(s1, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
     load_bf16_rows<kD, kLdK, kPrepBwdThreads>(s2, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
                                               int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, s1, s2, 1.0f, 0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sYZ, sT, s1, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2, 1.0f,
+                                                                                  0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1, 1.0f,
+                                                                                  0.0f);
     __syncthreads();
+    copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);  // in flight while dV is written
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, col = n % kD;
         const int32_t t = c0 + r;
@@ -311,11 +320,12 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     row_dots(dbeta, sYZ, s2);  // dbeta += rowsum(dBv * V) (dbeta was zeroed above)
     __syncthreads();
     // W = T diag(beta exp(Gamma) f) Kn: Y = dW Kn^T, dBk = T^T dW.
-    copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sY, s1, sK, 1.0f, 0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(s2, sT, s1, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, s1, sK, 1.0f,
+                                                                                  0.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
+                                                                                  0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -335,11 +345,13 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps>(sZ, sT, sX, 1.0f, 0.0f);
+    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
+                                                                                  0.0f);
     __syncthreads();
-    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps>(sY, sZ, sT, -1.0f, 0.0f);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps>(sX, sK, sK, 1.0f,
-                                                                 0.0f);  // Kn Kn^T
+    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT, -1.0f,
+                                                                                  0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, sK, sK, 1.0f,
+                                                                                  0.0f);  // Kn Kn^T
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E): P = diag(beta) dA * E, H = dA * A.
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -356,15 +368,29 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     }
     add_row_col_sums(dG, sX, true);
     add_row_col_sums(dbeta, sZ, false);
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, sK, 1.0f, 1.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps>(sAcc, sY, sK, 1.0f, 1.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK,
+                                                                                   1.0f, 1.0f);
+    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK,
+                                                                                  1.0f, 1.0f);
     __syncthreads();
     store_tile(ws.dKn + tile * kTile, sAcc);
     // Gates: dg = reverse cumsum of dGamma; beta = sigmoid(b); g = -exp(A_log) softplus(a + dt).
+    // Suffix sums of dG: a shuffle scan in each of the two warps, then the upper warp's total.
+    if (threadIdx.x < kC) {
+        const int r = threadIdx.x, lane = r & 31;
+        float suffix = dG[r];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float u = __shfl_down_sync(0xffffffffu, suffix, o);
+            if (lane + o < 32) suffix += u;
+        }
+        if (r == 32) sm.red[2] = suffix;
+        sX[2 * kC + r] = suffix;  // sX is free again
+    }
+    __syncthreads();
     if (threadIdx.x < kC) {
         const int r = threadIdx.x;
-        float run = 0.0f;
-        for (int j = kC - 1; j >= r; --j) run += dG[j];
+        const float run = sX[2 * kC + r] + (r < 32 ? sm.red[2] : 0.0f);
         const int32_t t = c0 + r;
         float d_a = 0.0f, d_A = 0.0f;
         if (t < tokens) {
@@ -379,14 +405,14 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         sX[kC + r] = d_A;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float sum_da = 0.0f, sum_dA = 0.0f;
-        for (int r = 0; r < kC; ++r) {
-            sum_da += sX[r];
-            sum_dA += sX[kC + r];
+    if (threadIdx.x < 32) {
+        const int r = threadIdx.x;
+        const float sum_da = cuda::warp_sum(sX[r] + sX[r + 32]);
+        const float sum_dA = cuda::warp_sum(sX[kC + r] + sX[kC + r + 32]);
+        if (r == 0) {
+            ws.pdt[tile] = sum_da;
+            ws.pA[tile] = sum_dA;
         }
-        ws.pdt[tile] = sum_da;
-        ws.pA[tile] = sum_dA;
     }
 }
 

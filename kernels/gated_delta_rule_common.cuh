@@ -53,12 +53,17 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
 // earlier call of the same shape; C may be global memory. Callers put barriers around shared
 // operands written by other threads.
 // kWarpCount: the block's warps (a kernel launched with more threads than kThreads says so).
+// kBigTileDiv: 32 x 32 tiles already when there are kWarpCount / kBigTileDiv of them. A 32 x 32
+// tile reads half the shared memory per product of a 16 x 16 one, which pays where shared-memory
+// bandwidth, not idle warps, limits the kernel (measured per kernel; the tiling does not change
+// any result: every element sums over k in the same order).
 template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC,
-          int kWarpCount = kThreads / 32>
+          int kWarpCount = kThreads / 32, int kBigTileDiv = 1>
 __device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
                                    float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
-    constexpr bool kBig = M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) >= kWarpCount;
+    constexpr bool kBig =
+        M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) * kBigTileDiv >= kWarpCount;
     constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
     constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
     constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
@@ -392,6 +397,10 @@ __device__ __forceinline__ void store_tile(float* dst, const float* src) {
     }
 }
 
+// Warp tiles of the chunk kernels' products (see mm): measured per kernel on the 27B layer.
+constexpr int kPrepTileDiv = 4;
+constexpr int kRecTileDiv = 4;
+
 // Shared memory of chunk_prep; small enough for two blocks per multiprocessor. Its size is the
 // launch's (kPrepSmem), so the layout and the launch cannot disagree.
 struct PrepSmem {
@@ -424,7 +433,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_chunk(m, sQV, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h,
                c);
     // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd.
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sQV, sK, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f,
+                                                                               0.0f);
     for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
         const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
         const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
@@ -445,7 +455,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
     load_bf16_rows<kD, kLdK>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
                              int64_t{v_heads} * kD, tokens - c0);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC>(sA, sK, sK, 1.0f, 0.0f);
+    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f,
+                                                                               0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
@@ -461,14 +472,16 @@ __global__ void __launch_bounds__(kThreads, 2)
         ws.T[tile * kSquare + n] = sT[r * kLdC + s];
     }
     __syncthreads();
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.W + tile * kTile, sA, sK, 1.0f, 0.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.W + tile * kTile,
+                                                                              sA, sK, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
         sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
     }
     __syncthreads();
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kD>(ws.U + tile * kTile, sA, sQV, 1.0f, 0.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile,
+                                                                              sA, sQV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
@@ -557,18 +570,19 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sVn, sW, sS, -1.0f,
-                                                                                 1.0f);  // U - W S
+        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sVn, sW, sS, -1.0f,
+            1.0f);  // U - W S
         if (out)
-            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sO, sQd, sS,
-                                                                                     1.0f, 0.0f);
+            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+                sO, sQd, sS, 1.0f, 0.0f);
         __syncthreads();
         if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
         if (out)
-            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32>(sO, sAqk, sVn,
-                                                                                     1.0f, 1.0f);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32>(sS, sKd, sVn, 1.0f,
-                                                                                gam);
+            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+                sO, sAqk, sVn, 1.0f, 1.0f);
+        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
         if (more) {
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);

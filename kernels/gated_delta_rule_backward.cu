@@ -12,7 +12,7 @@ namespace {
 template <int kBV>
 __global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
-    constexpr int kLdV = kBV + 4;
+    constexpr int kLdV = rec_ld<kBV>();
     extern __shared__ __align__(128) float smem[];
     RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
     float* sdS = sm.S;
@@ -33,10 +33,10 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     };
     {
         const int64_t tile = tile_of(chunks - 1);
-        copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
+        copy_tile(sAqk, kLdCT, ws.Aqk + tile * kSquare, kC, kC, kC);
         copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
-        copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
-        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
+        copy_tile(sQd, kLdKT, ws.Qd + tile * kTile, kD, kC, kD);
+        copy_tile(sW, kLdKT, ws.W + tile * kTile, kD, kC, kD);
         load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(
             sdO, dout_of(chunks - 1), int64_t{v_heads} * kD, tokens - (chunks - 1) * kC);
     }
@@ -52,18 +52,18 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<true, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<true, false, kC, kBV, kC, kLdCT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sAqk, sdO, 1.0f, 0.0f);
         mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sKd, sdS, 1.0f, 1.0f);
         __syncthreads();
         if (more) {
-            copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+            copy_tile(sAqk, kLdCT, ws.Aqk + next * kSquare, kC, kC, kC);
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
         }
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sQd, sdO, 1.0f, gam);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sW, sdVn, -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         }
         __syncthreads();
         if (more) {
-            copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
-            copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
+            copy_tile(sQd, kLdKT, ws.Qd + next * kTile, kD, kC, kD);
+            copy_tile(sW, kLdKT, ws.W + next * kTile, kD, kC, kD);
             load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(sdO, dout_of(c - 1),
                                                           int64_t{v_heads} * kD, kC);
         }
@@ -150,12 +150,14 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kPrepBwdThreads = 512;
 constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
 constexpr int kPrepBwdTileDiv = 2;
+// T is read transposed by three of its four products.
+constexpr int kLdTb = kLdCT;
 struct PrepBwdSmem {
     float K[kSTile];    // kC x kD, stride kLdK
     float acc[kSTile];  // dKn, written to global at the end
     float s1[kSTile];
-    float s2[kSTile];   // Qn first
-    float T[kSSquare];  // kC x kC, stride kLdC
+    float s2[kSTile];     // Qn first
+    float T[kC * kLdCT];  // kC x kC, stride kLdTb
     float X[kSSquare];
     float Y[kSSquare];  // Y and Z together also hold one kC x kD tile
     float Z[kSSquare];
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     copy_tile(s1, kLdK, ws.dQd + tile * kTile, kD, kC, kD);
-    copy_tile(sT, kLdC, ws.T + tile * kSquare, kC, kC, kC);
+    copy_tile(sT, kLdTb, ws.T + tile * kSquare, kC, kC, kC);
     copy_tile(sZ, kLdC, ws.dAqk + tile * kSquare, kC, kC, kC);
     load_chunk<kPrepBwdWarps>(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
                               v_heads, h, c);
@@ -305,8 +307,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2, 1.0f,
                                                                                   0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1, 1.0f,
-                                                                                  0.0f);
+    mm<true, false, kC, kD, kC, kLdTb, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1,
+                                                                                   1.0f, 0.0f);
     __syncthreads();
     copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);  // in flight while dV is written
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
@@ -324,8 +326,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, s1, sK, 1.0f,
                                                                                   0.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
-                                                                                  0.0f);
+    mm<true, false, kC, kD, kC, kLdTb, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
+                                                                                   0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -345,11 +347,11 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
-                                                                                  0.0f);
+    mm<true, false, kC, kC, kC, kLdTb, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
+                                                                                   0.0f);
     __syncthreads();
-    mm<false, true, kC, kC, kC, kLdC, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT, -1.0f,
-                                                                                  0.0f);
+    mm<false, true, kC, kC, kC, kLdC, kLdTb, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT,
+                                                                                   -1.0f, 0.0f);
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, sK, sK, 1.0f,
                                                                                   0.0f);  // Kn Kn^T
     __syncthreads();

@@ -21,10 +21,14 @@ constexpr int64_t kTile = int64_t{kC} * kD;    // one chunk-head (64 x 128) fp32
 constexpr int64_t kSquare = int64_t{kC} * kC;  // one chunk-head (64 x 64) tile
 constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
 
-// Shared-memory row strides, padded by 16 bytes so the rows of a tensor-core fragment load fall
-// in different banks.
-constexpr int kLdK = kD + 4;  // kC x kD tiles and kD x kD states
-constexpr int kLdC = kC + 4;  // kC x kC
+// Shared-memory row strides, by how the products read an operand. A fragment load touches rows
+// g (0-7) at column t (0-3) of an operand stored m x k (a plain A, a transposed B), or rows t at
+// column g of one stored k x n (a transposed A, a plain B; C's float2 rows likewise): rows 4 banks
+// apart serve the first without conflicts (4g + t), rows 8 banks apart the second (8t + g).
+constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
+constexpr int kLdC = kC + 4;   // kC x kC
+constexpr int kLdKT = kD + 8;  // kC x kD tiles read as k x n
+constexpr int kLdCT = kC + 8;  // kC x kC, read as k x n
 constexpr int kSTile = kC * kLdK;
 constexpr int kSSquare = kC * kLdC;
 
@@ -57,8 +61,10 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
 // tile reads half the shared memory per product of a 16 x 16 one, which pays where shared-memory
 // bandwidth, not idle warps, limits the kernel (measured per kernel; the tiling does not change
 // any result: every element sums over k in the same order).
+// kFirstWarp: the warp that takes the first tile, so that two products of one phase with fewer
+// tiles than warps can run on different warps (a C read back needs the same value in each call).
 template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC,
-          int kWarpCount = kThreads / 32, int kBigTileDiv = 1>
+          int kWarpCount = kThreads / 32, int kBigTileDiv = 1, int kFirstWarp = 0>
 __device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
                                    float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
@@ -67,7 +73,8 @@ __device__ __forceinline__ void mm(float* C, const float* A, const float* B, flo
     constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
     constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
     constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = ((threadIdx.x >> 5) + kWarpCount - kFirstWarp) % kWarpCount;
+    const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     for (int tile = warp; tile < kTiles; tile += kWarpCount) {
         const int m0 = (tile / kTn) * 16 * kFm, n0 = (tile % kTn) * 8 * kFn;
@@ -404,9 +411,9 @@ constexpr int kRecTileDiv = 4;
 // Shared memory of chunk_prep; small enough for two blocks per multiprocessor. Its size is the
 // launch's (kPrepSmem), so the layout and the launch cannot disagree.
 struct PrepSmem {
-    float K[kSTile];    // kC x kD, stride kLdK
-    float QV[kSTile];   // Q, then V
-    float A[kSSquare];  // kC x kC, stride kLdC
+    float K[kSTile];       // kC x kD, stride kLdK
+    float QV[kC * kLdKT];  // Q (stride kLdK), then V (kLdKT)
+    float A[kSSquare];     // kC x kC, stride kLdC
     float T[kSSquare];
     float scratch[3 * 256];
     ChunkMeta meta;
@@ -453,8 +460,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
-    load_bf16_rows<kD, kLdK>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                             int64_t{v_heads} * kD, tokens - c0);
+    load_bf16_rows<kD, kLdKT>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                              int64_t{v_heads} * kD, tokens - c0);
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f,
                                                                                0.0f);
     __syncthreads();
@@ -480,8 +487,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
     }
     __syncthreads();
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile,
-                                                                              sA, sQV, 1.0f, 0.0f);
+    mm<false, false, kC, kD, kC, kLdC, kLdKT, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile,
+                                                                               sA, sQV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
@@ -499,14 +506,18 @@ constexpr int rec_threads() {
 // Shared memory of the forward and reverse recurrences (the same layout; the names are the
 // forward's, the reverse's use in brackets); rec_smem is the launch size.
 template <int kBV>
+constexpr int rec_ld() {  // the kD x kBV state slices and kC x kBV tiles
+    return kBV + 8;
+}
+template <int kBV>
 struct RecurrenceSmem {
-    float S[kD * (kBV + 4)];  // the state slice [its gradient], stride kBV + 4
-    float W[kSTile];          // kC x kD, stride kLdK
-    float Qd[kSTile];
-    float Kd[kSTile];
-    float Aqk[kSSquare];      // kC x kC, stride kLdC
-    float V[kC * (kBV + 4)];  // Vn [dO], stride kBV + 4
-    float O[kC * (kBV + 4)];  // O [dVn]
+    float S[kD * rec_ld<kBV>()];  // the state slice [its gradient]
+    float W[kC * kLdKT];          // kC x kD, stride kLdK, or kLdKT where read transposed
+    float Qd[kC * kLdKT];
+    float Kd[kC * kLdKT];
+    float Aqk[kC * kLdCT];        // kC x kC, stride kLdC or kLdCT
+    float V[kC * rec_ld<kBV>()];  // Vn [dO]
+    float O[kC * rec_ld<kBV>()];  // O [dVn]
 };
 template <int kBV>
 constexpr size_t rec_smem() {
@@ -530,7 +541,9 @@ template <int kBV>
 __global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
-    constexpr int kLdV = kBV + 4;  // kC x kBV and kD x kBV slices
+    constexpr int kLdV = rec_ld<kBV>();
+    // The output's products run on the warps the state's leave idle (the last half).
+    constexpr int kOutWarp = rec_threads<kBV>() / 64;
     extern __shared__ __align__(128) float smem[];
     RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
     float* sS = sm.S;
@@ -549,7 +562,7 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     {
         const int64_t tile = tile_of(0);
         copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
-        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sKd, kLdKT, ws.Kd + tile * kTile, kD, kC, kD);
         copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
         if (out) {
             copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
@@ -574,18 +587,18 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
             sVn, sW, sS, -1.0f,
             1.0f);  // U - W S
         if (out)
-            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-                sO, sQd, sS, 1.0f, 0.0f);
+            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+               kOutWarp>(sO, sQd, sS, 1.0f, 0.0f);
         __syncthreads();
         if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
         if (out)
-            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-                sO, sAqk, sVn, 1.0f, 1.0f);
-        mm<true, false, kD, kBV, kC, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+               kOutWarp>(sO, sAqk, sVn, 1.0f, 1.0f);
+        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
         if (more) {
-            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+            copy_tile(sKd, kLdKT, ws.Kd + next * kTile, kD, kC, kD);
             if (out) {
                 copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
                 copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);

@@ -1,6 +1,13 @@
 #!/usr/bin/env python3
 """Generates tests/fixtures/chat/conversations.jsonl: conversations and the text the models' own
 chat templates render for them (transformers' render_jinja_template, as apply_chat_template does).
+The first --count lines are plain conversations; then --tool-count with tool definitions, tool
+calls (arguments of every JSON type), tool responses, content parts, null content and weights.
+
+Where deltatune reads a conversation that a template itself refuses, the expected text is the
+template's rendering of what deltatune reads it as (documented in runtime/data/chat_json.h):
+null or missing content as "" and content parts joined for Qwen3, arguments given as a JSON string
+as that object for Qwen3.5.
 
 The Qwen3 and Qwen3.5 templates are the Hugging Face ones as vendored by llama.cpp
 (models/templates/Qwen-Qwen3-0.6B.jinja and Qwen3.5-4B.jinja), taken from the llama-cpp-python
@@ -72,12 +79,83 @@ def conversation(rng):
     return msgs
 
 
-def render(template, msgs):
+def render(template, msgs, tools=None):
     try:
-        rendered, _ = render_jinja_template(conversations=[msgs], chat_template=template)
+        rendered, _ = render_jinja_template(conversations=[msgs], tools=tools, chat_template=template)
         return rendered[0]
     except Exception as e:  # the templates raise for invalid conversations
         return {"error": str(e)}
+
+
+VALUES = ["Paris", "多语言 \"quoted\"\nline", 3, -7, 0.5, 1e-05, 1e16, 3.0, 123456.789, True, False, None,
+          [1, "two", 3.5], {"nested": {"k": [True, None]}, "z": 0.1}, "", "  spaced  "]
+
+
+def tool_definition(rng, i):
+    props = {f"p{k}": {"type": rng.choice(["string", "number", "boolean"]),
+                       "description": rng.choice(PIECES)} for k in range(rng.randrange(0, 3))}
+    return {"type": "function", "function": {"name": f"tool_{i}", "description": rng.choice(PIECES),
+                                             "parameters": {"type": "object", "properties": props,
+                                                            "required": list(props)[:1]}}}
+
+
+def tool_call(rng):
+    args = {f"arg{k}": rng.choice(VALUES) for k in range(rng.randrange(0, 4))}
+    if rng.random() < 0.3:
+        args = json.dumps(args, ensure_ascii=False)  # OpenAI writes arguments as a JSON string
+    call = {"name": f"tool_{rng.randrange(3)}", "arguments": args}
+    return {"id": "call_1", "type": "function", "function": call} if rng.random() < 0.7 else call
+
+
+def content(rng):
+    r = rng.random()
+    if r < 0.15:
+        return None
+    if r < 0.3:
+        return [{"type": "text", "text": rng.choice(PIECES)} for _ in range(rng.randrange(1, 3))]
+    return rng.choice(PIECES)
+
+
+def tool_conversation(rng):
+    msgs = [{"role": "system", "content": rng.choice(PIECES)}] if rng.random() < 0.5 else []
+    for _ in range(rng.randrange(1, 4)):
+        msgs.append({"role": "user", "content": content(rng)})
+        if rng.random() < 0.6:
+            turn = {"role": "assistant", "content": rng.choice(["", None, rng.choice(PIECES)]),
+                    "tool_calls": [tool_call(rng) for _ in range(rng.randrange(1, 3))]}
+            if rng.random() < 0.2:
+                turn["content"] = f"<think>\n{rng.choice(PIECES)}\n</think>\n\n{rng.choice(PIECES)}"
+            msgs.append(turn)
+            msgs += [{"role": "tool", "tool_call_id": "call_1", "content": rng.choice(PIECES)}
+                     for _ in range(rng.randrange(1, 3))]
+        turn = assistant(rng)
+        if rng.random() < 0.2:
+            turn["weight"] = rng.choice([0, 1])
+        msgs.append(turn)
+    tools = [tool_definition(rng, i) for i in range(rng.randrange(0, 3))] or None
+    return msgs, tools
+
+
+def as_read(msgs, kind):
+    """The conversation as deltatune reads it, where a template would refuse it."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if kind == "qwen3":
+            c = m.get("content")
+            m["content"] = "".join(p["text"] for p in c) if isinstance(c, list) else (c or "")
+        if kind == "qwen3_5" and "tool_calls" in m:
+            m["tool_calls"] = [dict(c) for c in m["tool_calls"]]
+            for c in m["tool_calls"]:
+                fn = c.get("function", c)
+                if isinstance(fn.get("arguments"), str):
+                    fn = dict(fn, arguments=json.loads(fn["arguments"]))
+                    if "function" in c:
+                        c["function"] = fn
+                    else:
+                        c.update(fn)
+        out.append(m)
+    return out
 
 
 def main():
@@ -85,6 +163,7 @@ def main():
     ap.add_argument("--out", default="tests/fixtures/chat/conversations.jsonl")
     ap.add_argument("--templates", default=None, help="folder holding the two .jinja files")
     ap.add_argument("--count", type=int, default=400)
+    ap.add_argument("--tool-count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tmpl = templates(args.templates)
@@ -95,7 +174,13 @@ def main():
             msgs = conversation(rng)
             f.write(json.dumps({"messages": msgs, **{k: render(t, msgs) for k, t in tmpl.items()}},
                                ensure_ascii=False) + "\n")
-    print(f"wrote {args.count} conversations to {args.out}")
+        rng = random.Random(args.seed + 1)
+        for _ in range(args.tool_count):
+            msgs, tools = tool_conversation(rng)
+            line = {"messages": msgs, **({"tools": tools} if tools else {})}
+            line.update({k: render(t, as_read(msgs, k), tools) for k, t in tmpl.items()})
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    print(f"wrote {args.count} + {args.tool_count} conversations to {args.out}")
 
 
 if __name__ == "__main__":

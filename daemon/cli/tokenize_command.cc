@@ -33,12 +33,12 @@ struct Job {
 // One input line -> one output line, or an error message "reason: detail".
 absl::StatusOr<std::string> tokenize_line(const Job& job, std::string_view text) {
     if (job.chat) {
-        std::vector<ChatMessage> messages;
-        if (auto e = parse_chat_line(text, messages)) {
+        ChatConversation chat;
+        if (auto e = parse_chat_line(text, chat)) {
             return absl::InvalidArgumentError(
                 e->detail.empty() ? e->reason : absl::StrCat(e->reason, ": ", e->detail));
         }
-        DT_ASSIGN_OR_RETURN(const Document doc, tokenize_chat(*job.tokenizer, messages, job.kind));
+        DT_ASSIGN_OR_RETURN(const Document doc, tokenize_chat(*job.tokenizer, chat, job.kind));
         return nlohmann::json{{"input_ids", doc.input_ids}, {"labels", doc.labels}}.dump();
     }
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

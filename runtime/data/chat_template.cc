@@ -1,5 +1,5 @@
 // Qwen3 / Qwen3.5 ChatML rendering in code, mirroring the models' Jinja chat_template line by line
-// for conversations without tools or images, and the assistant loss mask.
+// for text conversations with or without tools, and the assistant loss mask.
 #include "runtime/data/chat_template.h"
 
 #include <algorithm>
@@ -104,17 +104,92 @@ class Renderer {
     RenderedChat out_;
 };
 
-// The assistant turn: header untrained; the generation and its <|im_end|> trained.
-void render_assistant(Renderer& r, const std::string& generation) {
+// The assistant turn: header untrained; the generation and its <|im_end|> trained (unless the
+// turn's weight is 0).
+void render_assistant(Renderer& r, const std::string& generation, bool trained) {
     r.text("<|im_start|>assistant\n");
-    r.trained(generation + "<|im_end|>");
+    if (trained) {
+        r.trained(generation + "<|im_end|>");
+    } else {
+        r.text(generation + "<|im_end|>");
+    }
     r.text("\n");
 }
 
-absl::StatusOr<RenderedChat> render_qwen35(const std::vector<ChatMessage>& m) {
+std::string tool_list(const std::vector<std::string>& tools) {
+    std::string out;
+    for (const std::string& tool : tools) out += "\n" + tool;
+    return out;
+}
+
+// The system turn that lists the tools (Qwen3), with the conversation's system text first.
+void render_qwen3_tools(Renderer& r, const ChatConversation& chat) {
+    r.text("<|im_start|>system\n");
+    if (chat.messages.front().role == "system") r.text(chat.messages.front().content + "\n\n");
+    r.text(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+        "provided with function signatures within <tools></tools> XML tags:\n<tools>" +
+        tool_list(chat.tools) +
+        "\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+        "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+}
+
+// Qwen3.5's tool list, with the conversation's system text after it.
+void render_qwen35_tools(Renderer& r, const ChatConversation& chat) {
+    r.text("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>" +
+           tool_list(chat.tools) +
+           "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format "
+           "with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter="
+           "example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis "
+           "is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n"
+           "</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow "
+           "the specified format: an inner <function=...></function> block must be nested within "
+           "<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may "
+           "provide optional reasoning for your function call in natural language BEFORE the "
+           "function call, but NOT after\n- If there is no function call available, answer the "
+           "question like normal with your current knowledge and do not tell the user about "
+           "function calls\n</IMPORTANT>");
+    if (chat.messages.front().role == "system") {
+        const std::string content = trim(chat.messages.front().content);
+        if (!content.empty()) r.text("\n\n" + content);
+    }
+    r.text("<|im_end|>\n");
+}
+
+// Qwen3's tool calls: JSON objects in <tool_call> tags, a newline before each but a first that
+// follows no text.
+std::string qwen3_tool_calls(const std::vector<ChatToolCall>& calls, bool after_text) {
+    std::string out;
+    for (size_t i = 0; i < calls.size(); ++i) {
+        if (i > 0 || after_text) out += "\n";
+        out += "<tool_call>\n{\"name\": \"" + calls[i].name +
+               "\", \"arguments\": " + calls[i].arguments_text + "}\n</tool_call>";
+    }
+    return out;
+}
+
+// Qwen3.5's tool calls: <function=...> blocks with one <parameter=...> per argument.
+std::string qwen35_tool_calls(const std::vector<ChatToolCall>& calls, bool after_text) {
+    std::string out;
+    for (size_t i = 0; i < calls.size(); ++i) {
+        out += i > 0 ? "\n" : (after_text ? "\n\n" : "");
+        out += "<tool_call>\n<function=" + calls[i].name + ">\n";
+        for (const auto& [name, value] : calls[i].parameters)
+            out += "<parameter=" + name + ">\n" + value + "\n</parameter>\n";
+        out += "</function>\n</tool_call>";
+    }
+    return out;
+}
+
+absl::StatusOr<RenderedChat> render_qwen35(const ChatConversation& chat) {
+    const std::vector<ChatMessage>& m = chat.messages;
     Renderer r;
-    if (m.front().role == "system")
+    if (!chat.tools.empty()) {
+        render_qwen35_tools(r, chat);
+    } else if (m.front().role == "system") {
         r.text("<|im_start|>system\n" + trim(m.front().content) + "<|im_end|>\n");
+    }
     const int64_t last_query = last_query_index(m, ChatTemplateKind::kQwen35);
     if (last_query < 0) return absl::InvalidArgumentError("No user query found in messages.");
     for (size_t i = 0; i < m.size(); ++i) {
@@ -133,11 +208,17 @@ absl::StatusOr<RenderedChat> render_qwen35(const std::vector<ChatMessage>& m) {
                 split_inline_reasoning(content, reasoning);
             }
             reasoning = trim(reasoning);
-            if (static_cast<int64_t>(i) > last_query) {
-                render_assistant(r, "<think>\n" + reasoning + "\n</think>\n\n" + content);
-            } else {
-                render_assistant(r, content);
+            for (const ChatToolCall& call : m[i].tool_calls) {
+                if (!call.parameters_error.empty()) {
+                    return absl::InvalidArgumentError(
+                        absl::StrCat("tool call '", call.name, "': ", call.parameters_error));
+                }
             }
+            std::string generation = static_cast<int64_t>(i) > last_query
+                                         ? "<think>\n" + reasoning + "\n</think>\n\n" + content
+                                         : content;
+            generation += qwen35_tool_calls(m[i].tool_calls, !trim(content).empty());
+            render_assistant(r, generation, m[i].trained);
         } else if (role == "tool") {
             // As the template: `loop.previtem` is undefined for the first message.
             if (i > 0 && m[i - 1].role != "tool") r.text("<|im_start|>user");
@@ -151,10 +232,14 @@ absl::StatusOr<RenderedChat> render_qwen35(const std::vector<ChatMessage>& m) {
     return r.take();
 }
 
-absl::StatusOr<RenderedChat> render_qwen3(const std::vector<ChatMessage>& m) {
+absl::StatusOr<RenderedChat> render_qwen3(const ChatConversation& chat) {
+    const std::vector<ChatMessage>& m = chat.messages;
     Renderer r;
-    if (m.front().role == "system")
+    if (!chat.tools.empty()) {
+        render_qwen3_tools(r, chat);
+    } else if (m.front().role == "system") {
         r.text("<|im_start|>system\n" + m.front().content + "<|im_end|>\n");
+    }
     int64_t last_query = last_query_index(m, ChatTemplateKind::kQwen3);
     if (last_query < 0) last_query = static_cast<int64_t>(m.size()) - 1;
     for (size_t i = 0; i < m.size(); ++i) {
@@ -169,12 +254,13 @@ absl::StatusOr<RenderedChat> render_qwen3(const std::vector<ChatMessage>& m) {
                 split_inline_reasoning(content, reasoning);
             }
             const bool last = i + 1 == m.size();
-            if (static_cast<int64_t>(i) > last_query && (last || !reasoning.empty())) {
-                render_assistant(r, "<think>\n" + strip_newlines(reasoning, true, true) +
-                                        "\n</think>\n\n" + strip_newlines(content, true, false));
-            } else {
-                render_assistant(r, content);
-            }
+            std::string generation =
+                static_cast<int64_t>(i) > last_query && (last || !reasoning.empty())
+                    ? "<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+                          strip_newlines(content, true, false)
+                    : content;
+            generation += qwen3_tool_calls(m[i].tool_calls, !content.empty());
+            render_assistant(r, generation, m[i].trained);
         } else if (role == "tool") {
             if (i == 0 || m[i - 1].role != "tool") r.text("<|im_start|>user");
             r.text("\n<tool_response>\n" + m[i].content + "\n</tool_response>");
@@ -190,10 +276,9 @@ absl::StatusOr<RenderedChat> render_qwen3(const std::vector<ChatMessage>& m) {
 
 }  // namespace
 
-absl::StatusOr<RenderedChat> render_chat(const std::vector<ChatMessage>& messages,
-                                         ChatTemplateKind kind) {
-    if (messages.empty()) return absl::InvalidArgumentError("No messages provided.");
-    return kind == ChatTemplateKind::kQwen35 ? render_qwen35(messages) : render_qwen3(messages);
+absl::StatusOr<RenderedChat> render_chat(const ChatConversation& chat, ChatTemplateKind kind) {
+    if (chat.messages.empty()) return absl::InvalidArgumentError("No messages provided.");
+    return kind == ChatTemplateKind::kQwen35 ? render_qwen35(chat) : render_qwen3(chat);
 }
 
 }  // namespace deltatune

@@ -5,11 +5,10 @@
 
 namespace deltatune {
 
-absl::StatusOr<Document> tokenize_chat(const Tokenizer& tokenizer,
-                                       const std::vector<ChatMessage>& messages,
+absl::StatusOr<Document> tokenize_chat(const Tokenizer& tokenizer, const ChatConversation& chat,
                                        ChatTemplateKind kind) {
-    DT_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(messages, kind));
-    DT_ASSIGN_OR_RETURN(Tokenizer::Encoding enc, tokenizer.encode_with_offsets(chat.text));
+    DT_ASSIGN_OR_RETURN(RenderedChat rendered, render_chat(chat, kind));
+    DT_ASSIGN_OR_RETURN(Tokenizer::Encoding enc, tokenizer.encode_with_offsets(rendered.text));
     Document doc;
     doc.input_ids = enc.ids;
     doc.labels.assign(enc.ids.size(), -100);
@@ -17,8 +16,8 @@ absl::StatusOr<Document> tokenize_chat(const Tokenizer& tokenizer,
     size_t span = 0;
     for (size_t t = 0; t < enc.ids.size(); ++t) {
         const auto [begin, end] = enc.offsets[t];
-        while (span < chat.trained.size() && chat.trained[span].second <= begin) ++span;
-        if (span < chat.trained.size() && chat.trained[span].first < end && begin < end)
+        while (span < rendered.trained.size() && rendered.trained[span].second <= begin) ++span;
+        if (span < rendered.trained.size() && rendered.trained[span].first < end && begin < end)
             doc.labels[t] = enc.ids[t];
     }
     return doc;

@@ -73,9 +73,9 @@ std::optional<LineError> parse_and_tokenize(std::string_view text, DatasetFormat
     if (format == DatasetFormat::kPretokenized) {
         return parse_pretokenized_line(text, options.vocab_size, doc);
     }
-    std::vector<ChatMessage> messages;
-    if (auto e = parse_chat_line(text, messages)) return e;
-    absl::StatusOr<Document> tokenized = options.chat.tokenize(messages);
+    ChatConversation chat;
+    if (auto e = parse_chat_line(text, chat)) return e;
+    absl::StatusOr<Document> tokenized = options.chat.tokenize(chat);
     if (!tokenized.ok()) {
         return LineError{"conversation rejected", std::string(tokenized.status().message())};
     }
@@ -233,42 +233,6 @@ std::optional<LineError> validate_document(const Document& doc, int64_t vocab_si
             return LineError{"bad labels", absl::StrCat("labels[", i, "] = ", label,
                                                         " is neither -100 nor a token id")};
         }
-    }
-    return std::nullopt;
-}
-
-std::optional<LineError> parse_chat_line(std::string_view text, std::vector<ChatMessage>& out) {
-    LineError error;
-    std::optional<json> j = parse_object(text, error);
-    if (!j) return error;
-    auto it = j->find("messages");
-    if (it == j->end()) return LineError{"missing \"messages\"", ""};
-    if (!it->is_array()) return LineError{"bad \"messages\"", "\"messages\" is not an array"};
-    if (it->empty()) return LineError{"empty \"messages\"", ""};
-    out.clear();
-    for (size_t i = 0; i < it->size(); ++i) {
-        const json& m = (*it)[i];
-        const std::string where = absl::StrCat("messages[", i, "]");
-        if (!m.is_object())
-            return LineError{"bad message", absl::StrCat(where, " is not an object")};
-        ChatMessage msg;
-        for (const char* key : {"role", "content"}) {
-            auto f = m.find(key);
-            if (f == m.end() || !f->is_string()) {
-                return LineError{"bad message",
-                                 absl::StrCat(where, ".", key, " is missing or not a string")};
-            }
-            (std::string_view(key) == "role" ? msg.role : msg.content) = f->get<std::string>();
-        }
-        if (auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
-            if (!r->is_string()) {
-                return LineError{"bad message",
-                                 absl::StrCat(where, ".reasoning_content is not a string")};
-            }
-            msg.reasoning_content = r->get<std::string>();
-            msg.has_reasoning_content = true;
-        }
-        out.push_back(std::move(msg));
     }
     return std::nullopt;
 }

@@ -1,5 +1,5 @@
-// Datasets: a JSONL file of chat conversations ({"messages": [{"role", "content"}, ...]}, with
-// optional "reasoning_content" on assistant messages; HuggingFaceH4/ultrachat_200k's export) or of
+// Datasets: a JSONL file of chat conversations ({"messages": [...], "tools": [...]}, read as
+// chat_json.h says: tool calls, content parts, per-turn weights, reasoning_content) or of
 // pre-tokenized documents ({"input_ids": [...], "labels": [...]}, labels default to input_ids),
 // tokenized on every core in chunks of lines (results kept in input order) into a
 // TokenizedDataset, and cached on disk keyed by (tokenizer fingerprint, template kind, the data
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/data/chat_json.h"
 #include "runtime/data/chat_template.h"
 #include "runtime/data/jsonl_reader.h"
 #include "runtime/data/token_cache.h"
@@ -28,7 +29,7 @@ const char* dataset_format_name(DatasetFormat format);
 
 // Turns one conversation into a Document. Called from many threads at once, so it must be
 // thread-safe (a loaded Tokenizer is).
-using ChatTokenizeFn = std::function<absl::StatusOr<Document>(const std::vector<ChatMessage>&)>;
+using ChatTokenizeFn = std::function<absl::StatusOr<Document>(const ChatConversation&)>;
 
 struct ChatTokenizer {
     ChatTokenizeFn tokenize;
@@ -78,8 +79,8 @@ absl::StatusOr<uint64_t> dataset_cache_key(const std::string& path, DatasetForma
                                            const DatasetOptions& options);
 std::string dataset_cache_path(const std::string& path, const std::string& cache_dir, uint64_t key);
 
-// One line of each format; nullopt when the line is good. Exposed for tests and tools.
-std::optional<LineError> parse_chat_line(std::string_view text, std::vector<ChatMessage>& out);
+// One line of each format (chat lines: chat_json.h); nullopt when the line is good. Exposed for
+// tests and tools.
 std::optional<LineError> parse_pretokenized_line(std::string_view text, int64_t vocab_size,
                                                  Document& out);
 // Ids in [0, vocab_size), labels -100 or in range, lengths equal, not empty.

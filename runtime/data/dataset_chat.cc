@@ -6,14 +6,19 @@
 
 namespace deltatune {
 
+// Raised whenever reading or rendering a chat line changes what it tokenizes to (2: tool calls,
+// tools, content parts and weights), so that caches written before are not reused.
+constexpr int kChatReadingVersion = 2;
+
 ChatTokenizer make_chat_tokenizer(const Tokenizer& tokenizer, ChatTemplateKind kind) {
     ChatTokenizer t;
-    t.tokenize = [&tokenizer, kind](const std::vector<ChatMessage>& messages) {
-        return tokenize_chat(tokenizer, messages, kind);
+    t.tokenize = [&tokenizer, kind](const ChatConversation& chat) {
+        return tokenize_chat(tokenizer, chat, kind);
     };
     t.fingerprint =
         absl::StrCat(tokenizer.fingerprint(),
-                     "|template=", kind == ChatTemplateKind::kQwen3 ? "qwen3" : "qwen3_5");
+                     "|template=", kind == ChatTemplateKind::kQwen3 ? "qwen3" : "qwen3_5",
+                     "|reading=", kChatReadingVersion);
     return t;
 }
 

@@ -6,25 +6,18 @@
 #include <fstream>
 
 #include "nlohmann/json.hpp"
+#include "runtime/data/chat_json.h"
 #include "runtime/data/chat_template.h"
 #include "tests/common/test_util.h"
 
 namespace deltatune {
 namespace {
 
-std::vector<ChatMessage> parse_messages(const nlohmann::json& j) {
-    std::vector<ChatMessage> out;
-    for (const auto& m : j) {
-        ChatMessage msg;
-        msg.role = m["role"].get<std::string>();
-        msg.content = m["content"].get<std::string>();
-        if (m.contains("reasoning_content")) {
-            msg.reasoning_content = m["reasoning_content"].get<std::string>();
-            msg.has_reasoning_content = true;
-        }
-        out.push_back(std::move(msg));
-    }
-    return out;
+ChatMessage message(std::string role, std::string content) {
+    ChatMessage m;
+    m.role = std::move(role);
+    m.content = std::move(content);
+    return m;
 }
 
 void check_spans(const RenderedChat& chat) {
@@ -42,11 +35,13 @@ TEST_CASE("chat templates render exactly what the models' Jinja templates render
     int rendered = 0, errors = 0, lines = 0;
     while (std::getline(in, line)) {
         const auto j = nlohmann::json::parse(line);
-        const auto messages = parse_messages(j["messages"]);
+        ChatConversation conversation;
+        const auto parse_error = parse_chat_line(line, conversation);
+        REQUIRE_FALSE(parse_error);
         for (const auto& [key, kind] : {std::pair{"qwen3", ChatTemplateKind::kQwen3},
                                         std::pair{"qwen3_5", ChatTemplateKind::kQwen35}}) {
             INFO("line " << lines + 1 << " template " << key);
-            auto chat = render_chat(messages, kind);
+            auto chat = render_chat(conversation, kind);
             if (j[key].is_object()) {
                 CHECK_FALSE(chat.ok());
                 if (!chat.ok()) {
@@ -70,11 +65,12 @@ TEST_CASE("chat templates render exactly what the models' Jinja templates render
 }
 
 TEST_CASE("the loss mask covers assistant generations and their <|im_end|> only", "[data]") {
-    std::vector<ChatMessage> m = {{"system", "be brief", "", false},
-                                  {"user", "hi", "", false},
-                                  {"assistant", "hello", "", false},
-                                  {"user", "and?", "", false},
-                                  {"assistant", "done", "why", true}};
+    ChatConversation m;
+    m.messages = {message("system", "be brief"), message("user", "hi"),
+                  message("assistant", "hello"), message("user", "and?"),
+                  message("assistant", "done")};
+    m.messages.back().reasoning_content = "why";
+    m.messages.back().has_reasoning_content = true;
     auto chat = render_chat(m, ChatTemplateKind::kQwen35);
     REQUIRE(chat.ok());
     REQUIRE(chat->trained.size() == 2);
@@ -85,7 +81,9 @@ TEST_CASE("the loss mask covers assistant generations and their <|im_end|> only"
     CHECK(span(0) == "hello<|im_end|>");
     CHECK(span(1) == "<think>\nwhy\n</think>\n\ndone<|im_end|>");
     CHECK(render_chat({}, ChatTemplateKind::kQwen3).status().message() == "No messages provided.");
-    CHECK_FALSE(render_chat({{"narrator", "x", "", false}}, ChatTemplateKind::kQwen3).ok());
+    ChatConversation narrator;
+    narrator.messages = {message("narrator", "x")};
+    CHECK_FALSE(render_chat(narrator, ChatTemplateKind::kQwen3).ok());
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ void write_text(const std::string& path, const std::string& text) {
 ChatTokenizer numbered_chat() {
     ChatTokenizer t;
     t.fingerprint = "numbered";
-    t.tokenize = [](const std::vector<ChatMessage>& messages) -> absl::StatusOr<Document> {
+    t.tokenize = [](const ChatConversation& chat) -> absl::StatusOr<Document> {
+        const std::vector<ChatMessage>& messages = chat.messages;
         Document d;
         d.input_ids.push_back(std::stoi(messages.at(0).content));
         d.labels.push_back(-100);
@@ -36,12 +37,13 @@ ChatTokenizer numbered_chat() {
 }
 
 TEST_CASE("chat lines parse roles, content and reasoning_content", "[data]") {
-    std::vector<ChatMessage> m;
+    ChatConversation chat;
+    const std::vector<ChatMessage>& m = chat.messages;
     REQUIRE(!parse_chat_line(
         R"({"prompt": "x", "messages": [{"role": "system", "content": "be brief"},
             {"role": "user", "content": "2+2?"},
             {"role": "assistant", "content": "4", "reasoning_content": "add"}], "prompt_id": "a"})",
-        m));
+        chat));
     REQUIRE(m.size() == 3);
     CHECK(m[0].role == "system");
     CHECK(m[1].content == "2+2?");
@@ -50,9 +52,10 @@ TEST_CASE("chat lines parse roles, content and reasoning_content", "[data]") {
     CHECK(m[2].reasoning_content == "add");
     // null reasoning_content is how some exporters spell "absent".
     REQUIRE(!parse_chat_line(
-        R"({"messages": [{"role": "assistant", "content": "", "reasoning_content": null}]})", m));
+        R"({"messages": [{"role": "assistant", "content": "", "reasoning_content": null}]})",
+        chat));
     CHECK(!m[0].has_reasoning_content);
-    auto e = parse_chat_line(R"({"messages": [{"role": "user", "content": "a"}, 3]})", m);
+    auto e = parse_chat_line(R"({"messages": [{"role": "user", "content": "a"}, 3]})", chat);
     REQUIRE(e);
     CHECK(e->reason == "bad message");
     CHECK(e->detail == "messages[1] is not an object");

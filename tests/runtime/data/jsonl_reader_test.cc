@@ -37,7 +37,8 @@ std::vector<std::pair<int64_t, std::string>> read_all(const std::string& path, s
 ChatTokenizer fake_chat() {
     ChatTokenizer t;
     t.fingerprint = "fake";
-    t.tokenize = [](const std::vector<ChatMessage>& messages) -> absl::StatusOr<Document> {
+    t.tokenize = [](const ChatConversation& chat) -> absl::StatusOr<Document> {
+        const std::vector<ChatMessage>& messages = chat.messages;
         Document d;
         for (const ChatMessage& m : messages) {
             if (m.role != "user" && m.role != "assistant" && m.role != "system")

@@ -24,7 +24,8 @@ void write_text(const std::string& path, const std::string& text) {
 ChatTokenizer counting_chat(std::atomic<int>& calls, const std::string& fingerprint) {
     ChatTokenizer t;
     t.fingerprint = fingerprint;
-    t.tokenize = [&calls](const std::vector<ChatMessage>& messages) -> absl::StatusOr<Document> {
+    t.tokenize = [&calls](const ChatConversation& chat) -> absl::StatusOr<Document> {
+        const std::vector<ChatMessage>& messages = chat.messages;
         ++calls;
         Document d;
         for (const ChatMessage& m : messages) {

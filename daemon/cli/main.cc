@@ -45,7 +45,7 @@ const Command kCommands[] = {
                 "       which implementation each op uses on this machine, and why",
      deltatune::cli::kernels_command},
     {"pack-stats", "--data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
-                   "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate]\n"
+                   "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate|drop]\n"
                    "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding",
      deltatune::cli::pack_stats_command},
     {"tokenize", "--tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads N]\n"

@@ -1,6 +1,6 @@
 // deltatune pack-stats --data FILE [--tokenizer T] --tokens-per-batch N [--window W] [--seed S]
 //     [--chat-template qwen3|qwen3_5] [--format auto|chat|pretokenized] [--world-size R]
-//     [--overlong split|truncate] [--bad-lines fail|skip] [--cache-dir DIR] [--threads N]
+//     [--overlong split|truncate|drop] [--bad-lines fail|skip] [--cache-dir DIR] [--threads N]
 //     [--vocab-size V]   (ids are checked against V, default the tokenizer's vocabulary if given)
 // Loads (and tokenizes) a dataset, plans one epoch of packing and prints one JSON line: documents,
 // tokens, batches, packing efficiency (real tokens / (batches x N)), the batches 2D padding would
@@ -60,7 +60,10 @@ absl::StatusOr<nlohmann::json> pack_stats(const Flags& flags) {
     return nlohmann::json{{"documents", s.documents},
                           {"segments", s.segments},
                           {"tokens", s.tokens},
+                          {"overlong", overlong_policy_name(popt.overlong)},
+                          {"overlong_documents", s.overlong_documents},
                           {"truncated_tokens", s.truncated_tokens},
+                          {"dropped_tokens", s.dropped_tokens},
                           {"tokens_per_batch", popt.tokens_per_batch},
                           {"window", popt.window},
                           {"seed", popt.seed},

@@ -123,6 +123,38 @@ absl::Status validate_data(const v1::DataSpec& d, const InputLimits& limits) {
     return absl::OkStatus();
 }
 
+// Every enum field holds a value its enum names: over gRPC an unknown number would otherwise be
+// read as a default without a word.
+absl::Status check_enums(const google::protobuf::Message& m, const std::string& prefix) {
+    const google::protobuf::Reflection* r = m.GetReflection();
+    std::vector<const google::protobuf::FieldDescriptor*> fields;
+    r->ListFields(m, &fields);
+    for (const auto* f : fields) {
+        const std::string path = prefix + f->name();
+        if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_map()) {
+            if (f->is_repeated()) {
+                for (int i = 0; i < r->FieldSize(m, f); ++i) {
+                    DT_RETURN_IF_ERROR(check_enums(r->GetRepeatedMessage(m, f, i),
+                                                   absl::StrCat(path, "[", i, "].")));
+                }
+            } else {
+                DT_RETURN_IF_ERROR(check_enums(r->GetMessage(m, f), path + "."));
+            }
+        } else if (f->type() == google::protobuf::FieldDescriptor::TYPE_ENUM) {
+            const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+            for (int i = 0; i < n; ++i) {
+                const int v =
+                    f->is_repeated() ? r->GetRepeatedEnumValue(m, f, i) : r->GetEnumValue(m, f);
+                if (f->enum_type()->FindValueByNumber(v) == nullptr) {
+                    return invalid(
+                        absl::StrCat(path, ": unknown ", f->enum_type()->name(), " value ", v));
+                }
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
 absl::Status validate_labels(const google::protobuf::Map<std::string, std::string>& labels) {
     static const std::regex kKey("[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?");
     if (labels.size() > kMaxLabels) {
@@ -235,6 +267,7 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
     DT_RETURN_IF_ERROR(check_string("display_name", spec.display_name()));
     if (spec.model().empty()) return invalid("model is required");
     if (spec.output_dir().empty()) return invalid("output_dir is required");
+    DT_RETURN_IF_ERROR(check_enums(spec, ""));
     DT_RETURN_IF_ERROR(validate_hyperparameters(spec.hyperparameters()));
     DT_RETURN_IF_ERROR(validate_data(spec.data(), limits));
     DT_RETURN_IF_ERROR(validate_labels(spec.labels()));

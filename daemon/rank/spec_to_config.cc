@@ -15,6 +15,9 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
                                                          : DatasetFormat::kAuto;
     c.bad_lines = d.bad_lines() == v1::BAD_LINE_POLICY_SKIP ? BadLinePolicy::kSkipAndCount
                                                             : BadLinePolicy::kFail;
+    c.overlong = d.overlong() == v1::OVERLONG_POLICY_TRUNCATE ? OverlongPolicy::kTruncate
+                 : d.overlong() == v1::OVERLONG_POLICY_DROP   ? OverlongPolicy::kDrop
+                                                              : OverlongPolicy::kSplit;
     c.tokenizer = d.tokenizer();
     c.chat_template = d.chat_template();
     c.shuffle_window = d.shuffle_window();

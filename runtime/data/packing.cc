@@ -114,12 +114,20 @@ void balance_group(std::vector<PackedBin>& group, int64_t capacity) {
 absl::StatusOr<OverlongPolicy> parse_overlong_policy(std::string_view name) {
     if (name == "truncate") return OverlongPolicy::kTruncate;
     if (name == "split") return OverlongPolicy::kSplit;
+    if (name == "drop") return OverlongPolicy::kDrop;
     return absl::InvalidArgumentError(absl::StrCat(
-        "over-long policy: expected truncate or split, got '", std::string(name), "'"));
+        "over-long policy: expected split, truncate or drop, got '", std::string(name), "'"));
 }
 
 const char* overlong_policy_name(OverlongPolicy policy) {
-    return policy == OverlongPolicy::kTruncate ? "truncate" : "split";
+    switch (policy) {
+        case OverlongPolicy::kTruncate:
+            return "truncate";
+        case OverlongPolicy::kDrop:
+            return "drop";
+        default:
+            return "split";
+    }
 }
 
 absl::StatusOr<Packer> Packer::create(std::vector<int64_t> lengths, PackingOptions options) {
@@ -139,12 +147,20 @@ absl::StatusOr<Packer> Packer::create(std::vector<int64_t> lengths, PackingOptio
                 absl::StrCat("packing: document ", d, " has ", len, " tokens"));
         }
         const auto doc = static_cast<int64_t>(d);
-        if (len <= n || options.overlong == OverlongPolicy::kTruncate) {
+        if (len > n) ++p.overlong_documents_;
+        if (len > n && options.overlong == OverlongPolicy::kDrop) {
+            p.dropped_tokens_ += len;
+        } else if (len <= n || options.overlong == OverlongPolicy::kTruncate) {
             p.items_.push_back({doc, 0, std::min(len, n)});
             p.truncated_tokens_ += len - std::min(len, n);
         } else {
             for (int64_t b = 0; b < len; b += n) p.items_.push_back({doc, b, std::min(len, b + n)});
         }
+    }
+    if (p.items_.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "packing: all ", lengths.size(), " documents are longer than tokens_per_batch (", n,
+            ") and overlong: drop leaves none"));
     }
     p.lengths_hash_ = Hash64().update(lengths.data(), lengths.size() * sizeof(int64_t)).digest();
     p.lengths_ = std::move(lengths);
@@ -207,7 +223,9 @@ void Packer::update_stats(const std::vector<size_t>& order) {
     stats_ = PackingStats{};
     stats_.documents = static_cast<int64_t>(lengths_.size());
     stats_.segments = static_cast<int64_t>(items_.size());
+    stats_.overlong_documents = overlong_documents_;
     stats_.truncated_tokens = truncated_tokens_;
+    stats_.dropped_tokens = dropped_tokens_;
     stats_.steps = static_cast<int64_t>(plan_.size());
     double balance_sum = 0;
     int64_t balanced_steps = 0;

@@ -29,8 +29,10 @@ namespace deltatune {
 enum class OverlongPolicy {
     kTruncate,  // keep the first tokens_per_batch tokens, drop the rest
     kSplit,     // cut into pieces of tokens_per_batch (the last one shorter), packed independently
+    kDrop,      // leave the document out
 };
-absl::StatusOr<OverlongPolicy> parse_overlong_policy(std::string_view name);  // truncate|split
+// split|truncate|drop
+absl::StatusOr<OverlongPolicy> parse_overlong_policy(std::string_view name);
 const char* overlong_policy_name(OverlongPolicy policy);
 
 struct PackingOptions {
@@ -59,12 +61,14 @@ struct PackedBin {
 
 // What one epoch's plan looks like.
 struct PackingStats {
-    int64_t documents = 0;         // input documents
-    int64_t segments = 0;          // after splitting over-long documents
-    int64_t tokens = 0;            // real tokens packed per epoch (after truncation)
-    int64_t truncated_tokens = 0;  // dropped by kTruncate
-    int64_t batches = 0;           // non-empty bins
-    int64_t empty_batches = 0;     // rank slots left empty in the epoch's last step
+    int64_t documents = 0;           // input documents
+    int64_t segments = 0;            // after splitting over-long documents
+    int64_t tokens = 0;              // real tokens packed per epoch (after truncation)
+    int64_t overlong_documents = 0;  // longer than tokens_per_batch (split, truncated or dropped)
+    int64_t truncated_tokens = 0;    // dropped by kTruncate
+    int64_t dropped_tokens = 0;      // in the documents kDrop left out
+    int64_t batches = 0;             // non-empty bins
+    int64_t empty_batches = 0;       // rank slots left empty in the epoch's last step
     int64_t steps = 0;
     double efficiency = 0;  // tokens / (batches * tokens_per_batch)
     // Rank balance over steps where every rank has a batch: max/min tokens across ranks of a
@@ -105,7 +109,9 @@ class Packer {
     std::vector<int64_t> lengths_;
     std::vector<Segment> items_;  // epoch-independent, in document order
     uint64_t lengths_hash_ = 0;
+    int64_t overlong_documents_ = 0;
     int64_t truncated_tokens_ = 0;
+    int64_t dropped_tokens_ = 0;
     int64_t epoch_ = 0;
     int64_t step_ = 0;
     std::vector<std::vector<PackedBin>> plan_;  // [step][rank] of the current epoch

@@ -50,8 +50,28 @@ absl::StatusOr<Corpus> load_corpus(const std::vector<std::string>& files, const 
     return corpus;
 }
 
-// DATA_LOADED: sizes, and the lines bad_lines: skip dropped, per file and by reason.
-TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::string>& files) {
+// Documents longer than tokens_per_batch, and the tokens the over-long policy leaves out.
+void add_overlong(TrainerEvent& e, const Corpus& train, const TrainConfig& c) {
+    int64_t docs = 0, lost = 0;
+    for (const int64_t len : train.lengths()) {
+        if (len <= c.tokens_per_batch) continue;
+        ++docs;
+        if (c.overlong == OverlongPolicy::kTruncate) lost += len - c.tokens_per_batch;
+        if (c.overlong == OverlongPolicy::kDrop) lost += len;
+    }
+    e.metrics["overlong_documents"] = double(docs);
+    e.metrics["overlong_tokens_left_out"] = double(lost);
+    if (docs == 0) return;
+    const char* policy = overlong_policy_name(c.overlong);
+    e.details["overlong"] = absl::StrCat(
+        docs, " document(s) longer than tokens_per_batch (", c.tokens_per_batch, "): ", policy,
+        lost > 0 ? absl::StrCat(", ", lost, " tokens left out") : std::string());
+}
+
+// DATA_LOADED: sizes, the lines bad_lines: skip dropped (per file and by reason), and the
+// documents the over-long policy touched.
+TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::string>& files,
+                               const TrainConfig& c) {
     TrainerEvent e{"DATA_LOADED", "INFO", "", {}, {}};
     int64_t skipped = 0;
     for (size_t i = 0; i < train.files.size(); ++i) {
@@ -69,6 +89,7 @@ TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::strin
                  {"num_tokens", double(train.tokens())},
                  {"trained_tokens", double(train.trained_tokens)},
                  {"skipped_lines", double(skipped)}};
+    add_overlong(e, train, c);
     if (skipped > 0) {
         e.level = "WARNING";
         e.message = absl::StrCat(skipped, " bad line(s) skipped (bad_lines: skip)");
@@ -111,7 +132,7 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
         options.chat = make_chat_tokenizer(*in.tokenizer, kind);
     }
     DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
-    hooks.on_event(data_loaded_event(in.train, c.train_files));
+    hooks.on_event(data_loaded_event(in.train, c.train_files, c));
     if (!c.eval_files.empty()) {
         DT_ASSIGN_OR_RETURN(in.eval, load_corpus(c.eval_files, c, options));
     }

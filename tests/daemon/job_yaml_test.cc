@@ -153,6 +153,20 @@ TEST_CASE("an explicit zero over gRPC is refused, not made the default", "[daemo
     spec.mutable_hyperparameters()->clear_tokens_per_batch();
     normalize_job_spec(&spec);
     CHECK(spec.hyperparameters().tokens_per_batch() == 8192);
+    // An enum number the API does not name is refused, not read as the default.
+    spec.mutable_data()->set_overlong(static_cast<v1::OverlongPolicy>(7));
+    CHECK(message(validate_job_spec(spec, InputLimits{})) ==
+          "INVALID_CONFIG: data.overlong: unknown OverlongPolicy value 7");
+    spec.mutable_data()->set_overlong(v1::OVERLONG_POLICY_DROP);
+    CHECK(validate_job_spec(spec, InputLimits{}).ok());
+}
+
+TEST_CASE("data.overlong reads split, truncate or drop", "[daemon][yaml]") {
+    CHECK(parse_job_yaml("data: {overlong: truncate}\n", InputLimits{})->spec.data().overlong() ==
+          v1::OVERLONG_POLICY_TRUNCATE);
+    CHECK_THAT(message(parse_job_yaml("model: m\ndata: {overlong: cut}\n", InputLimits{}).status()),
+               Catch::Contains("data.overlong: expected one of OVERLONG_POLICY_SPLIT, "
+                               "OVERLONG_POLICY_TRUNCATE, OVERLONG_POLICY_DROP, got 'cut'"));
 }
 
 TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {

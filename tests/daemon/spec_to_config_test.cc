@@ -37,6 +37,7 @@ hyperparameters: {max_steps: 7}
     CHECK(c.max_document_tokens == (int64_t{1} << 20));
     CHECK(c.keep_last_n == 2);
     CHECK(c.bad_lines == BadLinePolicy::kFail);
+    CHECK(c.overlong == OverlongPolicy::kSplit);
     CHECK(c.tokenizer == "m");  // the model folder's tokenizer
 }
 
@@ -44,7 +45,8 @@ TEST_CASE("explicit values, zeros included, map through unchanged", "[daemon][ya
     const TrainConfig c = config_of(R"(
 model: m
 output_dir: o
-data: {train_files: [a.jsonl], eval_files: [b.jsonl], format: tokenized, bad_lines: skip}
+data: {train_files: [a.jsonl], eval_files: [b.jsonl], format: tokenized, bad_lines: skip,
+       overlong: drop}
 hyperparameters:
   learning_rate: 2e-5
   lr_schedule: constant
@@ -68,6 +70,7 @@ resume_from: ckpt/step-4
     CHECK(c.grad_accum == 4);
     CHECK(c.format == DatasetFormat::kPretokenized);
     CHECK(c.bad_lines == BadLinePolicy::kSkipAndCount);
+    CHECK(c.overlong == OverlongPolicy::kDrop);
     CHECK(c.eval_files == std::vector<std::string>{"b.jsonl"});
     CHECK(c.checkpoint_every == 5);
     CHECK(c.keep_last_n == 1);

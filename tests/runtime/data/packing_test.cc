@@ -62,7 +62,11 @@ void check_epoch(const std::vector<std::vector<PackedBin>>& steps,
             if (b.segments.empty()) REQUIRE(s + 1 == steps.size());
         }
     }
-    REQUIRE(pieces.size() == lengths.size());
+    const bool drop = opt.overlong == OverlongPolicy::kDrop;
+    const auto kept_docs = std::count_if(lengths.begin(), lengths.end(), [&](int64_t len) {
+        return !drop || len <= opt.tokens_per_batch;
+    });
+    REQUIRE(static_cast<int64_t>(pieces.size()) == kept_docs);
     for (auto& [doc, ranges] : pieces) {
         std::sort(ranges.begin(), ranges.end());
         const int64_t len = lengths[static_cast<size_t>(doc)];
@@ -228,9 +232,10 @@ TEST_CASE("a cursor for other options or data is refused", "[data]") {
     CHECK(p.step_in_epoch() == 1);  // a refused cursor leaves the packer where it was
 }
 
-TEST_CASE("over-long documents are truncated or split", "[data]") {
+TEST_CASE("over-long documents are truncated, split or dropped, and counted", "[data]") {
     const std::vector<int64_t> lengths = {100, 250, 1000, 99, 1};
-    for (OverlongPolicy policy : {OverlongPolicy::kTruncate, OverlongPolicy::kSplit}) {
+    for (OverlongPolicy policy :
+         {OverlongPolicy::kTruncate, OverlongPolicy::kSplit, OverlongPolicy::kDrop}) {
         PackingOptions opt;
         opt.tokens_per_batch = 128;
         opt.overlong = policy;
@@ -239,7 +244,12 @@ TEST_CASE("over-long documents are truncated or split", "[data]") {
         const auto steps = one_epoch(p);
         check_epoch(steps, lengths, opt);
         const PackingStats& s = p.epoch_stats();
-        if (policy == OverlongPolicy::kTruncate) {
+        CHECK(s.overlong_documents == 2);
+        if (policy == OverlongPolicy::kDrop) {
+            CHECK(s.segments == 3);
+            CHECK(s.tokens == 100 + 99 + 1);
+            CHECK(s.dropped_tokens == 250 + 1000);
+        } else if (policy == OverlongPolicy::kTruncate) {
             CHECK(s.segments == 5);
             CHECK(s.tokens == 100 + 128 + 128 + 99 + 1);
             CHECK(s.truncated_tokens == (250 - 128) + (1000 - 128));
@@ -250,7 +260,15 @@ TEST_CASE("over-long documents are truncated or split", "[data]") {
         }
     }
     CHECK(*parse_overlong_policy("split") == OverlongPolicy::kSplit);
-    CHECK(!parse_overlong_policy("drop").ok());
+    CHECK(*parse_overlong_policy("drop") == OverlongPolicy::kDrop);
+    CHECK(parse_overlong_policy("cut").status().message() ==
+          "over-long policy: expected split, truncate or drop, got 'cut'");
+    PackingOptions all_long;
+    all_long.tokens_per_batch = 10;
+    all_long.overlong = OverlongPolicy::kDrop;
+    CHECK(Packer::create({11, 12}, all_long).status().message() ==
+          "packing: all 2 documents are longer than tokens_per_batch (10) and overlong: drop "
+          "leaves none");
     CHECK(!Packer::create({}, PackingOptions{}).ok());
     CHECK(!Packer::create({5, 0}, PackingOptions{}).ok());
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/train/trainer.h"
 #include "tests/common/test_util.h"
 #include "tests/runtime/train/trainer_test_util.h"
@@ -36,6 +37,20 @@ const TrainerEvent* find(const Run& r, const std::string& type) {
         if (e.type == type) return &e;
     }
     return nullptr;
+}
+
+// One step over the default data with `extra` appended to the training file: its DATA_LOADED.
+TrainerEvent data_loaded_with(TrainConfig c, const std::string& extra) {
+    c.max_steps = 1;
+    {
+        std::ofstream out(c.train_files[0], std::ios::app);
+        out << extra;
+    }
+    const Run r = run(c);
+    REQUIRE(r.result.ok());
+    const TrainerEvent* loaded = find(r, "DATA_LOADED");
+    REQUIRE(loaded != nullptr);
+    return *loaded;
 }
 
 TEST_CASE("data without one trained token is refused naming the files", "[train]") {
@@ -78,22 +93,36 @@ TEST_CASE("a non-finite loss stops the run at its step, with no export", "[train
 TEST_CASE("skipped bad lines are counted per file in DATA_LOADED", "[train]") {
     testing::TempDir tmp;
     TrainConfig c = config(tmp, "run");
-    c.max_steps = 1;
     c.bad_lines = BadLinePolicy::kSkipAndCount;
-    {
-        std::ofstream out(c.train_files[0], std::ios::app);
-        out << "not json\n{\"input_ids\": []}\n";
-    }
-    const Run r = run(c);
-    REQUIRE(r.result.ok());
-    const TrainerEvent* loaded = find(r, "DATA_LOADED");
-    REQUIRE(loaded != nullptr);
+    const TrainerEvent e = data_loaded_with(c, "not json\n{\"input_ids\": []}\n");
+    const TrainerEvent* loaded = &e;
     CHECK(loaded->metrics.at("skipped_lines") == 2);
     CHECK(loaded->level == "WARNING");
     const auto it = loaded->details.find("skipped_lines:" + c.train_files[0]);
     REQUIRE(it != loaded->details.end());
     CHECK_THAT(it->second, Catch::StartsWith("2 of 122 lines ("));
     CHECK(loaded->metrics.at("trained_tokens") > 0);
+}
+
+TEST_CASE("documents longer than a batch are counted in DATA_LOADED under each policy", "[train]") {
+    for (const OverlongPolicy policy :
+         {OverlongPolicy::kSplit, OverlongPolicy::kTruncate, OverlongPolicy::kDrop}) {
+        testing::TempDir tmp;
+        TrainConfig c = config(tmp, "run");
+        c.overlong = policy;
+        std::string long_doc = R"({"input_ids": [)";
+        for (int i = 0; i < 150; ++i) absl::StrAppend(&long_doc, i ? ", " : "", 1 + i % 7);
+        const TrainerEvent e = data_loaded_with(c, long_doc + "]}\n");
+        const TrainerEvent* loaded = &e;
+        CHECK(loaded->metrics.at("overlong_documents") == 1);
+        const double left_out = policy == OverlongPolicy::kSplit      ? 0
+                                : policy == OverlongPolicy::kTruncate ? 150 - 96
+                                                                      : 150;
+        CHECK(loaded->metrics.at("overlong_tokens_left_out") == left_out);
+        CHECK_THAT(loaded->details.at("overlong"),
+                   Catch::StartsWith("1 document(s) longer than tokens_per_batch (96): " +
+                                     std::string(overlong_policy_name(policy))));
+    }
 }
 
 TEST_CASE("a step with no trained token reports its loss as NaN, never 0", "[train]") {

@@ -1,7 +1,8 @@
 // deltatune tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5]
 //     [--threads N] [--input FILE] < in.jsonl > out.jsonl
 // Reads JSON lines with "text" (or "messages" with --chat) and writes, in input order, one JSON
-// line per input with "input_ids" (and "labels" with --chat). Special tokens written in the text
+// line per input with "input_ids" (and "labels" with --chat); a blank input line gives a blank
+// output line, so line N of the output is always line N's. Special tokens written in the text
 // are recognised, as the Hugging Face library does by default. Lines are tokenized in chunks on
 // all cores; the first bad line stops the run with "FILE:LINE: reason" and exit status 2.
 #include <algorithm>
@@ -30,8 +31,10 @@ struct Job {
     ChatTemplateKind kind = ChatTemplateKind::kQwen35;
 };
 
-// One input line -> one output line, or an error message "reason: detail".
+// One input line -> one output line, or an error message "reason: detail". A blank line gives a
+// blank line, so that output line N always answers input line N.
 absl::StatusOr<std::string> tokenize_line(const Job& job, std::string_view text) {
+    if (text.find_first_not_of(" \t") == std::string_view::npos) return std::string();
     if (job.chat) {
         ChatConversation chat;
         if (auto e = parse_chat_line(text, chat)) {
@@ -41,8 +44,12 @@ absl::StatusOr<std::string> tokenize_line(const Job& job, std::string_view text)
         DT_ASSIGN_OR_RETURN(const Document doc, tokenize_chat(*job.tokenizer, chat, job.kind));
         return nlohmann::json{{"input_ids", doc.input_ids}, {"labels", doc.labels}}.dump();
     }
+    if (auto nul = json_line_nul(text))
+        return absl::InvalidArgumentError("not valid JSON: " + *nul);
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+    if (j.is_discarded()) {
+        return absl::InvalidArgumentError("not valid JSON: " + json_line_error(text).value_or(""));
+    }
     if (!j.is_object() || !j.contains("text"))
         return absl::InvalidArgumentError("missing \"text\"");
     if (!j["text"].is_string()) return absl::InvalidArgumentError("\"text\" is not a string");
@@ -104,7 +111,6 @@ absl::Status tokenize(const Flags& flags) {
             return absl::InvalidArgumentError(
                 absl::StrCat(shown, ":", line.number, ": line too long"));
         }
-        if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
         lines.emplace_back(line.text);
         numbers.push_back(line.number);
         if (lines.size() == kLinesPerChunk) DT_RETURN_IF_ERROR(flush());

@@ -283,15 +283,9 @@ std::string python_float_repr(double value) {
 }
 
 std::optional<LineError> parse_chat_line(std::string_view text, ChatConversation& out) {
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
-        // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." without the tag.
-        const std::string what = e.what();
-        const size_t tag = what.find("] ");
-        return LineError{"not valid JSON", tag == std::string::npos ? what : what.substr(tag + 2)};
-    }
+    if (auto nul = json_line_nul(text)) return LineError{"not valid JSON", *nul};
+    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return LineError{"not valid JSON", json_line_error(text).value_or("")};
     if (!j.is_object()) return LineError{"not a JSON object", ""};
     auto it = j.find("messages");
     if (it == j.end()) return LineError{"missing \"messages\"", ""};

@@ -8,7 +8,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "runtime/base/path_sandbox.h"
+#include "runtime/data/tokenizer.h"
 
 namespace deltatune {
 
@@ -21,6 +24,38 @@ absl::StatusOr<BadLinePolicy> parse_bad_line_policy(std::string_view name) {
 
 const char* bad_line_policy_name(BadLinePolicy policy) {
     return policy == BadLinePolicy::kFail ? "fail" : "skip";
+}
+
+std::optional<std::string> json_line_nul(std::string_view text) {
+    const size_t at = text.find('\0');
+    if (at == std::string_view::npos) return std::nullopt;
+    return absl::StrCat("NUL byte at column ", at + 1);
+}
+
+// Error text travels in protobuf strings, which must be UTF-8: a byte that is not becomes \xNN.
+static std::string printable(const std::string& s) {
+    std::string out;
+    size_t pos = 0;
+    while (auto bad = first_invalid_utf8(std::string_view(s).substr(pos))) {
+        out.append(s, pos, *bad);
+        absl::StrAppendFormat(&out, "\\x%02X", static_cast<unsigned char>(s[pos + *bad]));
+        pos += *bad + 1;
+    }
+    return out.append(s, pos);
+}
+
+std::optional<std::string> json_line_error(std::string_view text) {
+    if (auto nul = json_line_nul(text)) return nul;
+    try {
+        const nlohmann::json parsed = nlohmann::json::parse(text);
+        (void)parsed;
+    } catch (const nlohmann::json::exception& e) {
+        // Without the "[json.exception.parse_error.101] " tag.
+        const std::string what = e.what();
+        const size_t tag = what.find("] ");
+        return printable(tag == std::string::npos ? what : what.substr(tag + 2));
+    }
+    return std::nullopt;
 }
 
 void BadLineCounts::add(const BadLineCounts& other) {

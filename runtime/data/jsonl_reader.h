@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,14 @@ struct BadLineCounts {
 
     void add(const BadLineCounts& other);
 };
+
+// Why a line is not one JSON value, with where: "NUL byte at column 9" (JSON allows none, and
+// the parser would stop at it, reading the text before it as the whole line) or the parser's
+// own message ("parse error at line 1, column 9: syntax error while parsing value - ...",
+// "invalid string: ill-formed UTF-8 byte", columns in bytes). nullopt when it parses.
+std::optional<std::string> json_line_error(std::string_view text);
+// The NUL check alone (cheap: run it before a parse that would otherwise end at the byte).
+std::optional<std::string> json_line_nul(std::string_view text);
 
 // Applies the policy to one rejected line: under kFail returns InvalidArgument
 // "FILE:LINE: reason: detail"; under kSkipAndCount counts it and returns OK.

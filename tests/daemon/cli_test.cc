@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/test_util.h"
 
@@ -124,8 +125,30 @@ TEST_CASE("tokenize --chat masks all but the assistant turns; bad lines name fil
                       << "{not json\n";
     CHECK(run("tokenize --tokenizer " + tokenizer_fixtures() + "/qwen3 --input " + in, out) == 2);
     // Lines before the bad one are written (stdout); the error names file and line (stderr).
-    CHECK(out.find("deltatune tokenize: " + in + ":2: not valid JSON\n") != std::string::npos);
+    CHECK(out.find("deltatune tokenize: " + in +
+                   ":2: not valid JSON: parse error at line 1, column 3: syntax error while "
+                   "parsing object key - invalid literal; last read: '{no'; expected string "
+                   "literal\n") != std::string::npos);
     CHECK(out.find("{\"input_ids\":[") != std::string::npos);
+}
+
+TEST_CASE("tokenize answers every input line, blank ones with a blank line; NUL is refused",
+          "[cli]") {
+    TempDir tmp;
+    const std::string in = tmp.file("text.jsonl");
+    std::ofstream(in) << "{\"text\": \"a\"}\n\n  \n{\"text\": \"b\"}\n";
+    std::string out;
+    REQUIRE(run("tokenize --tokenizer " + tokenizer_fixtures() + "/qwen3 --input " + in, out) == 0);
+    const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+    REQUIRE(lines.size() == 5);  // four lines and the final newline
+    CHECK(lines[0].starts_with("{\"input_ids\":["));
+    CHECK(lines[1].empty());
+    CHECK(lines[2].empty());
+    CHECK(lines[3].starts_with("{\"input_ids\":["));
+    // A NUL would end the parse early and pass the text before it as the whole line.
+    std::ofstream(in, std::ios::binary) << std::string("{\"text\": \"a\"}\0junk\n", 19);
+    CHECK(run("tokenize --tokenizer " + tokenizer_fixtures() + "/qwen3 --input " + in, out) == 2);
+    CHECK(out.find(in + ":1: not valid JSON: NUL byte at column 14\n") != std::string::npos);
 }
 
 TEST_CASE("token files and DELTATUNE_TOKEN are read as the daemon reads them", "[cli]") {

@@ -245,3 +245,18 @@ TEST_CASE("bad-line policy names", "[data]") {
 
 }  // namespace
 }  // namespace deltatune
+
+namespace deltatune {
+namespace {
+
+TEST_CASE("JSON line errors say where, in UTF-8", "[data]") {
+    CHECK_FALSE(json_line_error(R"({"a": [1, 2]})"));
+    CHECK(json_line_error(std::string("{\"a\": 1}\0x", 10)) == "NUL byte at column 9");
+    CHECK(*json_line_error("{\"a\": \"\xff\"}") ==
+          "parse error at line 1, column 8: syntax error while parsing value - invalid string: "
+          "ill-formed UTF-8 byte; last read: '\"\\xFF'");
+    CHECK(json_line_error("[1,")->starts_with("parse error at line 1, column 4: "));
+}
+
+}  // namespace
+}  // namespace deltatune

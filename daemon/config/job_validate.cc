@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/kernel_registry.h"
@@ -328,14 +329,14 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
                             confine("data.tokenizer", d->tokenizer(), tokenizer));
     }
     for (int i = 0; i < d->train_files_size(); ++i) {
-        DT_ASSIGN_OR_RETURN(
-            *d->mutable_train_files(i),
-            confine(absl::StrCat("data.train_files[", i, "]"), d->train_files(i), data));
+        const std::string field = absl::StrCat("data.train_files[", i, "]");
+        DT_ASSIGN_OR_RETURN(*d->mutable_train_files(i), confine(field, d->train_files(i), data));
+        DT_RETURN_IF_ERROR(check_data_file(field, d->train_files(i), *d));
     }
     for (int i = 0; i < d->eval_files_size(); ++i) {
-        DT_ASSIGN_OR_RETURN(
-            *d->mutable_eval_files(i),
-            confine(absl::StrCat("data.eval_files[", i, "]"), d->eval_files(i), data));
+        const std::string field = absl::StrCat("data.eval_files[", i, "]");
+        DT_ASSIGN_OR_RETURN(*d->mutable_eval_files(i), confine(field, d->eval_files(i), data));
+        DT_RETURN_IF_ERROR(check_data_file(field, d->eval_files(i), *d));
     }
     DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
                         confine("output_dir", spec->output_dir(), output));

@@ -230,8 +230,8 @@ TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
     fs::create_directories(dir.file("data"));
     fs::create_directories(dir.file("data-evil"));
     fs::create_directories(dir.file("outputs"));
-    std::ofstream(dir.file("data/t.jsonl")) << "{}\n";
-    std::ofstream(dir.file("data-evil/t.jsonl")) << "{}\n";
+    std::ofstream(dir.file("data/t.jsonl")) << "{\"input_ids\": [1]}\n";
+    std::ofstream(dir.file("data-evil/t.jsonl")) << "{\"input_ids\": [1]}\n";
     std::ofstream(dir.file("secret")) << "x";
     fs::create_symlink(dir.file("secret"), dir.file("data/link.jsonl"));
     fs::create_symlink(dir.file("data"), dir.file("outputs/to-data"));

@@ -1,0 +1,109 @@
+// check_data_file: the file's first bytes name formats deltatune does not read; its first line
+// must be what the spec says the file holds.
+#include "daemon/config/data_check.h"
+
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
+#include "runtime/data/jsonl_reader.h"
+
+namespace deltatune::daemon {
+namespace {
+
+absl::Status invalid(const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat("INVALID_CONFIG: ", msg));
+}
+
+// Leading bytes of the formats people export datasets in.
+const char* binary_format(std::string_view head) {
+    static constexpr std::array<std::pair<std::string_view, const char*>, 6> kMagic = {{
+        {"PAR1", "a Parquet file"},
+        {"ARROW1", "an Arrow file"},
+        {"\x1f\x8b", "gzip-compressed"},
+        {"\x28\xb5\x2f\xfd", "zstd-compressed"},
+        {"BZh", "bzip2-compressed"},
+        {"PK\x03\x04", "a zip archive"},
+    }};
+    for (const auto& [magic, name] : kMagic) {
+        if (head.starts_with(magic)) return name;
+    }
+    // An Arrow IPC stream starts with a continuation marker.
+    if (head.starts_with(std::string_view("\xff\xff\xff\xff", 4))) return "an Arrow stream";
+    return nullptr;
+}
+
+// The keys a first line of each format needs, and a word on the others people bring.
+absl::Status check_first_line(const std::string& where, std::string_view text,
+                              const v1::DataSpec& data) {
+    const bool skip = data.bad_lines() == v1::BAD_LINE_POLICY_SKIP;
+    if (auto e = json_line_error(text)) {
+        if (skip) return absl::OkStatus();
+        return invalid(absl::StrCat(where, ": not valid JSON: ", *e));
+    }
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);  // keys in file order
+    if (!j.is_object()) {
+        if (skip) return absl::OkStatus();
+        return invalid(absl::StrCat(where, ": not a JSON object"));
+    }
+    const bool chat = j.contains("messages"), tokenized = j.contains("input_ids");
+    const v1::DataFormat f = data.format();
+    if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
+        (f == v1::DATA_FORMAT_UNSPECIFIED && (chat || tokenized))) {
+        return absl::OkStatus();
+    }
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");
+    const char* want = f == v1::DATA_FORMAT_CHAT        ? "\"messages\" (format: chat)"
+                       : f == v1::DATA_FORMAT_TOKENIZED ? "\"input_ids\" (format: tokenized)"
+                                                        : "\"messages\" (chat) or \"input_ids\" "
+                                                          "(tokenized)";
+    return invalid(absl::StrCat(where, ": the first line has ", absl::StrJoin(keys, ", "),
+                                "; expected ", want));
+}
+
+}  // namespace
+
+absl::Status check_data_file(const std::string& field, const std::string& path,
+                             const v1::DataSpec& data) {
+    const std::string where = absl::StrCat(field, " (", path, ")");
+    {
+        std::ifstream in(path, std::ios::binary);
+        std::array<char, 8> head{};
+        in.read(head.data(), head.size());
+        const std::string_view got(head.data(), static_cast<size_t>(in.gcount()));
+        if (const char* format = binary_format(got)) {
+            return invalid(absl::StrCat(
+                where, " is ", format,
+                "; deltatune reads JSON Lines (one JSON object per line). Convert it on your "
+                "side, e.g. `python3 scripts/hf_to_jsonl.py ",
+                path, " OUT.jsonl` (needs the `datasets` package)"));
+        }
+    }
+    const size_t max_line = data.max_document_bytes() > 0
+                                ? static_cast<size_t>(data.max_document_bytes())
+                                : JsonlReader::kDefaultMaxLineBytes;
+    DT_ASSIGN_OR_RETURN(JsonlReader reader,
+                        JsonlReader::open(path, JsonlReader::kDefaultBufferBytes, max_line));
+    JsonlReader::Line line;
+    while (true) {
+        DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));
+        if (!more) return invalid(absl::StrCat(where, " holds no JSON line"));
+        if (line.too_long) {
+            if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) return absl::OkStatus();
+            return invalid(absl::StrCat(where, ":", line.number, ": longer than ",
+                                        "data.max_document_bytes (", data.max_document_bytes(),
+                                        ")"));
+        }
+        if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
+        return check_first_line(absl::StrCat(where, ":", line.number), line.text, data);
+    }
+}
+
+}  // namespace deltatune::daemon

@@ -1,0 +1,54 @@
+// Data files are read at submission: formats deltatune does not read are refused by name, and the
+// first line must be of the spec's format (daemon/config/data_check.h).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "absl/strings/str_replace.h"
+#include "daemon/config/data_check.h"
+#include "tests/common/test_util.h"
+
+namespace deltatune::daemon {
+namespace {
+
+std::string check(const std::string& bytes, v1::DataFormat format = v1::DATA_FORMAT_UNSPECIFIED,
+                  v1::BadLinePolicy bad_lines = v1::BAD_LINE_POLICY_FAIL) {
+    testing::TempDir dir;
+    const std::string path = dir.file("d.jsonl");
+    std::ofstream(path, std::ios::binary) << bytes;
+    v1::DataSpec data;
+    data.set_format(format);
+    data.set_bad_lines(bad_lines);
+    const absl::Status s = check_data_file("data.train_files[0]", path, data);
+    if (s.ok()) return "ok";
+    return absl::StrReplaceAll(s.message(), {{path, "PATH"}});
+}
+
+TEST_CASE("data files in formats deltatune does not read are refused by name", "[daemon]") {
+    CHECK(check(std::string("PAR1\x15\x04", 6)) ==
+          "INVALID_CONFIG: data.train_files[0] (PATH) is a Parquet file; deltatune reads JSON "
+          "Lines (one JSON object per line). Convert it on your side, e.g. `python3 "
+          "scripts/hf_to_jsonl.py PATH OUT.jsonl` (needs the `datasets` package)");
+    CHECK_THAT(check("\x1f\x8b\x08"), Catch::Contains("is gzip-compressed; deltatune reads JSON"));
+    CHECK_THAT(check("ARROW1\0\0"), Catch::Contains("is an Arrow file"));
+    CHECK_THAT(check("PK\x03\x04"), Catch::Contains("is a zip archive"));
+}
+
+TEST_CASE("the first line of a data file must be of the spec's format", "[daemon]") {
+    CHECK(check("\n  \n{\"messages\": []}\n") == "ok");  // blank lines are skipped
+    CHECK(check("{\"input_ids\": [1]}\n", v1::DATA_FORMAT_TOKENIZED) == "ok");
+    CHECK(check("{\"text\": \"hi\", \"id\": 1}\n") ==
+          "INVALID_CONFIG: data.train_files[0] (PATH):1: the first line has \"text\", \"id\"; "
+          "expected \"messages\" (chat) or \"input_ids\" (tokenized)");
+    CHECK(check("{\"input_ids\": [1]}\n", v1::DATA_FORMAT_CHAT) ==
+          "INVALID_CONFIG: data.train_files[0] (PATH):1: the first line has \"input_ids\"; "
+          "expected \"messages\" (format: chat)");
+    CHECK_THAT(check("{\"messages\": [}\n"),
+               Catch::StartsWith("INVALID_CONFIG: data.train_files[0] (PATH):1: not valid JSON: "
+                                 "parse error at line 1, column 15"));
+    CHECK(check("{\"messages\": [}\n", v1::DATA_FORMAT_CHAT, v1::BAD_LINE_POLICY_SKIP) == "ok");
+    CHECK(check("") == "INVALID_CONFIG: data.train_files[0] (PATH) holds no JSON line");
+}
+
+}  // namespace
+}  // namespace deltatune::daemon

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
@@ -163,6 +164,28 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
     return count ? sum / static_cast<double>(count) : 0.0;
 }
 
+namespace {
+
+// GenerationConfig.from_model_config's essentials: the special token ids of the exported
+// config.json (top level, or a multimodal config's text_config). Nothing when it names none.
+absl::Status write_generation_config(const std::string& export_dir) {
+    DT_ASSIGN_OR_RETURN(const std::string text, read_file(export_dir + "/config.json"));
+    const nlohmann::ordered_json config = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (!config.is_object()) return absl::OkStatus();
+    nlohmann::ordered_json out = {{"_from_model_config", true}};
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+        if (config.contains(key)) {
+            out[key] = config[key];
+        } else if (config.contains("text_config") && config["text_config"].contains(key)) {
+            out[key] = config["text_config"][key];
+        }
+    }
+    if (out.size() == 1) return absl::OkStatus();
+    return write_file_atomic(export_dir + "/generation_config.json", out.dump(2) + "\n");
+}
+
+}  // namespace
+
 // The tokenizer files beside the model (or the spec's tokenizer) go with the export, so it loads
 // in transformers as it is. Through the process sandbox, like every other file the trainer opens.
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir) {
@@ -172,14 +195,18 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
     if (!c.tokenizer.empty() && !(st.ok() && st->type == EntryType::kDirectory)) {
         tok_dir = fs::path(c.tokenizer).parent_path().string();
     }
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                          "generation_config.json"}) {
+    bool have_generation_config = false;
+    for (const char* f :
+         {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+          "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+          "generation_config.json", "preprocessor_config.json", "video_preprocessor_config.json"}) {
         absl::StatusOr<std::string> text = read_file(absl::StrCat(tok_dir, "/", f));
         if (absl::IsNotFound(text.status())) continue;
         if (!text.ok()) return text.status();
         DT_RETURN_IF_ERROR(write_file_atomic(absl::StrCat(export_dir, "/", f), *text));
+        have_generation_config |= std::string_view(f) == "generation_config.json";
     }
-    return absl::OkStatus();
+    return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
 }
 
 }  // namespace deltatune

@@ -58,8 +58,10 @@ absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin,
 // Token-weighted mean loss of a corpus (forward only), packed deterministically.
 absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
                                        const TrainConfig& c, int64_t vocab);
-// Copies tokenizer.json and its companions beside the model (or the spec's tokenizer) into
-// export_dir.
+// Puts what a server loads besides the weights into export_dir: the tokenizer files beside the
+// model (or the spec's tokenizer) as they are (tokenizer.json, tokenizer_config.json,
+// chat_template.jinja, special_tokens_map.json, ...), and a generation_config.json, derived from
+// the exported config.json's token ids (as transformers does) when the base has none.
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
 
 }  // namespace deltatune

@@ -52,7 +52,9 @@ absl::Status check_first_line(const std::string& where, std::string_view text,
         if (skip) return absl::OkStatus();
         return invalid(absl::StrCat(where, ": not a JSON object"));
     }
-    const bool chat = j.contains("messages"), tokenized = j.contains("input_ids");
+    const bool chat = j.contains("messages") || j.contains("conversations") ||
+                      j.contains("prompt") || j.contains("text");
+    const bool tokenized = j.contains("input_ids");
     const v1::DataFormat f = data.format();
     if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
         (f == v1::DATA_FORMAT_UNSPECIFIED && (chat || tokenized))) {
@@ -60,10 +62,13 @@ absl::Status check_first_line(const std::string& where, std::string_view text,
     }
     std::vector<std::string> keys;
     for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");
-    const char* want = f == v1::DATA_FORMAT_CHAT        ? "\"messages\" (format: chat)"
-                       : f == v1::DATA_FORMAT_TOKENIZED ? "\"input_ids\" (format: tokenized)"
-                                                        : "\"messages\" (chat) or \"input_ids\" "
-                                                          "(tokenized)";
+    const char* chat_keys = "\"messages\", \"conversations\", \"prompt\" or \"text\"";
+    const std::string want = f == v1::DATA_FORMAT_CHAT ? absl::StrCat(chat_keys, " (format: chat)")
+                             : f == v1::DATA_FORMAT_TOKENIZED
+                                 ? std::string("\"input_ids\" (format: tokenized)")
+                                 : absl::StrCat(chat_keys,
+                                                " (chat) or \"input_ids\" "
+                                                "(tokenized)");
     return invalid(absl::StrCat(where, ": the first line has ", absl::StrJoin(keys, ", "),
                                 "; expected ", want));
 }

@@ -3,6 +3,7 @@
 // keys in input order; Jinja's `string` filter is Python's str()).
 #include "runtime/data/chat_json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,10 @@ namespace deltatune {
 namespace {
 
 using Json = nlohmann::ordered_json;  // keeps the input's key order, as Python's dict does
+
+// Ends a text document or a string completion (Qwen's document separator), so the model learns
+// to stop.
+constexpr char kEndOfText[] = "<|endoftext|>";
 
 LineError bad_message(const std::string& where, const std::string& what) {
     return LineError{"bad message", absl::StrCat(where, what)};
@@ -244,11 +249,100 @@ std::optional<LineError> read_tools(const Json& j, std::vector<std::string>& out
                          "the legacy \"functions\" list is not read: give the definitions as "
                          "\"tools\" ([{\"type\": \"function\", \"function\": {...}}])"};
     }
-    auto tools = j.find("tools");
-    if (tools == j.end() || tools->is_null()) return std::nullopt;
-    if (!tools->is_array()) return LineError{"bad \"tools\"", "\"tools\" is not a list"};
-    for (const Json& tool : *tools) out.push_back(python_json(tool));
+    auto it = j.find("tools");
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    // ShareGPT exports (LLaMA-Factory) write the list as a JSON string.
+    const Json tools = it->is_string() ? Json::parse(it->get<std::string>(), nullptr, false) : *it;
+    if (!tools.is_array()) return LineError{"bad \"tools\"", "\"tools\" is not a list"};
+    for (const Json& tool : tools) out.push_back(python_json(tool));
     return std::nullopt;
+}
+
+std::optional<LineError> read_message_list(const Json& list, const std::string& key,
+                                           std::vector<ChatMessage>& out) {
+    if (!list.is_array()) {
+        return LineError{"bad \"" + key + "\"", "\"" + key + "\" is not an array"};
+    }
+    if (list.empty()) return LineError{"empty \"" + key + "\"", ""};
+    for (size_t i = 0; i < list.size(); ++i) {
+        ChatMessage msg;
+        if (auto e = read_message(list[i], absl::StrCat(key, "[", i, "]"), msg)) return e;
+        out.push_back(std::move(msg));
+    }
+    return std::nullopt;
+}
+
+// ShareGPT: {"conversations": [{"from": "human", "value": ...}, ...], "system": ..., "tools": ...}
+// with LLaMA-Factory's tool turns (function_call values hold {"name", "arguments"}).
+std::optional<LineError> read_sharegpt(const Json& j, ChatConversation& out) {
+    static const std::pair<const char*, const char*> kRoles[] = {{"system", "system"},
+                                                                 {"human", "user"},
+                                                                 {"user", "user"},
+                                                                 {"gpt", "assistant"},
+                                                                 {"assistant", "assistant"},
+                                                                 {"model", "assistant"},
+                                                                 {"function_call", "assistant"},
+                                                                 {"observation", "tool"},
+                                                                 {"function_response", "tool"},
+                                                                 {"tool", "tool"}};
+    const Json& turns = j["conversations"];
+    if (!turns.is_array()) return LineError{"bad \"conversations\"", "not an array"};
+    if (turns.empty()) return LineError{"empty \"conversations\"", ""};
+    if (auto s = j.find("system"); s != j.end() && s->is_string() && !s->empty()) {
+        ChatMessage system;
+        system.role = "system";
+        system.content = s->get<std::string>();
+        out.messages.push_back(std::move(system));
+    }
+    for (size_t k = 0; k < turns.size(); ++k) {
+        const std::string where = absl::StrCat("conversations[", k, "]");
+        const Json& t = turns[k];
+        if (!t.is_object() || !t.contains("from") || !t["from"].is_string() ||
+            !(t.contains("value") && (t["value"].is_string() || t["value"].is_null()))) {
+            return bad_message(where, " needs a \"from\" string and a \"value\" string");
+        }
+        const std::string from = t["from"].get<std::string>();
+        const auto* role = std::find_if(std::begin(kRoles), std::end(kRoles),
+                                        [&](const auto& r) { return from == r.first; });
+        if (role == std::end(kRoles)) {
+            return bad_message(where, ".from is '" + from +
+                                          "': expected system, human, gpt, function_call, "
+                                          "observation or tool");
+        }
+        ChatMessage msg;
+        msg.role = role->second;
+        const std::string value = t["value"].is_null() ? "" : t["value"].get<std::string>();
+        if (from == "function_call") {
+            Json call = Json::parse(value, nullptr, false);
+            if (call.is_object()) call = Json::array({call});
+            if (!call.is_array()) return bad_message(where, ".value is not a JSON tool call");
+            if (auto e = read_tool_calls(call, where, msg.tool_calls)) return e;
+        } else {
+            msg.content = value;
+        }
+        out.messages.push_back(std::move(msg));
+    }
+    return read_tools(j, out.tools);
+}
+
+// TRL's prompt-completion pairs: strings are trained as text (the completion and an end of text),
+// message lists through the chat template (the completion's assistant turns only).
+std::optional<LineError> read_prompt_completion(const Json& j, ChatConversation& out) {
+    auto p = j.find("prompt"), c = j.find("completion");
+    if (p == j.end() || c == j.end()) {
+        return LineError{"bad prompt/completion", "a line with one needs both"};
+    }
+    if (p->is_string() && c->is_string()) {
+        out.plain = {{p->get<std::string>(), false}, {c->get<std::string>() + kEndOfText, true}};
+        return std::nullopt;
+    }
+    if (!p->is_array() || !c->is_array()) {
+        return LineError{"bad prompt/completion", "both strings or both message lists"};
+    }
+    if (auto e = read_message_list(*p, "prompt", out.messages)) return e;
+    for (ChatMessage& m : out.messages) m.trained = false;
+    if (auto e = read_message_list(*c, "completion", out.messages)) return e;
+    return read_tools(j, out.tools);
 }
 
 }  // namespace
@@ -287,17 +381,21 @@ std::optional<LineError> parse_chat_line(std::string_view text, ChatConversation
     Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return LineError{"not valid JSON", json_line_error(text).value_or("")};
     if (!j.is_object()) return LineError{"not a JSON object", ""};
-    auto it = j.find("messages");
-    if (it == j.end()) return LineError{"missing \"messages\"", ""};
-    if (!it->is_array()) return LineError{"bad \"messages\"", "\"messages\" is not an array"};
-    if (it->empty()) return LineError{"empty \"messages\"", ""};
     out = ChatConversation{};
-    for (size_t i = 0; i < it->size(); ++i) {
-        ChatMessage msg;
-        if (auto e = read_message((*it)[i], absl::StrCat("messages[", i, "]"), msg)) return e;
-        out.messages.push_back(std::move(msg));
+    if (j.contains("messages")) {
+        if (auto e = read_message_list(j["messages"], "messages", out.messages)) return e;
+        return read_tools(j, out.tools);
     }
-    return read_tools(j, out.tools);
+    if (j.contains("conversations")) return read_sharegpt(j, out);
+    if (j.contains("prompt") || j.contains("completion")) return read_prompt_completion(j, out);
+    if (auto t = j.find("text"); t != j.end()) {
+        if (!t->is_string()) return LineError{"bad \"text\"", "\"text\" is not a string"};
+        out.plain = {{t->get<std::string>() + kEndOfText, true}};
+        return std::nullopt;
+    }
+    return LineError{"missing \"messages\"",
+                     "expected \"messages\", \"conversations\" (ShareGPT), \"prompt\" and "
+                     "\"completion\", or \"text\""};
 }
 
 }  // namespace deltatune

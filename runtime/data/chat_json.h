@@ -1,4 +1,4 @@
-// Reading one chat line of a JSONL dataset into a ChatConversation:
+// Reading one line of a JSONL text dataset into a ChatConversation. Chat lines:
 //   {"messages": [{"role", "content", ...}, ...], "tools": [...]}
 // - content: a string, null (read as ""), or OpenAI's content parts [{"type": "text", "text": ...}]
 //   (their texts joined, as Qwen3.5's template does; images and other parts are refused);
@@ -6,6 +6,10 @@
 //   [{"name", "arguments"}], arguments an object or, as OpenAI writes them, a string holding one),
 //   and "weight" (0 or 1: whether the turn is trained);
 // - "tools": the tool definitions, printed into the system turn as the templates do.
+// Other shapes people bring: ShareGPT ({"conversations": [{"from", "value"}], "system", "tools"},
+// roles system/human/gpt/function_call/observation), TRL's prompt/completion (message lists
+// through the template, the completion trained; strings as plain text, the completion and an
+// <|endoftext|> trained) and {"text": ...} (plain text and <|endoftext|>, all trained).
 // Tool definitions and arguments are printed as the Hugging Face templates print them (Python's
 // json.dumps with the keys in input order), so rendering needs no JSON library.
 #pragma once

@@ -277,6 +277,11 @@ absl::StatusOr<RenderedChat> render_qwen3(const ChatConversation& chat) {
 }  // namespace
 
 absl::StatusOr<RenderedChat> render_chat(const ChatConversation& chat, ChatTemplateKind kind) {
+    if (!chat.plain.empty()) {
+        Renderer r;
+        for (const ChatTextSegment& s : chat.plain) s.trained ? r.trained(s.text) : r.text(s.text);
+        return r.take();
+    }
     if (chat.messages.empty()) return absl::InvalidArgumentError("No messages provided.");
     return kind == ChatTemplateKind::kQwen35 ? render_qwen35(chat) : render_qwen3(chat);
 }

@@ -37,9 +37,18 @@ struct ChatMessage {
     bool trained = true;                   // assistant only: false for "weight": 0
 };
 
+// A piece of text rendered without a chat template, trained or not.
+struct ChatTextSegment {
+    std::string text;
+    bool trained = false;
+};
+
 struct ChatConversation {
     std::vector<ChatMessage> messages;
     std::vector<std::string> tools;  // each tool definition as the templates print it (JSON)
+    // Text without a chat template ("text" lines, prompt/completion strings): these segments in
+    // order. A conversation has messages or segments, not both.
+    std::vector<ChatTextSegment> plain;
 };
 
 struct RenderedChat {

@@ -7,8 +7,9 @@
 namespace deltatune {
 
 // Raised whenever reading or rendering a chat line changes what it tokenizes to (2: tool calls,
-// tools, content parts and weights), so that caches written before are not reused.
-constexpr int kChatReadingVersion = 2;
+// tools, content parts and weights; 3: ShareGPT, prompt/completion and text lines), so that
+// caches written before are not reused.
+constexpr int kChatReadingVersion = 3;
 
 ChatTokenizer make_chat_tokenizer(const Tokenizer& tokenizer, ChatTemplateKind kind) {
     ChatTokenizer t;

@@ -37,12 +37,14 @@ TEST_CASE("data files in formats deltatune does not read are refused by name", "
 TEST_CASE("the first line of a data file must be of the spec's format", "[daemon]") {
     CHECK(check("\n  \n{\"messages\": []}\n") == "ok");  // blank lines are skipped
     CHECK(check("{\"input_ids\": [1]}\n", v1::DATA_FORMAT_TOKENIZED) == "ok");
-    CHECK(check("{\"text\": \"hi\", \"id\": 1}\n") ==
-          "INVALID_CONFIG: data.train_files[0] (PATH):1: the first line has \"text\", \"id\"; "
-          "expected \"messages\" (chat) or \"input_ids\" (tokenized)");
+    CHECK(check("{\"text\": \"hi\"}\n", v1::DATA_FORMAT_CHAT) == "ok");
+    CHECK(check("{\"input\": \"hi\", \"id\": 1}\n") ==
+          "INVALID_CONFIG: data.train_files[0] (PATH):1: the first line has \"input\", \"id\"; "
+          "expected \"messages\", \"conversations\", \"prompt\" or \"text\" (chat) or "
+          "\"input_ids\" (tokenized)");
     CHECK(check("{\"input_ids\": [1]}\n", v1::DATA_FORMAT_CHAT) ==
           "INVALID_CONFIG: data.train_files[0] (PATH):1: the first line has \"input_ids\"; "
-          "expected \"messages\" (format: chat)");
+          "expected \"messages\", \"conversations\", \"prompt\" or \"text\" (format: chat)");
     CHECK_THAT(check("{\"messages\": [}\n"),
                Catch::StartsWith("INVALID_CONFIG: data.train_files[0] (PATH):1: not valid JSON: "
                                  "parse error at line 1, column 15"));

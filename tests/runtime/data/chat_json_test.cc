@@ -105,6 +105,59 @@ TEST_CASE("chat lines the templates cannot render are refused with the field", "
           "tool call 'f': arguments is neither an object nor a string holding one");
 }
 
+// The rendered text and its trained spans.
+std::pair<std::string, std::vector<std::string>> rendered(const std::string& line,
+                                                          ChatTemplateKind kind) {
+    const ChatConversation chat = parse(line);
+    auto r = render_chat(chat, kind);
+    REQUIRE(r.ok());
+    return {r->text, trained(chat, kind)};
+}
+
+TEST_CASE("ShareGPT conversations render as the same messages would", "[data]") {
+    const std::string messages = R"({"messages": [{"role": "system", "content": "s"},
+        {"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls":
+        [{"name": "f", "arguments": {"x": 1}}]}, {"role": "tool", "content": "r"},
+        {"role": "assistant", "content": "a"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}]})";
+    const std::string sharegpt = R"({"system": "s", "conversations": [
+        {"from": "human", "value": "q"},
+        {"from": "function_call", "value": "{\"name\": \"f\", \"arguments\": {\"x\": 1}}"},
+        {"from": "observation", "value": "r"}, {"from": "gpt", "value": "a"}],
+        "tools": "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]"})";
+    for (const auto kind : {ChatTemplateKind::kQwen3, ChatTemplateKind::kQwen35}) {
+        CHECK(rendered(sharegpt, kind) == rendered(messages, kind));
+    }
+    CHECK(why(R"({"conversations": [{"from": "narrator", "value": "x"}]})") ==
+          "bad message: conversations[0].from is 'narrator': expected system, human, gpt, "
+          "function_call, observation or tool");
+}
+
+TEST_CASE("prompt/completion and text lines", "[data]") {
+    const auto kind = ChatTemplateKind::kQwen35;
+    // Strings: plain text, the completion and an end of text trained.
+    CHECK(
+        rendered(R"({"prompt": "2+2=", "completion": "4"})", kind) ==
+        std::pair<std::string, std::vector<std::string>>{"2+2=4<|endoftext|>", {"4<|endoftext|>"}});
+    // Message lists: the chat template, the completion's assistant turns only.
+    const auto [text, spans] = rendered(R"({"prompt": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "earlier"}, {"role": "user", "content": "again"}],
+        "completion": [{"role": "assistant", "content": "yo"}]})",
+                                        kind);
+    CHECK(text.find("earlier<|im_end|>") != std::string::npos);
+    CHECK(spans == std::vector<std::string>{"<think>\n\n</think>\n\nyo<|im_end|>"});
+    // Continued pretraining: all of it.
+    CHECK(rendered(R"({"text": "plain words"})", kind).second ==
+          std::vector<std::string>{"plain words<|endoftext|>"});
+    CHECK(why(R"({"prompt": "a"})") == "bad prompt/completion: a line with one needs both");
+    CHECK(why(R"({"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]})") ==
+          "bad prompt/completion: both strings or both message lists");
+    CHECK(why(R"({"text": 5})") == "bad \"text\": \"text\" is not a string");
+    CHECK(why(R"({"input": "x"})") ==
+          "missing \"messages\": expected \"messages\", \"conversations\" (ShareGPT), "
+          "\"prompt\" and \"completion\", or \"text\"");
+}
+
 TEST_CASE("floats print as Python's repr", "[data]") {
     for (const auto& [value, text] : std::vector<std::pair<double, std::string>>{
              {1.0, "1.0"},

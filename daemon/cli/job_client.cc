@@ -10,9 +10,35 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/service/auth.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::cli {
+
+namespace {
+
+// TLS when --tls, --ca-file, $DELTATUNE_TLS=1 or $DELTATUNE_CA_FILE say so: the daemon's
+// certificate checked against the CA file, or the system's roots without one.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Flags& flags) {
+    const char* env_ca = std::getenv("DELTATUNE_CA_FILE");
+    const std::string ca_file = flags.get("ca-file", env_ca ? env_ca : "");
+    const char* env_tls = std::getenv("DELTATUNE_TLS");
+    const bool tls =
+        flags.has("tls") || !ca_file.empty() || (env_tls && std::string(env_tls) == "1");
+    if (!tls) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions options;
+    if (!ca_file.empty()) {
+        absl::StatusOr<std::string> pem = read_file(ca_file);
+        if (!pem.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--ca-file ", ca_file, ": ", pem.status().message()));
+        }
+        options.pem_root_certs = *std::move(pem);
+    }
+    return grpc::SslCredentials(options);
+}
+
+}  // namespace
 
 absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
     JobClient c;
@@ -40,7 +66,8 @@ absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
     auto timeout = flags.get_double("timeout", 30);
     if (!timeout.ok()) return timeout.status();
     c.timeout_seconds_ = *timeout;
-    c.channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    DT_ASSIGN_OR_RETURN(auto credentials, channel_credentials(flags));
+    c.channel_ = grpc::CreateChannel(address, credentials);
     c.stub_ = v1::FineTuningService::NewStub(c.channel_);
     return c;
 }

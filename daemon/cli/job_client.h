@@ -14,7 +14,9 @@
 namespace deltatune::cli {
 
 // Flags every job subcommand accepts.
-inline const std::set<std::string> kClientFlags = {"address", "token-file", "output", "timeout"};
+inline const std::set<std::string> kClientFlags = {"address", "token-file", "output",
+                                                   "timeout", "tls",        "ca-file"};
+inline const std::set<std::string> kClientBoolFlags = {"tls"};
 
 class JobClient {
   public:

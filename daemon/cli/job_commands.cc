@@ -87,7 +87,8 @@ int watch(JobClient& client, const std::string& name) {
 }
 
 int submit(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, with_client_flags({"request-id"}), {"watch", "validate-only"});
+    auto flags =
+        Flags::parse(args, with_client_flags({"request-id"}), {"watch", "validate-only", "tls"});
     if (!flags.ok()) return fail("submit", flags.status());
     if (flags->positional().size() != 1)
         return fail("submit", absl::InvalidArgumentError("expected one JOB.yaml"));
@@ -120,7 +121,7 @@ int submit(const std::vector<std::string>& args) {
 
 // delete: a finished job and its events leave the daemon's store (its output folder stays).
 int remove(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags);
+    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
     if (!flags.ok()) return fail("delete", flags.status());
     if (flags->positional().size() != 1)
         return fail("delete", absl::InvalidArgumentError("expected one JOB_ID"));
@@ -139,7 +140,7 @@ int remove(const std::vector<std::string>& args) {
 
 // get, cancel, pause, resume: one job name in, one Job out.
 int single(const std::string& command, const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags);
+    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
     if (!flags.ok()) return fail(command, flags.status());
     if (flags->positional().size() != 1)
         return fail(command, absl::InvalidArgumentError("expected one JOB_ID"));
@@ -173,8 +174,8 @@ int single(const std::string& command, const std::vector<std::string>& args) {
 }
 
 int list(const std::vector<std::string>& args) {
-    auto flags =
-        Flags::parse(args, with_client_flags({"state", "page-size", "page-token", "label"}));
+    auto flags = Flags::parse(
+        args, with_client_flags({"state", "page-size", "page-token", "label"}), kClientBoolFlags);
     if (!flags.ok()) return fail("list", flags.status());
     auto client = JobClient::connect(*flags);
     if (!client.ok()) return fail("list", client.status());
@@ -241,7 +242,7 @@ int print_events(JobClient& client, const std::string& name, int64_t since) {
 }
 
 int events(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, with_client_flags({"since"}), {"follow"});
+    auto flags = Flags::parse(args, with_client_flags({"since"}), {"follow", "tls"});
     if (!flags.ok()) return fail("events", flags.status());
     if (flags->positional().size() != 1)
         return fail("events", absl::InvalidArgumentError("expected one JOB_ID"));
@@ -271,7 +272,7 @@ int events(const std::vector<std::string>& args) {
 }
 
 int checkpoints(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags);
+    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
     if (!flags.ok()) return fail("checkpoints", flags.status());
     if (flags->positional().size() != 1)
         return fail("checkpoints", absl::InvalidArgumentError("expected one JOB_ID"));

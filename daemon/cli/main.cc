@@ -25,7 +25,9 @@ struct Command {
 
 constexpr char kJobFlags[] =
     "       job commands take [--address HOST:PORT] (or $DELTATUNE_ADDRESS) [--token-file F]\n"
-    "       [--output text|json] [--timeout S]\n";
+    "       [--tls] [--ca-file PEM] (or $DELTATUNE_TLS=1, $DELTATUNE_CA_FILE) [--output "
+    "text|json]\n"
+    "       [--timeout S]\n";
 
 // clang-format off
 const Command kCommands[] = {

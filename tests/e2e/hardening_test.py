@@ -221,8 +221,9 @@ def test_unparseable_requests_are_invalid_argument():
         check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"GetJob: {e.code()}")
 
 
-def second_daemon(grpc_port, http_port, token=None):
-    """Another deltatuned with its own state, on the given ports, optionally with a token."""
+def second_daemon(grpc_port, http_port, token=None, tls=None):
+    """Another deltatuned with its own state, on the given ports, optionally with a token and
+    TLS (tls: (cert_file, key_file))."""
     other = Daemon()
     other.port, other.http_port = grpc_port, http_port
     text = open(other.config).read().split("state_dir:")[1]
@@ -231,6 +232,8 @@ def second_daemon(grpc_port, http_port, token=None):
         with open(other.path("tokens"), "w") as f:
             f.write(token + "\n")
         auth = f"auth:\n  token_file: {other.path('tokens')}\n"
+    if tls:
+        auth += f"tls:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n"
     with open(other.config, "w") as f:
         f.write(f"listen:\n  grpc: 127.0.0.1:{grpc_port}\n  http: 127.0.0.1:{http_port}\n"
                 f"{auth}state_dir:{text}")
@@ -286,6 +289,38 @@ def test_metrics_without_the_token_show_no_jobs():
         other.stop()
 
 
+def test_the_cli_talks_to_a_tls_daemon():
+    from harness import CLI, free_port
+    certs = tempfile.mkdtemp(prefix="deltatune-tls-")
+    cert, key = os.path.join(certs, "cert.pem"), os.path.join(certs, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    other = second_daemon(free_port(), free_port(), tls=(cert, key))
+    other.start()
+    try:
+        def cli(*flags):
+            return subprocess.run([CLI, "list", "--address", f"127.0.0.1:{other.port}",
+                                   "--timeout", "5", *flags], capture_output=True, text=True)
+        ok = cli("--tls", "--ca-file", cert)
+        check(ok.returncode == 0, f"--tls --ca-file: exit {ok.returncode}: {ok.stderr}")
+        env_ok = subprocess.run([CLI, "list", "--address", f"127.0.0.1:{other.port}"],
+                                capture_output=True, text=True,
+                                env=dict(os.environ, DELTATUNE_CA_FILE=cert))
+        check(env_ok.returncode == 0, f"$DELTATUNE_CA_FILE: exit {env_ok.returncode}")
+        plain = cli()  # a plaintext client against a TLS port: unavailable (exit 4)
+        check(plain.returncode == 4, f"plaintext: exit {plain.returncode}: {plain.stderr}")
+        untrusted = cli("--tls")  # the self-signed certificate is not in the system's roots
+        check(untrusted.returncode == 4, f"untrusted: exit {untrusted.returncode}")
+        missing = cli("--ca-file", os.path.join(certs, "none.pem"))
+        check(missing.returncode == 2 and "--ca-file" in missing.stderr,
+              f"missing CA file: exit {missing.returncode}: {missing.stderr}")
+    finally:
+        other.stop()
+        shutil.rmtree(certs, ignore_errors=True)
+
+
 try:
     run_tests([
         ("overlong component after a symlink is refused",
@@ -302,6 +337,7 @@ try:
         ("unparseable requests are INVALID_ARGUMENT", test_unparseable_requests_are_invalid_argument),
         ("a second daemon on the same port fails", test_a_second_daemon_on_the_same_port_fails),
         ("metrics without the token show no jobs", test_metrics_without_the_token_show_no_jobs),
+        ("the CLI talks to a TLS daemon", test_the_cli_talks_to_a_tls_daemon),
     ])
 finally:
     D.stop()

@@ -280,10 +280,15 @@ int checkpoints(const std::vector<std::string>& args) {
     if (!client.ok()) return fail("checkpoints", client.status());
     v1::ListCheckpointsRequest req;
     req.set_name(job_name(flags->positional()[0]));
-    v1::ListCheckpointsResponse resp;
-    auto ctx = client->context();
-    const grpc::Status s = client->stub().ListCheckpoints(ctx.get(), req, &resp);
-    if (!s.ok()) return report_rpc_error(s);
+    v1::ListCheckpointsResponse resp;  // every page, in one response for printing
+    do {
+        v1::ListCheckpointsResponse page;
+        auto ctx = client->context();
+        const grpc::Status s = client->stub().ListCheckpoints(ctx.get(), req, &page);
+        if (!s.ok()) return report_rpc_error(s);
+        for (auto& c : *page.mutable_checkpoints()) *resp.add_checkpoints() = std::move(c);
+        req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
     if (client->json()) {
         std::printf("%s\n", to_json(resp).c_str());
         return 0;

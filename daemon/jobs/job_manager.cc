@@ -458,7 +458,11 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::events_after(const std::string
     return impl_->store->events(id, after, limit);
 }
 
-absl::StatusOr<std::vector<v1::Checkpoint>> JobManager::list_checkpoints(const std::string& name) {
+absl::StatusOr<JobManager::CheckpointsResult> JobManager::list_checkpoints(
+    const std::string& name, int requested_size, const std::string& token) {
+    DT_ASSIGN_OR_RETURN(const int size, page_size(requested_size, 100));
+    const uint64_t hash = fnv1a(name);
+    DT_ASSIGN_OR_RETURN(const int64_t after_step, parse_page_token(token, hash));
     std::string id;
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
@@ -468,11 +472,18 @@ absl::StatusOr<std::vector<v1::Checkpoint>> JobManager::list_checkpoints(const s
     DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> all, impl_->store->checkpoints(id));
     // Only what can still be resumed from or exported: keep_last_n prunes older checkpoints
     // (their commits stay in the job's events), and an operator may remove any.
-    std::vector<v1::Checkpoint> present;
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a.step() < b.step(); });
+    CheckpointsResult out;
     for (v1::Checkpoint& c : all) {
-        if (impl_->outputs->exists(c.path())) present.push_back(std::move(c));
+        if (c.step() <= after_step || !impl_->outputs->exists(c.path())) continue;
+        if (static_cast<int>(out.checkpoints.size()) == size) {
+            out.next_page_token = page_token(out.checkpoints.back().step(), hash);
+            break;
+        }
+        out.checkpoints.push_back(std::move(c));
     }
-    return present;
+    return out;
 }
 
 absl::StatusOr<JobManager::Cursor> JobManager::cursor(const std::string& name) {

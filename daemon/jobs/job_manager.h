@@ -103,8 +103,14 @@ class JobManager {
     absl::StatusOr<EventsResult> list_events(const EventsRequest& request);
     absl::StatusOr<std::vector<v1::JobEvent>> events_after(const std::string& name, int64_t after,
                                                            int limit);
-    // The job's committed checkpoints that still exist, by step.
-    absl::StatusOr<std::vector<v1::Checkpoint>> list_checkpoints(const std::string& name);
+    // The job's committed checkpoints that still exist, by step, a page at a time (page_size 0:
+    // 100; a token from the previous page's next_page_token, empty after the last page).
+    struct CheckpointsResult {
+        std::vector<v1::Checkpoint> checkpoints;
+        std::string next_page_token;
+    };
+    absl::StatusOr<CheckpointsResult> list_checkpoints(const std::string& name, int page_size = 0,
+                                                       const std::string& page_token = "");
     absl::StatusOr<Cursor> cursor(const std::string& name);
 
     // `fn` runs after any change, on the changing thread, with no manager lock held: keep it cheap.

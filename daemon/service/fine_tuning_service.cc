@@ -185,9 +185,11 @@ grpc::ServerUnaryReactor* FineTuningService::ListCheckpoints(grpc::CallbackServe
         ctx, in, out,
         [&](const v1::ListCheckpointsRequest* req,
             v1::ListCheckpointsResponse* resp) -> absl::Status {
-            DT_ASSIGN_OR_RETURN(std::vector<v1::Checkpoint> cps,
-                                manager_->list_checkpoints(req->name()));
-            for (v1::Checkpoint& c : cps) *resp->add_checkpoints() = std::move(c);
+            DT_ASSIGN_OR_RETURN(
+                JobManager::CheckpointsResult page,
+                manager_->list_checkpoints(req->name(), req->page_size(), req->page_token()));
+            for (v1::Checkpoint& c : page.checkpoints) *resp->add_checkpoints() = std::move(c);
+            resp->set_next_page_token(page.next_page_token);
             return absl::OkStatus();
         });
 }

@@ -75,6 +75,21 @@ TEST_CASE("a job runs to SUCCEEDED with its export and checkpoints", "[daemon][r
     REQUIRE(cps.checkpoints_size() == 2);
     CHECK(cps.checkpoints(0).step() == 5);
     CHECK(cps.checkpoints(1).step() == 10);
+    CHECK(cps.next_page_token().empty());
+    // A page at a time, as the other lists page.
+    req.set_page_size(1);
+    REQUIRE(d.stub().ListCheckpoints(ctx().get(), req, &cps).ok());
+    REQUIRE(cps.checkpoints_size() == 1);
+    CHECK(cps.checkpoints(0).step() == 5);
+    REQUIRE_FALSE(cps.next_page_token().empty());
+    req.set_page_token(cps.next_page_token());
+    REQUIRE(d.stub().ListCheckpoints(ctx().get(), req, &cps).ok());
+    REQUIRE(cps.checkpoints_size() == 1);
+    CHECK(cps.checkpoints(0).step() == 10);
+    CHECK(cps.next_page_token().empty());
+    req.set_page_token("garbage");
+    CHECK(d.stub().ListCheckpoints(ctx().get(), req, &cps).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(std::filesystem::exists(
         dir.file("state/jobs/" + job.name().substr(5) + "/attempt-0/rank-0.log")));
 }

@@ -1,4 +1,5 @@
 // deltatune submit|get|list|watch|cancel|pause|resume|events|checkpoints: the job commands.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/job_client.h"
+#include "daemon/cli/progress_line.h"
 #include "daemon/config/job_yaml.h"
 
 namespace deltatune::cli {
@@ -28,37 +30,33 @@ std::set<std::string> with_client_flags(std::set<std::string> flags) {
     return flags;
 }
 
-std::string format_eta(const v1::Job& job) {
-    const int64_t end = job.progress().estimated_end_time().seconds();
-    if (end <= 0 || job.state() != v1::Job::RUNNING) return "--:--";
-    const int64_t left =
-        std::max<int64_t>(0, end - std::chrono::duration_cast<std::chrono::seconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-    return absl::StrFormat("%02d:%02d", left / 60, left % 60);
+int64_t now_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
-// A live progress bar on a terminal; one line per update otherwise.
-void print_progress(const v1::Job& job, bool tty) {
-    const auto& p = job.progress();
-    auto metric = [&](const char* k) {
-        auto it = job.latest_metrics().find(k);
-        return it == job.latest_metrics().end() ? NAN : it->second;
-    };
-    if (tty) {
-        const int width = 30;
-        const int filled =
-            p.total_steps() > 0 ? static_cast<int>(width * p.step() / p.total_steps()) : 0;
-        std::fprintf(stderr, "\r[%s%s] %lld/%lld  loss %.4f  %.0f tok/s  ETA %s  %-10s",
-                     std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                     static_cast<long long>(p.step()), static_cast<long long>(p.total_steps()),
-                     metric("loss"), p.tokens_per_second(), format_eta(job).c_str(),
-                     state_name(job.state()).c_str());
-        if (is_terminal(job.state())) std::fprintf(stderr, "\n");
-    } else {
+// The terminal's width (80 when it cannot say), so the live line never wraps.
+int terminal_width() {
+    winsize w{};
+    return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? w.ws_col : 80;
+}
+
+// A live line on a terminal (redrawn in place, then a summary line); one line per update
+// otherwise.
+void print_progress(const v1::Job& job, bool tty, TokenRate& rate) {
+    const int64_t now = now_seconds();
+    rate.add(static_cast<double>(now), job.progress().tokens());
+    if (!tty) {
         std::printf("%s\n", job_line(job).c_str());
         std::fflush(stdout);
+        return;
     }
+    const double tok_s =
+        rate.per_second() > 0 ? rate.per_second() : job.progress().tokens_per_second();
+    std::fprintf(stderr, "\r%s\x1b[K",
+                 progress_line(job, tok_s, now, terminal_width() - 1).c_str());
+    if (is_terminal(job.state())) std::fprintf(stderr, "\n%s\n", job_summary(job).c_str());
 }
 
 // Streams the job until it ends; exit 0 only if it SUCCEEDED.
@@ -69,8 +67,9 @@ int watch(JobClient& client, const std::string& name) {
     auto reader = client.stub().WatchJob(ctx.get(), req);
     v1::Job job;
     const bool tty = isatty(STDERR_FILENO) && !client.json();
+    TokenRate rate;
     while (reader->Read(&job)) {
-        if (!client.json()) print_progress(job, tty);
+        if (!client.json()) print_progress(job, tty, rate);
         if (is_terminal(job.state())) break;
     }
     const bool ended = !job.name().empty() && is_terminal(job.state());

@@ -47,6 +47,7 @@ struct Run {
     TrainResult result;
     std::chrono::steady_clock::time_point start;
     int64_t first_step = 0;
+    int64_t first_tokens = 0;     // tokens consumed before this attempt (a resume's)
     int64_t evaluated_step = -1;  // the step of the last evaluation, so the end does not repeat it
 };
 
@@ -209,7 +210,10 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
     p.total_steps = c.max_steps;
     p.epoch = run.packer->epoch();
     p.tokens = run.state.tokens;
-    p.tokens_per_second = elapsed > 0 ? static_cast<double>(run.state.tokens) / elapsed : 0;
+    // This attempt's tokens over this attempt's time: after a resume the earlier tokens took
+    // another process's time.
+    p.tokens_per_second =
+        elapsed > 0 ? static_cast<double>(run.state.tokens - run.first_tokens) / elapsed : 0;
     const double per_step = elapsed / static_cast<double>(run.state.step - run.first_step);
     p.eta_seconds = per_step * static_cast<double>(c.max_steps - run.state.step);
     p.metrics = {{"loss", o.loss},
@@ -295,6 +299,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     DT_RETURN_IF_ERROR(resume(*run));
     run->start = std::chrono::steady_clock::now();
     run->first_step = run->state.step;
+    run->first_tokens = run->state.tokens;
     hooks.on_event({"TRAINING_STARTED",
                     "INFO",
                     "",

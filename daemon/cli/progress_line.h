@@ -1,0 +1,41 @@
+// The live progress line `deltatune watch` (and submit --watch) draws on a terminal, and the
+// one-line summary it prints when the job ends. Pure functions of the job and the time, so they
+// are tested without a terminal.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "deltatune/v1/job.pb.h"
+
+namespace deltatune::cli {
+
+// Tokens per second over the updates of the last `window_seconds`, as the client saw them (the
+// server's figure averages over the whole attempt).
+class TokenRate {
+  public:
+    explicit TokenRate(double window_seconds = 60) : window_(window_seconds) {}
+    void add(double now_seconds, int64_t tokens);
+    double per_second() const;  // 0 until two updates are in the window
+
+  private:
+    double window_;
+    std::deque<std::pair<double, int64_t>> samples_;
+};
+
+// "[#####.....]  42%  step 420/1000  loss 2.5710  eval 2.6012  lr 3.2e-05  18,729 tok/s
+//  elapsed 0:12:03  ETA 0:16:40  RUNNING", cut to `width` columns; before the first step only
+// the state and the elapsed time.
+std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t now_seconds,
+                          int width);
+
+// "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export" (or the
+// failure's reason and message).
+std::string job_summary(const v1::Job& job);
+
+// H:MM:SS.
+std::string format_duration(int64_t seconds);
+
+}  // namespace deltatune::cli

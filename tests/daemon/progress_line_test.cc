@@ -1,0 +1,64 @@
+// The live progress line and the end-of-job summary of `deltatune watch`
+// (daemon/cli/progress_line.h).
+#include <catch2/catch.hpp>
+
+#include "daemon/cli/progress_line.h"
+
+namespace deltatune::cli {
+namespace {
+
+v1::Job running_job() {
+    v1::Job job;
+    job.set_state(v1::Job::RUNNING);
+    job.mutable_start_time()->set_seconds(1000);
+    auto* p = job.mutable_progress();
+    p->set_step(420);
+    p->set_total_steps(1000);
+    p->set_tokens(4200000);
+    p->mutable_estimated_end_time()->set_seconds(1000 + 4000 + 3600);
+    (*job.mutable_latest_metrics())["loss"] = 2.571;
+    (*job.mutable_latest_metrics())["eval_loss"] = 2.6012;
+    (*job.mutable_latest_metrics())["lr"] = 3.2e-5;
+    return job;
+}
+
+TEST_CASE("the progress line shows what a person watching a job wants, in the width", "[cli]") {
+    const v1::Job job = running_job();
+    CHECK(progress_line(job, 18729.4, 1000 + 723, 200) ==
+          "[########............]  42%  step 420/1000  loss 2.5710  eval 2.6012  lr 3.2e-05  "
+          "18,729 tok/s  elapsed 0:12:03  ETA 1:54:37  RUNNING");
+    CHECK(progress_line(job, 0, 1723, 40).size() == 40);  // never wider than the terminal
+    v1::Job fresh;
+    fresh.set_state(v1::Job::QUEUED);
+    CHECK(progress_line(fresh, 0, 0, 80) == "QUEUED");  // no "0/0 loss nan"
+}
+
+TEST_CASE("tokens per second come from the recent updates, and restart with an attempt", "[cli]") {
+    TokenRate rate(60);
+    rate.add(0, 0);
+    CHECK(rate.per_second() == 0);
+    rate.add(10, 10000);
+    rate.add(20, 30000);
+    CHECK(rate.per_second() == Approx(1500));
+    rate.add(100, 150000);  // the first two updates fall out of the window
+    CHECK(rate.per_second() == Approx(1500));
+    rate.add(110, 5000);  // a resumed attempt reports fewer tokens than before: start over
+    CHECK(rate.per_second() == 0);
+}
+
+TEST_CASE("a job's end is summarised on one line", "[cli]") {
+    v1::Job job = running_job();
+    job.set_state(v1::Job::SUCCEEDED);
+    job.mutable_end_time()->set_seconds(1000 + 1723);
+    job.set_result_model("/outputs/run/export");
+    CHECK(job_summary(job) ==
+          "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export");
+    job.set_state(v1::Job::FAILED);
+    job.set_state_reason("NON_FINITE");
+    job.set_error_message("step 7: loss is nan");
+    CHECK(job_summary(job) == "FAILED in 0:28:43: NON_FINITE: step 7: loss is nan");
+    CHECK(format_duration(90061) == "25:01:01");
+}
+
+}  // namespace
+}  // namespace deltatune::cli

@@ -61,16 +61,17 @@ std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t 
                                static_cast<int>(100 * p.step() / total), p.step(), total);
         const double loss = metric(job, "loss"), eval = metric(job, "eval_loss");
         const double lr = metric(job, "lr");
+        // Most wanted first: a narrow terminal cuts from the right.
         if (!std::isnan(loss)) absl::StrAppendFormat(&line, "  loss %.4f", loss);
-        if (!std::isnan(eval)) absl::StrAppendFormat(&line, "  eval %.4f", eval);
-        if (!std::isnan(lr)) absl::StrAppendFormat(&line, "  lr %.2g", lr);
-        if (tokens_per_second > 0)
-            absl::StrAppend(&line, "  ", thousands(tokens_per_second), " tok/s");
-        if (!elapsed.empty()) absl::StrAppend(&line, "  ", elapsed);
         const int64_t end = p.estimated_end_time().seconds();
         if (end > 0 && job.state() == v1::Job::RUNNING) {
             absl::StrAppend(&line, "  ETA ", format_duration(end - now));
         }
+        if (tokens_per_second > 0)
+            absl::StrAppend(&line, "  ", thousands(tokens_per_second), " tok/s");
+        if (!std::isnan(eval)) absl::StrAppendFormat(&line, "  eval %.4f", eval);
+        if (!std::isnan(lr)) absl::StrAppendFormat(&line, "  lr %.2g", lr);
+        if (!elapsed.empty()) absl::StrAppend(&line, "  ", elapsed);
         absl::StrAppend(&line, "  ", state_name(job.state()));
     }
     if (width > 0 && static_cast<int>(line.size()) > width) line.resize(width);

@@ -25,9 +25,9 @@ class TokenRate {
     std::deque<std::pair<double, int64_t>> samples_;
 };
 
-// "[#####.....]  42%  step 420/1000  loss 2.5710  eval 2.6012  lr 3.2e-05  18,729 tok/s
-//  elapsed 0:12:03  ETA 0:16:40  RUNNING", cut to `width` columns; before the first step only
-// the state and the elapsed time.
+// "[#####.....]  42%  step 420/1000  loss 2.5710  ETA 1:54:37  18,729 tok/s  eval 2.6012
+//  lr 3.2e-05  elapsed 0:12:03  RUNNING", cut to `width` columns (the most wanted figures
+// first); before the first step only the state and the elapsed time.
 std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t now_seconds,
                           int width);
 

@@ -25,8 +25,8 @@ v1::Job running_job() {
 TEST_CASE("the progress line shows what a person watching a job wants, in the width", "[cli]") {
     const v1::Job job = running_job();
     CHECK(progress_line(job, 18729.4, 1000 + 723, 200) ==
-          "[########............]  42%  step 420/1000  loss 2.5710  eval 2.6012  lr 3.2e-05  "
-          "18,729 tok/s  elapsed 0:12:03  ETA 1:54:37  RUNNING");
+          "[########............]  42%  step 420/1000  loss 2.5710  ETA 1:54:37  18,729 tok/s  "
+          "eval 2.6012  lr 3.2e-05  elapsed 0:12:03  RUNNING");
     CHECK(progress_line(job, 0, 1723, 40).size() == 40);  // never wider than the terminal
     v1::Job fresh;
     fresh.set_state(v1::Job::QUEUED);

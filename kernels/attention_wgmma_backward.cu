@@ -29,6 +29,7 @@
 //     Registers: 24 for the producer warpgroup, 240 for the consumers.
 // dK (times the scale) and dV are stored as bf16 for the keys inside the document.
 #include <algorithm>
+#include <cstddef>
 
 #include "kernels/attention_gate.h"
 #include "kernels/attention_wgmma.h"
@@ -53,14 +54,31 @@ constexpr int kBwdStages = 2;
 // A stage is full once its tiles' bytes have landed and 33 arrivals are in: lane 0's with the
 // expected bytes, and each producer lane's after storing its rows' lse and delta.
 constexpr int kFullArrivals = 33;
-constexpr int kOffV = kTileBytes;           // K at 0
-constexpr int kOffStages = 2 * kTileBytes;  // per stage: Q, then d_o
-constexpr int kOffP = kOffStages + kBwdStages * 2 * kTileBytes;
-constexpr int kOffDs = kOffP + kPBytes;
-constexpr int kOffRows = kOffDs + kPBytes;  // per stage: lse2[64], delta[64]
-constexpr int kOffStaging = kOffRows + kBwdStages * 2 * kTile * 4;  // 2 KiB per consumer warp
-constexpr int kOffBars = kOffStaging + kConsumerWarps * kWarpStagingBytes;
-constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
+// Shared memory, from its 1024-byte-aligned base. The layout is this struct; the kernels address
+// it through the offsets below (taken from it), and the launch's size is its size plus the
+// alignment slack, so layout, addresses and launch cannot disagree.
+struct BwdSmem {
+    unsigned char k[kTileBytes];
+    unsigned char v[kTileBytes];
+    struct Stage {
+        unsigned char q[kTileBytes];
+        unsigned char d_o[kTileBytes];
+    } stages[kBwdStages];
+    unsigned char p[kPBytes];           // P^T
+    unsigned char ds[kPBytes];          // dS^T
+    float rows[kBwdStages][2 * kTile];  // per stage: lse2[kTile], then delta[kTile]
+    unsigned char staging[kConsumerWarps][kWarpStagingBytes];  // 2 KiB per consumer warp
+    uint64_t bars[8];  // kv_full, full[kBwdStages], empty[kBwdStages]; room to spare
+};
+static_assert(1 + 2 * kBwdStages <= 8);
+constexpr int kOffV = offsetof(BwdSmem, v);
+constexpr int kOffStages = offsetof(BwdSmem, stages);
+constexpr int kOffP = offsetof(BwdSmem, p);
+constexpr int kOffDs = offsetof(BwdSmem, ds);
+constexpr int kOffRows = offsetof(BwdSmem, rows);
+constexpr int kOffStaging = offsetof(BwdSmem, staging);
+constexpr int kOffBars = offsetof(BwdSmem, bars);
+constexpr int kSmemBytes = 1024 + static_cast<int>(sizeof(BwdSmem));  // + alignment
 
 struct Params {
     const int2* tiles;  // (document, key tile), most query tiles first

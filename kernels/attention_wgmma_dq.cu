@@ -14,6 +14,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "kernels/attention_wgmma_tile.cuh"
 #include "kernels/common/cuda_utils.cuh"
@@ -36,9 +37,20 @@ constexpr int kStageBytes = kKBytes + 2 * kDsBytes;
 // The epilogue's: each consumer warp's 16 rows of bf16 dQ (16 x 512 bytes), so that they leave
 // as whole 512-byte rows (16 bytes a lane) instead of 4-byte pieces of 8 rows at a time.
 constexpr int kDqWarpStagingBytes = 16 * kD * 2;
-constexpr int kOffStaging = kRing * kStageBytes;
-constexpr int kOffBars = kOffStaging + kConsumerWarps * kDqWarpStagingBytes;
-constexpr int kSmemBytes = 1024 + kOffBars + 64;  // + alignment
+// Shared memory, from its 1024-byte-aligned base: the layout is this struct, addressed through
+// offsets taken from it, and the launch's size is its size plus the alignment slack.
+struct DqSmem {
+    struct Stage {
+        unsigned char k[kKBytes];
+        unsigned char ds[2][kDsBytes];  // the two heads' dS^T tiles
+    } ring[kRing];
+    unsigned char staging[kConsumerWarps][kDqWarpStagingBytes];
+    uint64_t bars[8];  // full[kRing], then empty[kRing]; room to spare
+};
+static_assert(sizeof(DqSmem::Stage) == kStageBytes && 2 * kRing <= 8);
+constexpr int kOffStaging = offsetof(DqSmem, staging);
+constexpr int kOffBars = offsetof(DqSmem, bars);
+constexpr int kSmemBytes = 1024 + static_cast<int>(sizeof(DqSmem));  // + alignment
 
 struct Params {
     const int2* tiles;  // (document, query tile), most key tiles first

@@ -22,6 +22,7 @@
 // Keys before the document's start are never loaded (the key range starts there); keys after a
 // row are masked; rows past the document are computed on whatever follows and not stored.
 #include <algorithm>
+#include <cstddef>
 
 #include "kernels/attention_wgmma.h"
 #include "kernels/attention_wgmma_tile.cuh"
@@ -56,8 +57,6 @@ constexpr int kStagingBytes = kConsumerWarps * kWarpStagingBytes;  // the epilog
 // The gate's second chunk has a buffer of its own (the staging's size) in what shared memory is
 // left.
 constexpr int kGateBytes = kStagingBytes;
-constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kStagingBytes + kGateBytes +
-                           128;  // + alignment, barriers
 
 struct Params {
     const int2* tiles;  // (document, query tile) longest-first
@@ -99,9 +98,29 @@ struct Bars {
     Item* item;
 };
 
+// Shared memory, from its 1024-byte-aligned base. The layout is this struct; the kernel addresses
+// it through offsets taken from it, and the launch's size is its size plus the alignment slack.
+struct FwdSmem {
+    unsigned char q[kQBytes];
+    unsigned char k[kStages][kKvBytes];
+    unsigned char v[kStages][kKvBytes];
+    unsigned char staging[kStagingBytes];  // the epilogue's; the gate's first chunk
+    unsigned char gate[kGateBytes];        // the gate's second chunk
+    unsigned char bars[128];               // the mbarriers (Bars), then the block's Item
+};
+constexpr int kOffK = offsetof(FwdSmem, k);
+constexpr int kOffV = offsetof(FwdSmem, v);
+constexpr int kOffStaging = offsetof(FwdSmem, staging);
+constexpr int kOffBars = offsetof(FwdSmem, bars);
+constexpr int kSmemBytes = 1024 + static_cast<int>(sizeof(FwdSmem));  // + alignment
+static_assert((4 + 4 * kStages) * 8 + sizeof(Item) <= sizeof(FwdSmem::bars));
+// TMA boxes and wgmma operands in the 128-byte swizzle start on 1024-byte boundaries.
+static_assert(kOffK % 1024 == 0 && kOffV % 1024 == 0 && kKvBytes % 1024 == 0,
+              "swizzled tiles must be 1024-byte aligned");
+static_assert(kOffStaging % 16 == 0 && kOffBars % 8 == 0, "bulk copies and mbarriers");
+
 __device__ __forceinline__ Bars bars_at(unsigned char* smem) {
-    auto* b = reinterpret_cast<uint64_t*>(smem + kQBytes + 2 * kStages * kKvBytes + kStagingBytes +
-                                          kGateBytes);
+    auto* b = reinterpret_cast<uint64_t*>(smem + kOffBars);
     return Bars{b,
                 b + 1,
                 b + 2,
@@ -114,17 +133,17 @@ __device__ __forceinline__ Bars bars_at(unsigned char* smem) {
 }
 
 __device__ __forceinline__ unsigned char* staging(unsigned char* smem) {
-    return smem + kQBytes + 2 * kStages * kKvBytes;
+    return smem + kOffStaging;
 }
 __device__ __forceinline__ unsigned char* gate_chunk1(unsigned char* smem) {
     return staging(smem) + kStagingBytes;
 }
 
 __device__ __forceinline__ unsigned char* k_stage(unsigned char* smem, int s) {
-    return smem + kQBytes + s * kKvBytes;
+    return smem + kOffK + s * kKvBytes;
 }
 __device__ __forceinline__ unsigned char* v_stage(unsigned char* smem, int s) {
-    return smem + kQBytes + (kStages + s) * kKvBytes;
+    return smem + kOffV + s * kKvBytes;
 }
 
 // The producer (one thread): takes the next item off the list (an atomic counter: blocks that

@@ -79,6 +79,11 @@ constexpr int kOffRows = offsetof(BwdSmem, rows);
 constexpr int kOffStaging = offsetof(BwdSmem, staging);
 constexpr int kOffBars = offsetof(BwdSmem, bars);
 constexpr int kSmemBytes = 1024 + static_cast<int>(sizeof(BwdSmem));  // + alignment
+// TMA boxes and wgmma operands in the 128-byte swizzle start on 1024-byte boundaries.
+static_assert(kOffV % 1024 == 0 && kOffStages % 1024 == 0 && kTileBytes % 1024 == 0 &&
+                  kOffP % 1024 == 0 && kOffDs % 1024 == 0,
+              "swizzled tiles must be 1024-byte aligned");
+static_assert(kOffStaging % 16 == 0 && kOffBars % 8 == 0, "bulk copies and mbarriers");
 
 struct Params {
     const int2* tiles;  // (document, key tile), most query tiles first

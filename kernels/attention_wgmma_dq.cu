@@ -51,6 +51,10 @@ static_assert(sizeof(DqSmem::Stage) == kStageBytes && 2 * kRing <= 8);
 constexpr int kOffStaging = offsetof(DqSmem, staging);
 constexpr int kOffBars = offsetof(DqSmem, bars);
 constexpr int kSmemBytes = 1024 + static_cast<int>(sizeof(DqSmem));  // + alignment
+// TMA boxes and wgmma operands in the 128-byte swizzle start on 1024-byte boundaries.
+static_assert(kStageBytes % 1024 == 0 && kKBytes % 1024 == 0 && kDsBytes % 1024 == 0,
+              "swizzled tiles must be 1024-byte aligned");
+static_assert(kOffStaging % 16 == 0 && kOffBars % 8 == 0, "bulk copies and mbarriers");
 
 struct Params {
     const int2* tiles;  // (document, query tile), most key tiles first

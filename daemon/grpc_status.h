@@ -1,5 +1,7 @@
-// The single absl::Status -> grpc::Status translation at the RPC edge. Abseil's codes
-// are gRPC's codes by value, so this is a static_cast: a known failure never becomes UNKNOWN.
+// The single absl::Status -> grpc::Status translation at the RPC edge. Abseil's codes are gRPC's
+// codes by value, so a known failure never becomes UNKNOWN; the reason a message starts with
+// ("INVALID_CONFIG: ...") also travels as a google.rpc.ErrorInfo in the status details, so
+// clients branch on it without parsing the message.
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -10,9 +12,9 @@
 
 namespace deltatune::daemon {
 
-inline grpc::Status ToGrpcStatus(const absl::Status& s) {
-    if (s.ok()) return grpc::Status::OK;
-    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
+// The reason of a message "REASON: ..." (upper case, digits, underscores), else the code's name.
+std::string error_reason(const absl::Status& s);
+
+grpc::Status ToGrpcStatus(const absl::Status& s);
 
 }  // namespace deltatune::daemon

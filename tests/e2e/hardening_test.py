@@ -37,12 +37,27 @@ C = Client(D.port, STUBS)
 grpc = C.grpc
 
 
+def error_info(e):
+    """The google.rpc.ErrorInfo in a failed call's status details."""
+    from google.rpc import status_pb2
+    raw = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin")
+    check(raw is not None, f"no status details on {e.code()} {e.details()}")
+    status = status_pb2.Status.FromString(raw)
+    info = status_pb2.ErrorInfo()
+    check(len(status.details) == 1 and status.details[0].Unpack(info), "no ErrorInfo")
+    return info
+
+
 def refused(spec, code, text):
     try:
         C.create(spec)
     except grpc.RpcError as e:
         check(e.code() == code, f"code {e.code()} ({e.details()}), want {code}")
         check(text in e.details(), f"'{text}' not in '{e.details()}'")
+        # The reason the message starts with travels as ErrorInfo too.
+        reason = e.details().split(":")[0]
+        if reason.isupper():
+            check(error_info(e).reason == reason, f"ErrorInfo {error_info(e)} for {e.details()}")
         return e.details()
     raise AssertionError(f"accepted; want {code} {text}")
 

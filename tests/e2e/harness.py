@@ -29,6 +29,7 @@ def load_stubs(out_dir):
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     files = [os.path.join(proto_root, "deltatune", "v1", f)
              for f in ("job.proto", "service.proto")]
+    files.append(os.path.join(proto_root, "google", "rpc", "status.proto"))
     rc = protoc.main(["protoc", f"-I{proto_root}", f"-I{include}", f"--python_out={out_dir}",
                       f"--grpc_python_out={out_dir}"] + files)
     if rc != 0:

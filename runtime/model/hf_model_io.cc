@@ -88,7 +88,7 @@ absl::StatusOr<OpenCheckpoint> open_checkpoint(const std::string& dir) {
     return ck;
 }
 
-bool ignored_tensor(const std::string& name) {
+bool untouched_tensor(const std::string& name) {
     return absl::StartsWith(name, "model.visual.") || absl::StartsWith(name, "mtp.");
 }
 
@@ -146,7 +146,12 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
         used.insert(name);
     }
     for (const auto& [name, f] : ck.where) {
-        if (used.count(name) || ignored_tensor(name)) continue;
+        if (used.count(name)) continue;
+        if (untouched_tensor(name)) {
+            DT_ASSIGN_OR_RETURN(Tensor view, f->get(name));
+            m.untouched.emplace_back(name, std::move(view));
+            continue;
+        }
         return absl::InvalidArgumentError(
             absl::StrCat(f->path(), ": unexpected tensor '", name,
                          "' for this config (wrong layer_types or model?)"));
@@ -167,6 +172,14 @@ absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t 
         }
         shard_bytes += stored.nbytes();
         shards.back().emplace_back(checkpoint_name(p.name, model.layout), std::move(stored));
+    }
+    for (const auto& [name, t] : model.untouched) {
+        if (shard_bytes > 0 && shard_bytes + t.nbytes() > max_shard_bytes) {
+            shards.emplace_back();
+            shard_bytes = 0;
+        }
+        shard_bytes += t.nbytes();
+        shards.back().emplace_back(name, t);
     }
     const std::map<std::string, std::string> meta = {{"format", "pt"}};
     if (shards.size() == 1) {

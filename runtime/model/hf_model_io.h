@@ -1,8 +1,9 @@
 // Hugging Face checkpoints of Qwen3.5 models: config.json plus model.safetensors or sharded
 // model-0000x-of-0000y.safetensors with model.safetensors.index.json. Both tensor layouts load:
 // the text-only `model.layers.*` and the published multimodal `model.language_model.*` with a
-// top-level lm_head (model.visual.* and mtp.* are ignored). Saving writes the layout that was
-// loaded, with every tensor in its stored dtype.
+// top-level lm_head. The vision tower (model.visual.*) and the multi-token-prediction head (mtp.*)
+// are not trained but carried through untouched, so an export of a multimodal base still loads
+// as one. Saving writes the layout that was loaded, with every tensor in its stored dtype.
 #pragma once
 
 #include <string>
@@ -21,6 +22,9 @@ struct HfModel {
     CheckpointLayout layout = CheckpointLayout::kText;
     bool tied = false;
     ParamSet params;  // canonical text-layout names, fp32
+    // Tensors carried from the base to the export as they are (model.visual.*, mtp.*): views of
+    // the mapped files, by name.
+    std::vector<std::pair<std::string, Tensor>> untouched;
 };
 
 // Loads config and weights (converted to fp32). Errors name the file and tensor: missing

@@ -55,7 +55,7 @@ TEST_CASE("text and multimodal layouts load to identical models", "[checkpoint]"
     mm.layout = CheckpointLayout::kMultimodal;
     mm.config_json = as_multimodal_config(text->config_json);
     REQUIRE(save_hf_model(tmp.str(), mm).ok());
-    // A vision tower and MTP head in the file are ignored, as transformers ignores them.
+    // A vision tower and MTP head in the file are not trained but carried to the export.
     Tensor extra = Tensor::cpu({2, 2});
     REQUIRE(write_safetensors(tmp.file("extra.safetensors"),
                               {{"model.visual.blocks.0.w", extra}, {"mtp.fc.weight", extra}})
@@ -74,6 +74,18 @@ TEST_CASE("text and multimodal layouts load to identical models", "[checkpoint]"
     CHECK(SafetensorsFile::open(tmp.file("model.safetensors"))
               ->contains("model.language_model.layers.0.linear_attn.A_log"));
     require_same_params(text->params, loaded->params);
+    REQUIRE(loaded->untouched.size() == 2);
+    TempDir out;
+    REQUIRE(save_hf_model(out.str(), *loaded).ok());
+    auto exported = SafetensorsFile::open(out.file("model.safetensors"));
+    REQUIRE(exported.ok());
+    for (const char* name : {"model.visual.blocks.0.w", "mtp.fc.weight"}) {
+        INFO(name);
+        REQUIRE(exported->contains(name));
+        const Tensor t = *exported->get(name);
+        CHECK(t.shape() == extra.shape());
+        CHECK(std::memcmp(t.raw_data(), extra.raw_data(), extra.nbytes()) == 0);
+    }
 }
 
 TEST_CASE("sharded save and load round trip keeps stored dtypes", "[checkpoint]") {

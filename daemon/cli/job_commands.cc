@@ -11,10 +11,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/job_client.h"
 #include "daemon/cli/progress_line.h"
 #include "daemon/config/job_yaml.h"
+#include "runtime/train/trainer_inputs.h"
 
 namespace deltatune::cli {
 
@@ -270,6 +272,22 @@ int events(const std::vector<std::string>& args) {
     return 0;
 }
 
+// Every page of a job's checkpoints, in one response.
+grpc::Status all_checkpoints(JobClient& client, const std::string& name,
+                             v1::ListCheckpointsResponse* all) {
+    v1::ListCheckpointsRequest req;
+    req.set_name(name);
+    do {
+        v1::ListCheckpointsResponse page;
+        auto ctx = client.context();
+        const grpc::Status s = client.stub().ListCheckpoints(ctx.get(), req, &page);
+        if (!s.ok()) return s;
+        for (auto& c : *page.mutable_checkpoints()) *all->add_checkpoints() = std::move(c);
+        req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
+    return grpc::Status::OK;
+}
+
 int checkpoints(const std::vector<std::string>& args) {
     auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
     if (!flags.ok()) return fail("checkpoints", flags.status());
@@ -277,17 +295,9 @@ int checkpoints(const std::vector<std::string>& args) {
         return fail("checkpoints", absl::InvalidArgumentError("expected one JOB_ID"));
     auto client = JobClient::connect(*flags);
     if (!client.ok()) return fail("checkpoints", client.status());
-    v1::ListCheckpointsRequest req;
-    req.set_name(job_name(flags->positional()[0]));
-    v1::ListCheckpointsResponse resp;  // every page, in one response for printing
-    do {
-        v1::ListCheckpointsResponse page;
-        auto ctx = client->context();
-        const grpc::Status s = client->stub().ListCheckpoints(ctx.get(), req, &page);
-        if (!s.ok()) return report_rpc_error(s);
-        for (auto& c : *page.mutable_checkpoints()) *resp.add_checkpoints() = std::move(c);
-        req.set_page_token(page.next_page_token());
-    } while (!req.page_token().empty());
+    v1::ListCheckpointsResponse resp;
+    const grpc::Status s = all_checkpoints(*client, job_name(flags->positional()[0]), &resp);
+    if (!s.ok()) return report_rpc_error(s);
     if (client->json()) {
         std::printf("%s\n", to_json(resp).c_str());
         return 0;
@@ -300,9 +310,60 @@ int checkpoints(const std::vector<std::string>& args) {
     return 0;
 }
 
+// The checkpoint of step `step` (0: the newest), or NotFound naming the steps there are.
+absl::StatusOr<v1::Checkpoint> pick_checkpoint(const v1::ListCheckpointsResponse& all,
+                                               const std::string& name, uint64_t step) {
+    std::vector<std::string> steps;
+    for (const auto& c : all.checkpoints()) {
+        if (step != 0 && static_cast<uint64_t>(c.step()) == step) return c;
+        steps.push_back(absl::StrCat(c.step()));
+    }
+    if (step == 0 && all.checkpoints_size() > 0) return all.checkpoints(all.checkpoints_size() - 1);
+    return absl::NotFoundError(steps.empty()
+                                   ? absl::StrCat(name, " has no checkpoint to export")
+                                   : absl::StrCat(name, " has no checkpoint of step ", step,
+                                                  " (steps ", absl::StrJoin(steps, ", "), ")"));
+}
+
+// A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
+// are (the daemon's machine or a shared filesystem).
+int export_job(const std::vector<std::string>& args) {
+    auto flags = Flags::parse(args, with_client_flags({"step", "out"}), kClientBoolFlags);
+    if (!flags.ok()) return fail("export", flags.status());
+    if (flags->positional().size() != 1)
+        return fail("export", absl::InvalidArgumentError("expected one JOB_ID"));
+    const absl::StatusOr<uint64_t> step = flags->get_uint("step", 0);
+    if (!step.ok()) return fail("export", step.status());
+    auto client = JobClient::connect(*flags);
+    if (!client.ok()) return fail("export", client.status());
+    const std::string name = job_name(flags->positional()[0]);
+    v1::GetJobRequest get;
+    get.set_name(name);
+    v1::Job job;
+    auto ctx = client->context();
+    if (grpc::Status s = client->stub().GetJob(ctx.get(), get, &job); !s.ok()) {
+        return report_rpc_error(s);
+    }
+    v1::ListCheckpointsResponse all;
+    if (grpc::Status s = all_checkpoints(*client, name, &all); !s.ok()) return report_rpc_error(s);
+    const absl::StatusOr<v1::Checkpoint> cp = pick_checkpoint(all, name, *step);
+    if (!cp.ok()) return fail("export", cp.status());
+    const std::string out =
+        flags->get("out", absl::StrCat(job.spec().output_dir(), "/export-step-", cp->step()));
+    TrainConfig c;
+    c.model_dir = job.spec().model();
+    c.tokenizer = job.spec().data().tokenizer();
+    const absl::StatusOr<int64_t> exported = export_checkpoint(c, cp->path(), out);
+    if (!exported.ok()) return fail("export", exported.status());
+    std::printf("exported step %lld of %s to %s\n", static_cast<long long>(*exported), name.c_str(),
+                out.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int job_command(const std::string& command, const std::vector<std::string>& args) {
+    if (command == "export") return export_job(args);
     if (command == "submit") return submit(args);
     if (command == "list") return list(args);
     if (command == "events") return events(args);

@@ -66,6 +66,8 @@ const Command kCommands[] = {
     {"events", "JOB [--since N] [--follow]   a job's events (--follow: live, until it ends)",
      nullptr},
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
+    {"export", "JOB [--step N] [--out DIR]   a checkpoint as a Hugging Face folder, written here\n"
+               "       (default: the newest, into OUTPUT_DIR/export-step-N)", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
 };
 // clang-format on

@@ -9,6 +9,8 @@
 #include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/dist/communicator.h"
+#include "runtime/train/train_state.h"
 
 namespace deltatune {
 
@@ -207,6 +209,19 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
         have_generation_config |= std::string_view(f) == "generation_config.json";
     }
     return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
+}
+
+absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
+                                          const std::string& out_dir) {
+    DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
+    LocalCommunicator comm;
+    const std::unique_ptr<TrainEngine> engine = make_cpu_train_engine(model, comm);
+    DT_ASSIGN_OR_RETURN(const TrainState state,
+                        load_train_state(checkpoint_dir, engine->state_io()));
+    DT_RETURN_IF_ERROR(engine->download(model.params));
+    DT_RETURN_IF_ERROR(save_hf_model(out_dir, model));
+    DT_RETURN_IF_ERROR(copy_tokenizer_files(c, out_dir));
+    return state.step;
 }
 
 }  // namespace deltatune

@@ -64,4 +64,11 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 // the exported config.json's token ids (as transformers does) when the base has none.
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
 
+// A committed training checkpoint of the model at c.model_dir as a Hugging Face folder in
+// out_dir (weights, config.json, tokenizer files), the form a job's final export has. Loads the
+// checkpoint on one CPU process (its masters and moments: about 12 bytes per parameter of
+// memory), at whatever world size it was written. Returns the checkpoint's step.
+absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
+                                          const std::string& out_dir);
+
 }  // namespace deltatune

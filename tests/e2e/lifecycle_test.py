@@ -113,6 +113,16 @@ def test_watch_and_events_resume():
     check(pruned >= 1 and len(cps) == committed - pruned and
           all(os.path.isdir(c.path) for c in cps),
           f"checkpoints listed {len(cps)}, committed {committed}, pruned {pruned}")
+    # `deltatune export` turns the last checkpoint into the folder the job itself exported.
+    out = D.path("outputs", "watch-reexport")
+    rc, stdout, err = cli("export", name, "--out", out)
+    check(rc == 0 and f"exported step {cps[-1].step} of {name}" in stdout, f"export: {rc} {err}")
+    final = C.get(name).result_model
+    for f in ("model.safetensors", "config.json"):
+        same = open(os.path.join(final, f), "rb").read() == open(os.path.join(out, f), "rb").read()
+        check(same, f"re-exported {f} differs from the job's export")
+    rc, _, err = cli("export", name, "--step", "99999")
+    check(rc == 3 and f"{name} has no checkpoint of step 99999 (steps " in err, f"{rc} {err}")
 
 
 def test_pause_resume_cancel():

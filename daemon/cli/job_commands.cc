@@ -16,6 +16,7 @@
 #include "daemon/cli/job_client.h"
 #include "daemon/cli/progress_line.h"
 #include "daemon/config/job_yaml.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/train/trainer_inputs.h"
 
 namespace deltatune::cli {
@@ -30,6 +31,24 @@ int fail(const std::string& command, const absl::Status& s) {
 std::set<std::string> with_client_flags(std::set<std::string> flags) {
     flags.insert(kClientFlags.begin(), kClientFlags.end());
     return flags;
+}
+
+// What a command on one job starts with: its flags (the client's and `extra`), the job's name
+// (the one positional argument) and a client. Errors are the command's usage errors.
+struct OneJob {
+    Flags flags;
+    std::string name;
+    JobClient client;
+};
+absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
+                               const std::set<std::string>& extra = {},
+                               std::set<std::string> boolean = {}) {
+    boolean.insert(kClientBoolFlags.begin(), kClientBoolFlags.end());
+    DT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(args, with_client_flags(extra), boolean));
+    if (flags.positional().size() != 1) return absl::InvalidArgumentError("expected one JOB_ID");
+    DT_ASSIGN_OR_RETURN(JobClient client, JobClient::connect(flags));
+    std::string name = job_name(flags.positional()[0]);
+    return OneJob{std::move(flags), std::move(name), std::move(client)};
 }
 
 int64_t now_seconds() {
@@ -122,55 +141,48 @@ int submit(const std::vector<std::string>& args) {
 
 // delete: a finished job and its events leave the daemon's store (its output folder stays).
 int remove(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
-    if (!flags.ok()) return fail("delete", flags.status());
-    if (flags->positional().size() != 1)
-        return fail("delete", absl::InvalidArgumentError("expected one JOB_ID"));
-    auto client = JobClient::connect(*flags);
-    if (!client.ok()) return fail("delete", client.status());
+    auto job = one_job(args);
+    if (!job.ok()) return fail("delete", job.status());
     v1::DeleteJobRequest r;
-    r.set_name(job_name(flags->positional()[0]));
+    r.set_name(job->name);
     google::protobuf::Empty empty;
-    auto ctx = client->context();
-    const grpc::Status s = client->stub().DeleteJob(ctx.get(), r, &empty);
+    auto ctx = job->client.context();
+    const grpc::Status s = job->client.stub().DeleteJob(ctx.get(), r, &empty);
     if (!s.ok()) return report_rpc_error(s);
-    std::printf("%s\n", client->json() ? ("{\"deleted\": \"" + r.name() + "\"}").c_str()
-                                       : ("deleted " + r.name()).c_str());
+    std::printf("%s\n", job->client.json() ? ("{\"deleted\": \"" + r.name() + "\"}").c_str()
+                                           : ("deleted " + r.name()).c_str());
     return 0;
 }
 
 // get, cancel, pause, resume: one job name in, one Job out.
 int single(const std::string& command, const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
-    if (!flags.ok()) return fail(command, flags.status());
-    if (flags->positional().size() != 1)
-        return fail(command, absl::InvalidArgumentError("expected one JOB_ID"));
-    auto client = JobClient::connect(*flags);
-    if (!client.ok()) return fail(command, client.status());
-    const std::string name = job_name(flags->positional()[0]);
-    if (command == "watch") return watch(*client, name);
-    auto ctx = client->context();
+    auto one = one_job(args);
+    if (!one.ok()) return fail(command, one.status());
+    JobClient& client = one->client;
+    const std::string& name = one->name;
+    if (command == "watch") return watch(client, name);
+    auto ctx = client.context();
     v1::Job job;
     grpc::Status s;
     if (command == "get") {
         v1::GetJobRequest r;
         r.set_name(name);
-        s = client->stub().GetJob(ctx.get(), r, &job);
+        s = client.stub().GetJob(ctx.get(), r, &job);
     } else if (command == "cancel") {
         v1::CancelJobRequest r;
         r.set_name(name);
-        s = client->stub().CancelJob(ctx.get(), r, &job);
+        s = client.stub().CancelJob(ctx.get(), r, &job);
     } else if (command == "pause") {
         v1::PauseJobRequest r;
         r.set_name(name);
-        s = client->stub().PauseJob(ctx.get(), r, &job);
+        s = client.stub().PauseJob(ctx.get(), r, &job);
     } else {
         v1::ResumeJobRequest r;
         r.set_name(name);
-        s = client->stub().ResumeJob(ctx.get(), r, &job);
+        s = client.stub().ResumeJob(ctx.get(), r, &job);
     }
     if (!s.ok()) return report_rpc_error(s);
-    std::printf("%s\n", client->json() ? to_json(job).c_str() : job_line(job).c_str());
+    std::printf("%s\n", client.json() ? to_json(job).c_str() : job_line(job).c_str());
     return 0;
 }
 
@@ -243,15 +255,13 @@ int print_events(JobClient& client, const std::string& name, int64_t since) {
 }
 
 int events(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, with_client_flags({"since"}), {"follow", "tls"});
-    if (!flags.ok()) return fail("events", flags.status());
-    if (flags->positional().size() != 1)
-        return fail("events", absl::InvalidArgumentError("expected one JOB_ID"));
-    auto client = JobClient::connect(*flags);
-    if (!client.ok()) return fail("events", client.status());
+    auto one = one_job(args, {"since"}, {"follow"});
+    if (!one.ok()) return fail("events", one.status());
+    const Flags* flags = &one->flags;
+    JobClient* client = &one->client;
     auto since = flags->get_uint("since", 0);
     if (!since.ok()) return fail("events", since.status());
-    const std::string name = job_name(flags->positional()[0]);
+    const std::string& name = one->name;
     // Without --follow: what exists now, at once (the stream would wait for its first heartbeat).
     if (!flags->has("follow")) return print_events(*client, name, static_cast<int64_t>(*since));
     auto ctx = client->context(/*streaming=*/true);
@@ -289,16 +299,12 @@ grpc::Status all_checkpoints(JobClient& client, const std::string& name,
 }
 
 int checkpoints(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, kClientFlags, kClientBoolFlags);
-    if (!flags.ok()) return fail("checkpoints", flags.status());
-    if (flags->positional().size() != 1)
-        return fail("checkpoints", absl::InvalidArgumentError("expected one JOB_ID"));
-    auto client = JobClient::connect(*flags);
-    if (!client.ok()) return fail("checkpoints", client.status());
+    auto job = one_job(args);
+    if (!job.ok()) return fail("checkpoints", job.status());
     v1::ListCheckpointsResponse resp;
-    const grpc::Status s = all_checkpoints(*client, job_name(flags->positional()[0]), &resp);
+    const grpc::Status s = all_checkpoints(job->client, job->name, &resp);
     if (!s.ok()) return report_rpc_error(s);
-    if (client->json()) {
+    if (job->client.json()) {
         std::printf("%s\n", to_json(resp).c_str());
         return 0;
     }
@@ -328,15 +334,13 @@ absl::StatusOr<v1::Checkpoint> pick_checkpoint(const v1::ListCheckpointsResponse
 // A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
 // are (the daemon's machine or a shared filesystem).
 int export_job(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, with_client_flags({"step", "out"}), kClientBoolFlags);
-    if (!flags.ok()) return fail("export", flags.status());
-    if (flags->positional().size() != 1)
-        return fail("export", absl::InvalidArgumentError("expected one JOB_ID"));
-    const absl::StatusOr<uint64_t> step = flags->get_uint("step", 0);
+    auto one = one_job(args, {"step", "out"});
+    if (!one.ok()) return fail("export", one.status());
+    const absl::StatusOr<uint64_t> step = one->flags.get_uint("step", 0);
     if (!step.ok()) return fail("export", step.status());
-    auto client = JobClient::connect(*flags);
-    if (!client.ok()) return fail("export", client.status());
-    const std::string name = job_name(flags->positional()[0]);
+    const Flags* flags = &one->flags;
+    JobClient* client = &one->client;
+    const std::string& name = one->name;
     v1::GetJobRequest get;
     get.set_name(name);
     v1::Job job;

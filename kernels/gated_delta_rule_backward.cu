@@ -150,14 +150,12 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kPrepBwdThreads = 512;
 constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
 constexpr int kPrepBwdTileDiv = 2;
-// T is read transposed by three of its four products.
-constexpr int kLdTb = kLdCT;
 struct PrepBwdSmem {
     float K[kSTile];    // kC x kD, stride kLdK
     float acc[kSTile];  // dKn, written to global at the end
     float s1[kSTile];
     float s2[kSTile];     // Qn first
-    float T[kC * kLdCT];  // kC x kC, stride kLdTb
+    float T[kC * kLdCT];  // kC x kC, stride kLdCT: three of its four products read it as k x n
     float X[kSSquare];
     float Y[kSSquare];  // Y and Z together also hold one kC x kD tile
     float Z[kSSquare];
@@ -219,7 +217,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     copy_tile(s1, kLdK, ws.dQd + tile * kTile, kD, kC, kD);
-    copy_tile(sT, kLdTb, ws.T + tile * kSquare, kC, kC, kC);
+    copy_tile(sT, kLdCT, ws.T + tile * kSquare, kC, kC, kC);
     copy_tile(sZ, kLdC, ws.dAqk + tile * kSquare, kC, kC, kC);
     load_chunk<kPrepBwdWarps>(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
                               v_heads, h, c);
@@ -307,7 +305,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2, 1.0f,
                                                                                   0.0f);
-    mm<true, false, kC, kD, kC, kLdTb, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1,
+    mm<true, false, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1,
                                                                                    1.0f, 0.0f);
     __syncthreads();
     copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);  // in flight while dV is written
@@ -326,7 +324,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, s1, sK, 1.0f,
                                                                                   0.0f);
-    mm<true, false, kC, kD, kC, kLdTb, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
+    mm<true, false, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
                                                                                    0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
@@ -347,10 +345,10 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false, kC, kC, kC, kLdTb, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
+    mm<true, false, kC, kC, kC, kLdCT, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
                                                                                    0.0f);
     __syncthreads();
-    mm<false, true, kC, kC, kC, kLdC, kLdTb, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT,
+    mm<false, true, kC, kC, kC, kLdC, kLdCT, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT,
                                                                                    -1.0f, 0.0f);
     mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, sK, sK, 1.0f,
                                                                                   0.0f);  // Kn Kn^T

@@ -44,11 +44,9 @@ absl::StatusOr<std::string> tokenize_line(const Job& job, std::string_view text)
         DT_ASSIGN_OR_RETURN(const Document doc, tokenize_chat(*job.tokenizer, chat, job.kind));
         return nlohmann::json{{"input_ids", doc.input_ids}, {"labels", doc.labels}}.dump();
     }
-    if (auto nul = json_line_nul(text))
-        return absl::InvalidArgumentError("not valid JSON: " + *nul);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-        return absl::InvalidArgumentError("not valid JSON: " + json_line_error(text).value_or(""));
+    nlohmann::json j;
+    if (auto why = parse_json_line(text, j)) {
+        return absl::InvalidArgumentError("not valid JSON: " + *why);
     }
     if (!j.is_object() || !j.contains("text"))
         return absl::InvalidArgumentError("missing \"text\"");

@@ -2,6 +2,7 @@
 // must be what the spec says the file holds.
 #include "daemon/config/data_check.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
+#include "runtime/data/chat_json.h"
 #include "runtime/data/jsonl_reader.h"
 
 namespace deltatune::daemon {
@@ -43,17 +45,17 @@ const char* binary_format(std::string_view head) {
 absl::Status check_first_line(const std::string& where, std::string_view text,
                               const v1::DataSpec& data) {
     const bool skip = data.bad_lines() == v1::BAD_LINE_POLICY_SKIP;
-    if (auto e = json_line_error(text)) {
+    nlohmann::ordered_json j;  // keys in file order
+    if (auto why = parse_json_line(text, j)) {
         if (skip) return absl::OkStatus();
-        return invalid(absl::StrCat(where, ": not valid JSON: ", *e));
+        return invalid(absl::StrCat(where, ": not valid JSON: ", *why));
     }
-    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);  // keys in file order
     if (!j.is_object()) {
         if (skip) return absl::OkStatus();
         return invalid(absl::StrCat(where, ": not a JSON object"));
     }
-    const bool chat = j.contains("messages") || j.contains("conversations") ||
-                      j.contains("prompt") || j.contains("text");
+    const bool chat = std::any_of(kChatLineKeys.begin(), kChatLineKeys.end(),
+                                  [&](std::string_view key) { return j.contains(key); });
     const bool tokenized = j.contains("input_ids");
     const v1::DataFormat f = data.format();
     if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
@@ -62,7 +64,11 @@ absl::Status check_first_line(const std::string& where, std::string_view text,
     }
     std::vector<std::string> keys;
     for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");
-    const char* chat_keys = "\"messages\", \"conversations\", \"prompt\" or \"text\"";
+    std::string chat_keys;  // "messages", "conversations", "prompt" or "text"
+    for (size_t i = 0; i < kChatLineKeys.size(); ++i) {
+        const char* sep = i == 0 ? "" : i + 1 < kChatLineKeys.size() ? ", " : " or ";
+        chat_keys += sep + ("\"" + std::string(kChatLineKeys[i]) + "\"");
+    }
     const std::string want = f == v1::DATA_FORMAT_CHAT ? absl::StrCat(chat_keys, " (format: chat)")
                              : f == v1::DATA_FORMAT_TOKENIZED
                                  ? std::string("\"input_ids\" (format: tokenized)")

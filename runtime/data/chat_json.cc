@@ -377,9 +377,8 @@ std::string python_float_repr(double value) {
 }
 
 std::optional<LineError> parse_chat_line(std::string_view text, ChatConversation& out) {
-    if (auto nul = json_line_nul(text)) return LineError{"not valid JSON", *nul};
-    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return LineError{"not valid JSON", json_line_error(text).value_or("")};
+    Json j;
+    if (auto why = parse_json_line(text, j)) return LineError{"not valid JSON", *why};
     if (!j.is_object()) return LineError{"not a JSON object", ""};
     out = ChatConversation{};
     if (j.contains("messages")) {

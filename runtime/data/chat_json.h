@@ -14,6 +14,7 @@
 // json.dumps with the keys in input order), so rendering needs no JSON library.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,10 @@
 #include "runtime/data/jsonl_reader.h"
 
 namespace deltatune {
+
+// The keys that make a line one of the shapes above (prompt/completion lines have both).
+inline constexpr std::array<std::string_view, 4> kChatLineKeys = {"messages", "conversations",
+                                                                  "prompt", "text"};
 
 // nullopt when the line is a good conversation (then `out` holds it); else why not, with the
 // message index and field in the detail ("messages[2].tool_calls[0].function.name is missing").

@@ -39,13 +39,9 @@ struct ChunkResult {
 };
 
 std::optional<json> parse_object(std::string_view text, LineError& error) {
-    if (auto nul = json_line_nul(text)) {
-        error = {"not valid JSON", *nul};
-        return std::nullopt;
-    }
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-        error = {"not valid JSON", json_line_error(text).value_or("")};
+    json j;
+    if (auto why = parse_json_line(text, j)) {
+        error = {"not valid JSON", *why};
         return std::nullopt;
     }
     if (!j.is_object()) {

@@ -52,6 +52,17 @@ std::optional<std::string> json_line_error(std::string_view text);
 // The NUL check alone (cheap: run it before a parse that would otherwise end at the byte).
 std::optional<std::string> json_line_nul(std::string_view text);
 
+// Parses a line into `out` (any nlohmann::basic_json; the caller includes nlohmann/json.hpp):
+// nullopt, or why it is not JSON as json_line_error says. The one parse of the good path; the
+// error's description parses again, on the failure path only.
+template <typename Json>
+std::optional<std::string> parse_json_line(std::string_view text, Json& out) {
+    if (auto nul = json_line_nul(text)) return nul;
+    out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (out.is_discarded()) return json_line_error(text).value_or("");
+    return std::nullopt;
+}
+
 // Applies the policy to one rejected line: under kFail returns InvalidArgument
 // "FILE:LINE: reason: detail"; under kSkipAndCount counts it and returns OK.
 absl::Status report_bad_line(BadLinePolicy policy, const std::string& file, int64_t line,

@@ -161,26 +161,22 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
 
 absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t max_shard_bytes) {
     DT_RETURN_IF_ERROR(process_sandbox().make_dirs(dir));
-    // Group tensors into shards in parameter order.
+    // Group tensors into shards in parameter order, then the untouched ones.
     std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
     size_t shard_bytes = 0;
-    for (const auto& p : model.params.all()) {
-        DT_ASSIGN_OR_RETURN(Tensor stored, p.value.to_dtype(p.stored_dtype));
-        if (shard_bytes > 0 && shard_bytes + stored.nbytes() > max_shard_bytes) {
-            shards.emplace_back();
-            shard_bytes = 0;
-        }
-        shard_bytes += stored.nbytes();
-        shards.back().emplace_back(checkpoint_name(p.name, model.layout), std::move(stored));
-    }
-    for (const auto& [name, t] : model.untouched) {
+    auto place = [&](std::string name, Tensor t) {
         if (shard_bytes > 0 && shard_bytes + t.nbytes() > max_shard_bytes) {
             shards.emplace_back();
             shard_bytes = 0;
         }
         shard_bytes += t.nbytes();
-        shards.back().emplace_back(name, t);
+        shards.back().emplace_back(std::move(name), std::move(t));
+    };
+    for (const auto& p : model.params.all()) {
+        DT_ASSIGN_OR_RETURN(Tensor stored, p.value.to_dtype(p.stored_dtype));
+        place(checkpoint_name(p.name, model.layout), std::move(stored));
     }
+    for (const auto& [name, t] : model.untouched) place(name, t);
     const std::map<std::string, std::string> meta = {{"format", "pt"}};
     if (shards.size() == 1) {
         DT_RETURN_IF_ERROR(

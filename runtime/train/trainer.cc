@@ -279,8 +279,7 @@ absl::Status finish(Run& run) {
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
     DT_RETURN_IF_ERROR(run.engine->download(run.in.model.params));  // collective on GPU ranks
     if (run.rank == 0) {
-        DT_RETURN_IF_ERROR(save_hf_model(result.export_dir, run.in.model));
-        DT_RETURN_IF_ERROR(copy_tokenizer_files(run.c, result.export_dir));
+        DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, result.export_dir));
     }
     DT_RETURN_IF_ERROR(run.comm->barrier());  // every rank reports the export once it exists
     run.hooks.on_event({"EXPORT_COMPLETED",

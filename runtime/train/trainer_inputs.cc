@@ -211,6 +211,11 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
     return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
 }
 
+absl::Status write_export(const TrainConfig& c, const HfModel& model, const std::string& dir) {
+    DT_RETURN_IF_ERROR(save_hf_model(dir, model));
+    return copy_tokenizer_files(c, dir);
+}
+
 absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
                                           const std::string& out_dir) {
     DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
@@ -219,8 +224,7 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));
-    DT_RETURN_IF_ERROR(save_hf_model(out_dir, model));
-    DT_RETURN_IF_ERROR(copy_tokenizer_files(c, out_dir));
+    DT_RETURN_IF_ERROR(write_export(c, model, out_dir));
     return state.step;
 }
 

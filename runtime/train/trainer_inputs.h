@@ -63,6 +63,9 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 // chat_template.jinja, special_tokens_map.json, ...), and a generation_config.json, derived from
 // the exported config.json's token ids (as transformers does) when the base has none.
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
+// An export: the model's weights and config (save_hf_model), then the files above. The job's own
+// export and export_checkpoint both write through it, so the two cannot differ.
+absl::Status write_export(const TrainConfig& c, const HfModel& model, const std::string& dir);
 
 // A committed training checkpoint of the model at c.model_dir as a Hugging Face folder in
 // out_dir (weights, config.json, tokenizer files), the form a job's final export has. Loads the

@@ -3,7 +3,9 @@
 # environment setting (AB_ENV) and/or another binary (B_BIN, e.g. a baseline build copied into
 # the bundle as daemon/deltatune_base), ROUNDS times each, one line per run
 # with the step's host-side figures (host enqueue time, GEMM heuristic queries and host time per
-# step, the profiled step's GPU-busy time). Over the bundle of gpu_bundle.sh:
+# step, the profiled step's GPU-busy time) and its GEMM and optimizer kernel time. VARIANTS
+# (semicolon-separated environment settings, e.g. "X=0;X=32") replaces A and B: each round runs
+# every variant with the bundle's binary. Over the bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -16,19 +18,26 @@ row() {  # LABEL JSON
 import json, sys
 d = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 g = lambda k: d.get(k) if d.get(k) is not None else float("nan")
+p = d.get("step_breakdown_ms_profiled_step") or {}
 print(f"{sys.argv[1]:<10} {g('tokens_per_s'):>8.0f} {g('step_ms'):>8.1f} {g('host_enqueue_ms'):>8.1f} "
       f"{g('profiled_step_ms'):>9.1f} {g('compute_kernel_busy_ms_profiled_step'):>8.1f} "
       f"{g('gemm_heuristic_queries_per_step'):>7.1f} {g('gemm_host_ms_per_step'):>7.2f} "
-      f"{g('gemm_calls_per_step'):>6.0f} {g('peak_memory_gib'):>6.1f}")
+      f"{g('gemm_calls_per_step'):>6.0f} {g('peak_memory_gib'):>6.1f} "
+      f"{p.get('gemm', float('nan')):>6.1f} {p.get('optimizer', float('nan')):>6.1f}")
 PY
 }
-echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB"
+echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB  gemm  optim"
+if [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"; else variants=(A B); fi
 for r in $(seq 1 ${ROUNDS:-3}); do
-  for v in A B; do
-    if [[ $v == A ]]; then envs=(); else envs=(${AB_ENV:-}); fi
-    bin=$B/daemon/deltatune; [[ $v == B ]] && bin=${B_BIN:-$bin}
+  for i in "${!variants[@]}"; do
+    v=${variants[$i]}
+    bin=$B/daemon/deltatune
+    if [[ -n ${VARIANTS:-} ]]; then envs=($v); label=V$i
+    elif [[ $v == A ]]; then envs=(); label=A
+    else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
     env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
-      --recompute ${RECOMPUTE:-auto} > "$O/ab_$v$r.json" 2> "$O/ab_$v$r.err" || tail -3 "$O/ab_$v$r.err"
-    row "$v$r" "$O/ab_$v$r.json"
+      --recompute ${RECOMPUTE:-auto} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
+    row "$label$r" "$O/ab_$label$r.json"
   done
 done
+if [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done; fi

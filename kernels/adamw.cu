@@ -12,7 +12,6 @@ namespace deltatune {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kConfinedThreads = 1024;  // few blocks: the most bytes in flight per multiprocessor
 
 // The step's scalars, rounded to fp32 once on the host exactly as adamw_step_ref rounds them.
 struct AdamWScalars {
@@ -99,7 +98,7 @@ int64_t adamw_plan_chunks(AdamWTensorArgs* tensors, int num_tensors) {
 
 cudaError_t adamw_multi_tensor_step(const AdamWTensorArgs* tensors, int num_tensors,
                                     int64_t total_chunks, const AdamWHyper& hyper, int64_t step,
-                                    const float* grad_scale, cudaStream_t stream, int max_blocks) {
+                                    const float* grad_scale, cudaStream_t stream) {
     if (num_tensors <= 0 || total_chunks <= 0) return cudaSuccess;
     if (step < 1) return cudaErrorInvalidValue;
     const double bias_correction1 = 1.0 - std::pow(hyper.beta1, static_cast<double>(step));
@@ -111,10 +110,8 @@ cudaError_t adamw_multi_tensor_step(const AdamWTensorArgs* tensors, int num_tens
                          static_cast<float>(std::sqrt(bias_correction2)),
                          static_cast<float>(hyper.eps),
                          static_cast<float>(-(hyper.lr / bias_correction1))};
-    const int64_t cap = max_blocks > 0 ? max_blocks : 65535;
-    const int threads = max_blocks > 0 ? kConfinedThreads : kThreads;
-    const int64_t blocks = total_chunks < cap ? total_chunks : cap;
-    adamw_multi_tensor_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+    const int64_t blocks = total_chunks < 65535 ? total_chunks : 65535;
+    adamw_multi_tensor_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         tensors, num_tensors, total_chunks, s, grad_scale);
     return cudaGetLastError();
 }

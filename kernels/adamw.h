@@ -44,12 +44,9 @@ int64_t adamw_plan_chunks(AdamWTensorArgs* tensors, int num_tensors);
 // One step over every tensor in one launch, the math of adamw_step_ref in fp32. `tensors` is a
 // device copy of the planned array. grad_scale (device, may be null) multiplies every gradient
 // first: global_grad_norm's clip coefficient, so clipping needs no host synchronisation.
-// max_blocks > 0 confines the update to that many 1024-thread blocks (about as many
-// multiprocessors), leaving the others to kernels running beside it; same result.
 cudaError_t adamw_multi_tensor_step(const AdamWTensorArgs* tensors, int num_tensors,
                                     int64_t total_chunks, const AdamWHyper& hyper, int64_t step,
-                                    const float* grad_scale, cudaStream_t stream,
-                                    int max_blocks = 0);
+                                    const float* grad_scale, cudaStream_t stream);
 #endif
 
 }  // namespace deltatune

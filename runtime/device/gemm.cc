@@ -120,7 +120,7 @@ absl::StatusOr<std::optional<int>> fastest(cublasLtHandle_t handle, const GemmAr
 
 // The operation and layouts of x. Column-major view: C' (n x m) = op(B') (n x k) op(A') (k x m),
 // A' = B, B' = A.
-absl::Status make_descs(const GemmArgs& x, int sm_target, Descs* out) {
+absl::Status make_descs(const GemmArgs& x, Descs* out) {
     Descs& d = *out;
     const uint64_t mm = static_cast<uint64_t>(x.n), nn = static_cast<uint64_t>(x.m);
     const uint64_t kk = static_cast<uint64_t>(x.k);
@@ -132,10 +132,6 @@ absl::Status make_descs(const GemmArgs& x, int sm_target, Descs* out) {
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     DT_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (sm_target > 0) {
-        DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-            d.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
-    }
     // Stored shapes (column-major rows x cols) of A' = B and B' = A.
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, x.trans_b ? kk : mm,
                                                          x.trans_b ? mm : kk, x.ldb));
@@ -196,7 +192,7 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
     const auto t_start = std::chrono::steady_clock::now();
     ++stats_.calls;
     Descs d;
-    DT_RETURN_IF_ERROR(make_descs(x, sm_target_, &d));
+    DT_RETURN_IF_ERROR(make_descs(x, &d));
     const int al_a = alignment_of(x.b), al_b = alignment_of(x.a), al_c = alignment_of(x.c);
     const Key key{x.m,
                   x.n,
@@ -208,8 +204,7 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
                   x.ldc,
                   static_cast<int>(x.c_type),
                   x.beta != 0.0f,
-                  al_a * 1000000 + al_b * 1000 + al_c,
-                  sm_target_};
+                  al_a * 1000000 + al_b * 1000 + al_c};
     auto it = cache_.find(key);
     // A timed choice serves every shape of its bucket: the token count changes from batch to
     // batch, and timing each new count would cost more than the choice saves. (Worked out on a

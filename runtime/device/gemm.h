@@ -51,11 +51,6 @@ class Gemm {
     // supports the shape. Empty problems (m, n or k = 0 with beta = 1) are no-ops.
     absl::Status run(const GemmArgs& args, cudaStream_t stream);
     size_t cached_algorithms() const { return cache_.size(); }
-    // Multiprocessors the following GEMMs may use (cuBLASLt's SM_COUNT_TARGET; 0: all): a
-    // persistent GEMM sized for every multiprocessor beside a kernel holding some of them would
-    // wait a whole wave for them. Part of each algorithm choice's key.
-    void set_sm_count_target(int sms) { sm_target_ = sms; }
-    int sm_count_target() const { return sm_target_; }
     // Size buckets whose candidates were timed (a timed choice serves every shape of its bucket:
     // sizes within 12.5%, as token counts vary between batches; a shape offered one candidate,
     // or met in a capture or with no memory for the scratch, is not timed), and how many of
@@ -78,11 +73,10 @@ class Gemm {
   private:
     struct Algo;
     using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int,
-                           bool, int, int>;
+                           bool, int>;
     Gemm() = default;
     cublasLtContext* handle_ = nullptr;
     bool time_candidates_ = false;
-    int sm_target_ = 0;
     size_t timed_buckets_ = 0;
     size_t retuned_ = 0;
     void* workspace_ = nullptr;

@@ -2,10 +2,10 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 
 #include "kernels/cast.h"
+#include "kernels/grad_norm.h"
 #include "kernels/init_fill.h"
 #include "kernels/shard_reduce.h"
 #include "runtime/base/status_macros.h"
@@ -40,21 +40,9 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
         u.shard_begin = f->shard_total_;
         f->shard_total_ += u.shard;
         DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&u.ready, cudaEventDisableTiming));
-        DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&u.updated, cudaEventDisableTiming));
         f->units_.push_back(std::move(u));
     }
     DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&f->scratch_, cudaEventDisableTiming));
-    DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&f->rep_updated_, cudaEventDisableTiming));
-    // The highest priority: the update's few blocks take the first multiprocessors that free up
-    // instead of queueing behind the forward's (the forward soon waits for them).
-    int least = 0, greatest = 0;
-    DT_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaStreamCreateWithPriority(&f->update_stream_, cudaStreamNonBlocking, greatest));
-    DT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&f->device_sms_, cudaDevAttrMultiProcessorCount,
-                                                   dev.device().index));
-    const char* env = std::getenv("DELTATUNE_UPDATE_SMS");
-    f->set_update_sms(env && *env ? std::atoi(env) : kDefaultUpdateSms);
     const size_t n = static_cast<size_t>(f->shard_total_);
     const size_t r = static_cast<size_t>(std::max<int64_t>(1, f->layout_.replicated_numel));
     DT_ASSIGN_OR_RETURN(f->master_, dev.allocate(n * sizeof(float)));
@@ -71,7 +59,7 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
                             &f->rep_half_, &f->rep_grad_, &f->rep_moments_, &f->scalars_}) {
         DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
-    DT_RETURN_IF_ERROR(f->plan_updates());
+    DT_RETURN_IF_ERROR(f->plan_adamw());
     return f;
 }
 
@@ -82,15 +70,41 @@ FsdpGpuParams::~FsdpGpuParams() {
         cudaStreamSynchronize(dev_.comm_stream());
         cudaStreamSynchronize(dev_.compute_stream());
     }
-    if (update_stream_) cudaStreamSynchronize(update_stream_);  // it only waits for compute
     for (Unit& u : units_) {
         u.gathered.reset(), u.full_grad.reset();
         if (u.ready) cudaEventDestroy(u.ready);
-        if (u.updated) cudaEventDestroy(u.updated);
     }
     if (scratch_) cudaEventDestroy(scratch_);
-    if (rep_updated_) cudaEventDestroy(rep_updated_);
-    if (update_stream_) cudaStreamDestroy(update_stream_);
+}
+
+absl::Status FsdpGpuParams::plan_adamw() {
+    const int64_t n = shard_total_, r = layout_.replicated_numel;
+    std::vector<AdamWTensorArgs> ts;
+    ts.push_back(AdamWTensorArgs{master_.as<float>(), moments_.as<float>(),
+                                 moments_.as<float>() + n, grad_.as<float>(), half_.as<bf16>(), n,
+                                 0});
+    if (r > 0) {
+        ts.push_back(AdamWTensorArgs{rep_master_.as<float>(), rep_moments_.as<float>(),
+                                     rep_moments_.as<float>() + r, rep_grad_.as<float>(),
+                                     rep_half_.as<bf16>(), r, 0});
+    }
+    adamw_chunks_ = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
+    DT_ASSIGN_OR_RETURN(adamw_tensors_, dev_.allocate(sizeof(AdamWTensorArgs) * ts.size()));
+    // One planned GradNormTensor array per norm: [shard], [replicated].
+    GradNormTensor norms[2] = {{grad_.as<float>(), n, 0}, {rep_grad_.as<float>(), r, 0}};
+    norm_chunks_shard_ = grad_norm_plan_chunks(&norms[0], 1);
+    norm_chunks_rep_ = r > 0 ? grad_norm_plan_chunks(&norms[1], 1) : 0;
+    norm_work_bytes_ = grad_norm_workspace_bytes(std::max(norm_chunks_shard_, norm_chunks_rep_));
+    DT_ASSIGN_OR_RETURN(norm_work_, dev_.allocate(norm_work_bytes_));
+    DT_ASSIGN_OR_RETURN(norm_tensors_, dev_.allocate(sizeof(norms)));
+    const cudaStream_t s = compute();
+    DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(adamw_tensors_.get(), ts.data(),
+                                            sizeof(AdamWTensorArgs) * ts.size(),
+                                            cudaMemcpyHostToDevice, s));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(norm_tensors_.get(), norms, sizeof(norms), cudaMemcpyHostToDevice, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host arrays go away
+    return absl::OkStatus();
 }
 
 absl::Status FsdpGpuParams::order(cudaStream_t from, cudaStream_t to) {
@@ -126,7 +140,6 @@ cudaError_t FsdpGpuParams::for_each_local_piece(
 
 // The bf16 copies from freshly written fp32 masters; waits, as the host values may go away.
 absl::Status FsdpGpuParams::refresh_half_from_masters() {
-    DT_RETURN_IF_ERROR(join_update());
     const cudaStream_t s = compute();
     DT_CUDA_RETURN_IF_ERROR(
         cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
@@ -150,7 +163,6 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
     if (params.all().size() != layout_.slots.size()) {
         return absl::InvalidArgumentError("load: parameter set does not match the model");
     }
-    DT_RETURN_IF_ERROR(join_update());
     const cudaStream_t s = compute();
     DT_CUDA_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
         return cudaMemcpyAsync(dst, params.all()[i].value.data<float>() + a,
@@ -175,7 +187,6 @@ std::vector<size_t> FsdpGpuParams::sample_order() const {
 
 absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride) {
     if (stride < 1) return absl::InvalidArgumentError("download_sample: stride must be >= 1");
-    DT_RETURN_IF_ERROR(join_update());
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
     std::vector<float> out;
@@ -229,10 +240,7 @@ absl::Status FsdpGpuParams::download(ParamSet& params) {
 absl::Status FsdpGpuParams::zero_grads() {
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
-    for (Unit& u : units_) {  // each at its first use: its update may still read it
-        u.zero_runs.assign(1, {u.shard_begin, u.shard_begin + u.shard});
-    }
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, rep_updated_, 0));
+    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_.get(), 0, grad_.bytes(), s));
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rep_grad_.get(), 0, rep_grad_.bytes(), s));
     for (Unit& u : units_) {
         if (u.full_grad.get()) {  // unsynced accumulation left over: discard on the comm stream
@@ -243,7 +251,7 @@ absl::Status FsdpGpuParams::zero_grads() {
     return absl::OkStatus();
 }
 
-absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero, bool defer) {
+absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero) {
     if (comm_.world_size() != 1 || zero.size() != layout_.slots.size()) {
         return absl::FailedPreconditionError("partial gradient zeroing needs world size 1");
     }
@@ -272,21 +280,9 @@ absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero, boo
             runs.emplace_back(slots[i].first, end);
         }
     }
-    if (!defer) {
-        for (const auto& [b, e] : runs) {
-            DT_CUDA_RETURN_IF_ERROR(
-                cudaMemsetAsync(g + b, 0, sizeof(float) * static_cast<size_t>(e - b), compute()));
-        }
-        return absl::OkStatus();
-    }
-    for (Unit& u : units_) {  // a run may span units (padding): each unit takes its part
-        u.zero_runs.clear();
-        const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard;
-        for (const auto& [b, e] : runs) {
-            if (std::max(b, lo) < std::min(e, hi)) {
-                u.zero_runs.emplace_back(std::max(b, lo), std::min(e, hi));
-            }
-        }
+    for (const auto& [b, e] : runs) {
+        DT_CUDA_RETURN_IF_ERROR(
+            cudaMemsetAsync(g + b, 0, sizeof(float) * static_cast<size_t>(e - b), compute()));
     }
     return absl::OkStatus();
 }
@@ -295,8 +291,7 @@ absl::Status FsdpGpuParams::zero_grads_except(const std::vector<char>& skip) {
     std::vector<char> zero(skip.size());
     for (size_t i = 0; i < skip.size(); ++i) zero[i] = !skip[i];
     DT_RETURN_IF_ERROR(order(comm_stream(), compute()));
-    DT_RETURN_IF_ERROR(zero_marked_grads(zero, /*defer=*/true));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute(), rep_updated_, 0));
+    DT_RETURN_IF_ERROR(zero_marked_grads(zero));
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rep_grad_.get(), 0, rep_grad_.bytes(), compute()));
     return absl::OkStatus();
 }
@@ -308,7 +303,7 @@ absl::Status FsdpGpuParams::zero_param_grads(const std::vector<size_t>& params) 
         if (i >= zero.size()) return absl::OutOfRangeError("zero_param_grads: no such parameter");
         zero[i] = 1;
     }
-    return zero_marked_grads(zero, /*defer=*/false);
+    return zero_marked_grads(zero);
 }
 
 int FsdpGpuParams::next_unit(int unit, Phase phase) const {
@@ -324,7 +319,6 @@ absl::Status FsdpGpuParams::gather(int unit) {
     // The comm stream waits for the compute stream's work so far: the bf16 shards' last update
     // (AdamW) and every earlier use of memory the pool may hand out again.
     DT_RETURN_IF_ERROR(order(compute(), comm_stream()));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream(), u.updated, 0));  // its bf16 shard
     DT_ASSIGN_OR_RETURN(u.gathered,
                         dev_.allocator()->allocate(sizeof(bf16) * u.padded, comm_stream()));
     DT_RETURN_IF_ERROR(comm_.all_gather_bf16(half_.as<bf16>() + u.shard_begin, u.gathered.get(),
@@ -353,7 +347,6 @@ absl::StatusOr<GpuUnitPtrs> FsdpGpuParams::acquire(int unit, Phase phase, bool g
     if (unit < 0 || unit >= layout_.num_units) {
         return absl::OutOfRangeError("parameter unit out of range");
     }
-    DT_RETURN_IF_ERROR(before_use(unit, phase));
     Unit& u = units_[static_cast<size_t>(unit)];
     if (comm_.world_size() == 1) return whole_unit(u);
     // The embedding's backward scatters rows into its gradient and never reads the weights.
@@ -407,6 +400,40 @@ absl::Status FsdpGpuParams::release(int unit, Phase phase) {
 
 absl::Status FsdpGpuParams::synchronize() {
     return comm_.wait(compute());
+}
+
+absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step,
+                                           double max_grad_norm) {
+    const cudaStream_t s = compute();
+    DT_RETURN_IF_ERROR(order(comm_stream(), s));  // the last reduce-scatters
+    const int64_t r = layout_.replicated_numel;
+    float* sc = scalars_.as<float>();
+    if (r > 0) {
+        DT_RETURN_IF_ERROR(
+            comm_.all_reduce_sum_f32(rep_grad_.as<float>(), static_cast<size_t>(r), s));
+    }
+    const GradNormTensor* nt = norm_tensors_.as<GradNormTensor>();
+    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 0, nullptr, nt, 1, norm_chunks_shard_, 0.0f,
+                                             norm_work_.get(), norm_work_bytes_, s));
+    if (r > 0) {
+        DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 1, nullptr, nt + 1, 1, norm_chunks_rep_, 0.0f,
+                                                 norm_work_.get(), norm_work_bytes_, s));
+    }
+    // The replicated gradients are the same on every rank: counted once (rank 0).
+    const bool count_rep = r > 0 && comm_.rank() == 0;
+    DT_CUDA_RETURN_IF_ERROR(grad_norm_square_sum(sc + 2, sc + 0, count_rep ? sc + 1 : nullptr, s));
+    DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(sc + 2, 1, s));
+    DT_CUDA_RETURN_IF_ERROR(
+        grad_norm_from_square(sc + 3, sc + 4, sc + 2, static_cast<float>(max_grad_norm), s));
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensors_.as<AdamWTensorArgs>(),
+                                                    r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
+                                                    max_grad_norm > 0 ? sc + 4 : nullptr, s));
+    // Wait (polling NCCL) before reading back: a copy into pageable memory blocks the host until
+    // the stream reaches it, which a dead peer would make forever.
+    DT_RETURN_IF_ERROR(comm_.wait(s));
+    float norm = 0;
+    DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(&norm, sc + 3, sizeof(float), cudaMemcpyDeviceToHost));
+    return static_cast<double>(norm);
 }
 
 absl::Status FsdpGpuParams::all_reduce_host(std::vector<double>& values) {

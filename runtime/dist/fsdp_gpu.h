@@ -10,13 +10,6 @@
 // it in the backward reduce-scatters its fp32 gradient (sum over ranks) into the local shard and
 // frees the gathered buffers. Streams are ordered with events only (style R10); the host waits
 // only in synchronize() and step(), both polling NCCL so a dead peer ends in DeadlineExceeded.
-//
-// The AdamW update (fsdp_gpu_update.cc) runs unit by unit in the forward's order, each unit's
-// next use waiting only for its own update (events). With update_sms() > 0 it runs on a side
-// stream beside the next step's forward: the units the forward needs first at full width, the
-// rest confined to that many multiprocessors while the forward's GEMMs are told to leave them
-// free. Gradient zeroing for the next step is deferred to each unit's first use, after its
-// update has read the gradient. Results are those of the serial update bit for bit.
 #pragma once
 
 #if DELTATUNE_HAVE_CUDA
@@ -25,7 +18,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,12 +80,6 @@ class FsdpGpuParams final : public GpuParamSource {
     // max_grad_norm > 0, runs AdamW (1-based `step`) on the shards and refreshes the bf16
     // shards. Returns the global gradient norm before clipping (one host wait).
     absl::StatusOr<double> step(const AdamWHyper& hyper, int64_t step, double max_grad_norm);
-    // Multiprocessors the update may take beside the next forward; 0 runs it on the compute
-    // stream before anything else. Defaults to DELTATUNE_UPDATE_SMS, else kDefaultUpdateSms;
-    // clamped to half the device's multiprocessors.
-    void set_update_sms(int sms);
-    int update_sms() const { return update_sms_; }
-    static constexpr int kDefaultUpdateSms = 0;
     // Collective sum of host values (loss sums, label counts) over ranks, through the device, in
     // fp64 (NcclHostCommunicator).
     absl::Status all_reduce_host(std::vector<double>& values);
@@ -117,10 +103,7 @@ class FsdpGpuParams final : public GpuParamSource {
         DeviceMemory gathered;          // bf16 (padded), allocated on the comm stream
         DeviceMemory full_grad;         // fp32 (padded), allocated on the comm stream
         cudaEvent_t ready = nullptr;    // the gather (and gradient zeroing) done, on comm
-        cudaEvent_t updated = nullptr;  // its last AdamW update done
         bool live = false;              // a gather is enqueued and its buffer held
-        // Ranges of grad_ to zero at the unit's first use (after its update read them).
-        std::vector<std::pair<int64_t, int64_t>> zero_runs;
     };
     FsdpGpuParams(DeviceContext& dev, NcclCommunicator& comm) : dev_(dev), comm_(comm) {}
     cudaStream_t compute() const { return dev_.compute_stream(); }
@@ -128,19 +111,11 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status order(cudaStream_t from, cudaStream_t to);  // `to` waits for `from` so far
     absl::Status gather(int unit);
     GpuUnitPtrs whole_unit(const Unit& u);
-    // The sharded gradient ranges of the parameters `zero` marks, neighbours (and the padding
-    // between them) merged: zeroed now, or at each unit's first use when `defer`.
-    absl::Status zero_marked_grads(const std::vector<char>& zero, bool defer);
-    // fsdp_gpu_update.cc: the per-unit AdamW plan; before a unit's use, its update and deferred
-    // zeroing on the compute stream and the GEMMs' multiprocessor share; the compute stream
-    // after every update enqueued so far (before reading or writing masters or moments).
-    absl::Status plan_updates();
-    absl::Status before_use(int unit, Phase phase);
-    absl::Status zero_deferred(Unit& u);
-    absl::Status join_update();
-    absl::Status launch_updates(const AdamWHyper& hyper, int64_t step, const float* clip);
-    std::vector<int> forward_order() const;  // the units in the order the forward acquires them
+    // Zeroes the sharded gradient ranges of the parameters `zero` marks, neighbours (and the
+    // padding between them) in one memset.
+    absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
+    absl::Status plan_adamw();
     cudaError_t for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
     absl::Status refresh_half_from_masters();
@@ -155,17 +130,10 @@ class FsdpGpuParams final : public GpuParamSource {
     int64_t shard_total_ = 0;
     DeviceMemory master_, half_, grad_, moments_;                  // local shards (moments: m | v)
     DeviceMemory rep_master_, rep_half_, rep_grad_, rep_moments_;  // replicated segment
-    DeviceMemory norm_work_, norm_tensors_, scalars_;
-    int64_t norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;
+    DeviceMemory adamw_tensors_, norm_work_, norm_tensors_, scalars_;
+    int64_t adamw_chunks_ = 0, norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;
     size_t norm_work_bytes_ = 0;
     cudaEvent_t scratch_ = nullptr;
-    // The update: one planned AdamW tensor per unit, then the replicated segment's (last entry).
-    DeviceMemory update_args_;
-    std::vector<int64_t> update_chunks_;
-    cudaStream_t update_stream_ = nullptr;
-    cudaEvent_t rep_updated_ = nullptr;
-    int update_sms_ = 0, device_sms_ = 0;
-    bool update_beside_forward_ = false;  // the side stream's updates may still run
 };
 
 }  // namespace deltatune

@@ -30,8 +30,7 @@ std::vector<int64_t> FsdpGpuParams::group_sizes() const {
 }
 
 absl::Status FsdpGpuParams::save_shard(const std::string& path) {
-    DT_RETURN_IF_ERROR(join_update());  // the last step's update is in the masters
-    DT_RETURN_IF_ERROR(synchronize());
+    DT_RETURN_IF_ERROR(synchronize());  // the last step's update is in the masters
     const int64_t n = shard_total_, r = layout_.replicated_numel;
     const float* shard_src[3] = {master_.as<float>(), moments_.as<float>(),
                                  moments_.as<float>() + n};
@@ -63,8 +62,6 @@ absl::Status FsdpGpuParams::save_shard(const std::string& path) {
 absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_files) {
     const int64_t world = static_cast<int64_t>(rank_files.size());
     if (world < 1) return absl::InvalidArgumentError("load_shards: no shard files");
-    DT_RETURN_IF_ERROR(join_update());  // no update may still write what is read in below
-    DT_RETURN_IF_ERROR(synchronize());
     // Every tensor a file holds must be one this model reads: a file of another layout (say,
     // untied embeddings for a tied model) is refused even where the sizes happen to agree.
     std::set<std::string> expected;

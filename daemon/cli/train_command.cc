@@ -78,13 +78,15 @@ absl::Status run_train(const Flags& flags) {
 
     TrainerHooks hooks;
     hooks.on_event = [&](const TrainerEvent& e) {
-        if (rank != 0 || (e.type != "STEP_METRICS" && e.type != "RESUMED" &&
-                          e.type != "CHECKPOINT_COMMITTED" && e.type != "EVAL_METRICS")) {
+        if (rank != 0 ||
+            (e.type != "STEP_METRICS" && e.type != "RESUMED" && e.type != "CHECKPOINT_COMMITTED" &&
+             e.type != "EVAL_METRICS" && e.type != "DATA_LOADED")) {
             return;
         }
         nlohmann::json j = {{"event", e.type}};
         for (const auto& [k, v] : e.metrics) j[k] = v;
         if (!e.message.empty()) j["message"] = e.message;
+        for (const auto& [k, v] : e.details) j["details"][k] = v;  // skipped lines, mixture...
         std::printf("%s\n",
                     j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         std::fflush(stdout);

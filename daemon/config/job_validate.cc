@@ -104,6 +104,18 @@ absl::Status validate_hyperparameters(const v1::Hyperparameters& h) {
 absl::Status validate_data(const v1::DataSpec& d, const InputLimits& limits) {
     if (d.train_files().empty()) return invalid("data.train_files is required");
     DT_RETURN_IF_ERROR(check_list("data.train_files", d.train_files(), limits));
+    if (d.train_weights_size() > 0 && d.train_weights_size() != d.train_files_size()) {
+        return invalid(absl::StrCat("data.train_weights has ", d.train_weights_size(),
+                                    " entries for ", d.train_files_size(),
+                                    " train files (one per file, or none)"));
+    }
+    for (int i = 0; i < d.train_weights_size(); ++i) {
+        const double w = d.train_weights(i);
+        if (!std::isfinite(w) || w <= 0 || w > 1000) {
+            return invalid(
+                absl::StrCat("data.train_files[", i, "] weight (", w, ") must be in (0, 1000]"));
+        }
+    }
     DT_RETURN_IF_ERROR(check_list("data.eval_files", d.eval_files(), limits));
     DT_RETURN_IF_ERROR(check_string("data.tokenizer", d.tokenizer()));
     const std::string& t = d.chat_template();

@@ -180,9 +180,58 @@ absl::Status parse_map(const YAML::Node& node, pb::Message* m, const FD* f,
     return absl::OkStatus();
 }
 
+// data.train_files: each entry a path, or {path, weight} (a mixture); weights go to
+// data.train_weights, 1 for the plain entries, and only when some entry names one.
+absl::Status parse_train_files(const YAML::Node& value, pb::Message* m, const FD* f,
+                               const std::string& path) {
+    if (!value.IsSequence()) return type_error(path, "a list", value);
+    const FD* weights = m->GetDescriptor()->FindFieldByName("train_weights");
+    const pb::Reflection* r = m->GetReflection();
+    std::vector<double> w;
+    bool weighted = false;
+    for (size_t i = 0; i < value.size(); ++i) {
+        const std::string item = absl::StrCat(path, "[", i, "]");
+        const YAML::Node& n = value[i];
+        if (!n.IsMap()) {
+            DT_RETURN_IF_ERROR(set_scalar(m, f, n, item));
+            w.push_back(1.0);
+            continue;
+        }
+        weighted = true;
+        double weight = 1.0;
+        bool have_path = false;
+        for (const auto& kv : n) {
+            const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+            if (key == "path" && !have_path) {
+                DT_RETURN_IF_ERROR(set_scalar(m, f, kv.second, item + ".path"));
+                have_path = true;
+            } else if (key == "weight") {
+                DT_ASSIGN_OR_RETURN(weight, parse_double(kv.second, item + ".weight"));
+            } else {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    item, ".", key,
+                    ": unknown or repeated key (an entry is a path or {path, weight})"));
+            }
+        }
+        if (!have_path) return absl::InvalidArgumentError(absl::StrCat(item, ": no path"));
+        w.push_back(weight);
+    }
+    if (weighted) {
+        if (r->FieldSize(*m, weights) > 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                path, ": weights given both in the entries and in data.train_weights"));
+        }
+        for (double x : w) r->AddDouble(m, weights, x);
+    }
+    return absl::OkStatus();
+}
+
 absl::Status parse_field(const YAML::Node& value, pb::Message* m, const FD* f,
                          const std::string& path, std::set<std::string>* present) {
     if (f->is_map()) return parse_map(value, m, f, path);
+    if (f->full_name() == "deltatune.v1.DataSpec.train_files") {
+        return parse_train_files(value, m, f, path);
+    }
     if (f->is_repeated()) {
         if (!value.IsSequence()) return type_error(path, "a list", value);
         for (size_t i = 0; i < value.size(); ++i) {

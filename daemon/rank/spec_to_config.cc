@@ -9,6 +9,7 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.output_dir = spec.output_dir();
     const auto& d = spec.data();
     c.train_files.assign(d.train_files().begin(), d.train_files().end());
+    c.train_weights.assign(d.train_weights().begin(), d.train_weights().end());
     c.eval_files.assign(d.eval_files().begin(), d.eval_files().end());
     c.format = d.format() == v1::DATA_FORMAT_CHAT        ? DatasetFormat::kChat
                : d.format() == v1::DATA_FORMAT_TOKENIZED ? DatasetFormat::kPretokenized

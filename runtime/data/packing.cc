@@ -2,6 +2,7 @@
 #include "runtime/data/packing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune {
 namespace {
@@ -43,6 +45,25 @@ class Rng {
   private:
     uint64_t state_;
 };
+
+// Groups by first_doc from 0, none past the documents (a file with no documents makes an empty
+// group), weights finite and positive.
+absl::Status check_mixture(const std::vector<MixtureGroup>& mixture, int64_t documents) {
+    for (size_t g = 0; g < mixture.size(); ++g) {
+        const MixtureGroup& m = mixture[g];
+        const int64_t prev = g == 0 ? 0 : mixture[g - 1].first_doc;
+        if ((g == 0 && m.first_doc != 0) || m.first_doc < prev || m.first_doc > documents) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "packing: mixture group ", g, " starts at document ", m.first_doc,
+                " (groups start at 0, in order, within the ", documents, " documents)"));
+        }
+        if (!std::isfinite(m.weight) || m.weight <= 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "packing: mixture group ", g, " has weight ", m.weight, " (must be positive)"));
+        }
+    }
+    return absl::OkStatus();
+}
 
 uint64_t epoch_seed(uint64_t seed, int64_t epoch) {
     Rng a(seed);
@@ -137,6 +158,7 @@ absl::StatusOr<Packer> Packer::create(std::vector<int64_t> lengths, PackingOptio
             ") and world_size (", options.world_size, ") must be positive"));
     }
     if (lengths.empty()) return absl::InvalidArgumentError("packing: the dataset has no documents");
+    DT_RETURN_IF_ERROR(check_mixture(options.mixture, static_cast<int64_t>(lengths.size())));
     Packer p;
     p.options_ = options;
     const int64_t n = options.tokens_per_batch;
@@ -162,6 +184,18 @@ absl::StatusOr<Packer> Packer::create(std::vector<int64_t> lengths, PackingOptio
             "packing: all ", lengths.size(), " documents are longer than tokens_per_batch (", n,
             ") and overlong: drop leaves none"));
     }
+    for (size_t g = 0; g < p.options_.mixture.size(); ++g) {  // items are in document order
+        const int64_t end_doc = g + 1 < p.options_.mixture.size()
+                                    ? p.options_.mixture[g + 1].first_doc
+                                    : static_cast<int64_t>(lengths.size());
+        size_t end = p.group_end_.empty() ? 0 : p.group_end_.back();
+        while (end < p.items_.size() && p.items_[end].doc < end_doc) ++end;
+        p.group_end_.push_back(end);
+    }
+    if (p.epoch_items(0).empty()) {
+        return absl::InvalidArgumentError(
+            "packing: the mixture's weights take no document into an epoch");
+    }
     p.lengths_hash_ = Hash64().update(lengths.data(), lengths.size() * sizeof(int64_t)).digest();
     p.lengths_ = std::move(lengths);
     p.plan_epoch(0);
@@ -172,9 +206,9 @@ void Packer::plan_epoch(int64_t epoch) {
     const int64_t capacity = options_.tokens_per_batch;
     const auto world = static_cast<size_t>(options_.world_size);
     const auto window = static_cast<size_t>(options_.window);
-    Rng rng(epoch_seed(options_.seed, epoch));
-    std::vector<size_t> order(items_.size());
-    std::iota(order.begin(), order.end(), size_t{0});
+    const uint64_t seed = epoch_seed(options_.seed, epoch);
+    Rng rng(seed);
+    std::vector<size_t> order = epoch_items(seed);
     rng.shuffle(order);
 
     epoch_ = epoch;
@@ -222,7 +256,7 @@ void Packer::update_stats(const std::vector<size_t>& order) {
     const int64_t capacity = options_.tokens_per_batch;
     stats_ = PackingStats{};
     stats_.documents = static_cast<int64_t>(lengths_.size());
-    stats_.segments = static_cast<int64_t>(items_.size());
+    stats_.segments = static_cast<int64_t>(order.size());
     stats_.overlong_documents = overlong_documents_;
     stats_.truncated_tokens = truncated_tokens_;
     stats_.dropped_tokens = dropped_tokens_;
@@ -252,6 +286,41 @@ void Packer::update_stats(const std::vector<size_t>& order) {
     stats_.padded_2d_batches = count_padded_2d_batches(shuffled, capacity);
 }
 
+std::vector<size_t> Packer::epoch_items(uint64_t seed) const {
+    std::vector<size_t> out;
+    if (group_end_.empty()) {
+        out.resize(items_.size());
+        std::iota(out.begin(), out.end(), size_t{0});
+        return out;
+    }
+    Rng draw(seed ^ 0x6A09E667F3BCC909ull);  // its own stream: the shuffle's stays as it was
+    size_t begin = 0;
+    for (size_t g = 0; g < group_end_.size(); ++g) {
+        const size_t end = group_end_[g];
+        const double w = options_.mixture[g].weight;
+        const auto copies = static_cast<int64_t>(std::floor(w));
+        for (int64_t c = 0; c < copies; ++c) {
+            for (size_t i = begin; i < end; ++i) out.push_back(i);
+        }
+        std::vector<size_t> part(end - begin);
+        std::iota(part.begin(), part.end(), begin);
+        const auto take = static_cast<size_t>(
+            std::llround((w - static_cast<double>(copies)) * static_cast<double>(part.size())));
+        if (take > 0 && take < part.size()) draw.shuffle(part);
+        out.insert(out.end(), part.begin(), part.begin() + static_cast<std::ptrdiff_t>(take));
+        begin = end;
+    }
+    return out;
+}
+
+std::string Packer::mixture_text() const {
+    std::string out;
+    for (const MixtureGroup& g : options_.mixture) {
+        absl::StrAppend(&out, out.empty() ? "" : ",", g.first_doc, ":", g.weight);
+    }
+    return out;
+}
+
 std::vector<PackedBin> Packer::next_step() {
     if (step_ >= steps_in_epoch()) plan_epoch(epoch_ + 1);
     return plan_[static_cast<size_t>(step_++)];
@@ -268,7 +337,9 @@ std::string Packer::cursor() const {
                               {"overlong", overlong_policy_name(options_.overlong)},
                               {"documents", lengths_.size()},
                               {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
-    return j.dump();
+    nlohmann::json k = j;
+    if (!options_.mixture.empty()) k["mixture"] = mixture_text();  // older cursors have none
+    return k.dump();
 }
 
 absl::Status Packer::restore(std::string_view cursor) {
@@ -290,6 +361,11 @@ absl::Status Packer::restore(std::string_view cursor) {
             {"overlong", overlong_policy_name(options_.overlong)},
             {"documents", lengths_.size()},
             {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
+        if (j.value("mixture", "") != mixture_text()) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("packing cursor was saved with mixture \"", j.value("mixture", ""),
+                             "\", this run has \"", mixture_text(), "\""));
+        }
         for (const auto& [key, value] : expected) {
             if (j.at(key) != value) {
                 return absl::FailedPreconditionError(absl::StrCat("packing cursor was saved with ",

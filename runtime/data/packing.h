@@ -11,8 +11,13 @@
 // the next window. At the end of an epoch the last incomplete group (fewer bins than ranks) is one
 // final step whose segments are spread over all ranks; only when it has fewer segments than ranks
 // do the remaining ranks get an EMPTY batch (no documents, zero tokens). No document is skipped or
-// repeated within an epoch, and every rank still runs every step's collectives. With world_size 1
-// there is never an empty batch.
+// repeated within an epoch (unless a mixture weight says so, below), and every rank still runs
+// every step's collectives. With world_size 1 there is never an empty batch.
+//
+// A mixture weights groups of documents (a job's training files): an epoch takes a group's
+// segments weight times, the whole part as copies of all of them and the fraction as that share
+// of them drawn anew each epoch (weight 2.5 of 100 segments: 250; 0.5: a different 50 each
+// epoch). No mixture, or every weight 1, plans exactly as before.
 #pragma once
 
 #include <cstdint>
@@ -35,12 +40,20 @@ enum class OverlongPolicy {
 absl::StatusOr<OverlongPolicy> parse_overlong_policy(std::string_view name);
 const char* overlong_policy_name(OverlongPolicy policy);
 
+// Documents [first_doc, the next group's first_doc) taken `weight` times per epoch.
+struct MixtureGroup {
+    int64_t first_doc = 0;
+    double weight = 1.0;
+    bool operator==(const MixtureGroup&) const = default;
+};
+
 struct PackingOptions {
     int64_t tokens_per_batch = 8192;
     int64_t window = 1024;  // documents per shuffle window
     uint64_t seed = 0;
     int world_size = 1;
     OverlongPolicy overlong = OverlongPolicy::kSplit;
+    std::vector<MixtureGroup> mixture;  // by first_doc, the first at 0; empty: every weight 1
 };
 
 // Tokens [begin, end) of document `doc`: a whole document, a truncated one, or a split piece.
@@ -103,11 +116,14 @@ class Packer {
   private:
     Packer() = default;
     void plan_epoch(int64_t epoch);
+    std::vector<size_t> epoch_items(uint64_t seed) const;  // indices into items_, unshuffled
+    std::string mixture_text() const;  // "first_doc:weight,..." (the cursor's record of it)
     void update_stats(const std::vector<size_t>& order);  // `order`: the epoch's shuffle
 
     PackingOptions options_;
     std::vector<int64_t> lengths_;
-    std::vector<Segment> items_;  // epoch-independent, in document order
+    std::vector<Segment> items_;     // epoch-independent, in document order
+    std::vector<size_t> group_end_;  // per mixture group, one past its last item
     uint64_t lengths_hash_ = 0;
     int64_t overlong_documents_ = 0;
     int64_t truncated_tokens_ = 0;

@@ -79,7 +79,8 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
         return absl::InvalidArgumentError(absl::StrCat(
             "data_shards ", run->shards, " is not a multiple of the world size ", run->world));
     }
-    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, run->shards, c.overlong};
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, run->shards, c.overlong, {}};
+    DT_ASSIGN_OR_RETURN(po.mixture, training_mixture(run->in.train, c.train_weights));
     DT_ASSIGN_OR_RETURN(run->packer, Packer::create(run->in.train.lengths(), po));
     run->ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
     run->lr = c.lr;

@@ -24,6 +24,7 @@ namespace deltatune {
 struct TrainConfig {
     std::string model_dir;
     std::vector<std::string> train_files;
+    std::vector<double> train_weights;  // per train file, times per epoch; empty: 1 each
     std::vector<std::string> eval_files;
     DatasetFormat format = DatasetFormat::kAuto;
     BadLinePolicy bad_lines = BadLinePolicy::kFail;

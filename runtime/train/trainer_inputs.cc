@@ -71,6 +71,23 @@ void add_overlong(TrainerEvent& e, const Corpus& train, const TrainConfig& c) {
         lost > 0 ? absl::StrCat(", ", lost, " tokens left out") : std::string());
 }
 
+// With train weights: each file's documents and weight, and the documents an epoch takes.
+void add_mixture(TrainerEvent& e, const Corpus& train, const std::vector<std::string>& files,
+                 const std::vector<double>& weights) {
+    if (weights.empty() || weights.size() != train.files.size()) return;
+    std::string text;
+    double per_epoch = 0;
+    for (size_t i = 0; i < weights.size(); ++i) {
+        const double docs = static_cast<double>(train.files[i].size());
+        const double whole = std::floor(weights[i]);
+        per_epoch += whole * docs + std::round((weights[i] - whole) * docs);
+        absl::StrAppend(&text, text.empty() ? "" : ", ", files[i], " x", weights[i], " (",
+                        train.files[i].size(), " documents)");
+    }
+    e.details["mixture"] = text;
+    e.metrics["documents_per_epoch"] = per_epoch;
+}
+
 // DATA_LOADED: sizes, the lines bad_lines: skip dropped (per file and by reason), and the
 // documents the over-long policy touched.
 TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::string>& files,
@@ -93,6 +110,7 @@ TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::strin
                  {"trained_tokens", double(train.trained_tokens)},
                  {"skipped_lines", double(skipped)}};
     add_overlong(e, train, c);
+    add_mixture(e, train, files, c.train_weights);
     if (skipped > 0) {
         e.level = "WARNING";
         e.message = absl::StrCat(skipped, " bad line(s) skipped (bad_lines: skip)");
@@ -142,6 +160,23 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
     return in;
 }
 
+absl::StatusOr<std::vector<MixtureGroup>> training_mixture(const Corpus& corpus,
+                                                           const std::vector<double>& weights) {
+    if (weights.empty()) return std::vector<MixtureGroup>{};
+    if (weights.size() != corpus.first_doc.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(weights.size(), " train weights for ",
+                                                       corpus.first_doc.size(), " train files"));
+    }
+    std::vector<MixtureGroup> groups;
+    bool all_one = true;
+    for (size_t i = 0; i < weights.size(); ++i) {
+        groups.push_back({corpus.first_doc[i], weights[i]});
+        all_one &= weights[i] == 1.0;
+    }
+    if (all_one) groups.clear();
+    return groups;
+}
+
 absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab) {
     std::vector<Document> docs;
     for (const auto& s : bin.segments) docs.push_back(corpus.piece(s));
@@ -151,7 +186,7 @@ absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin,
 
 absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
                                        const TrainConfig& c, int64_t vocab) {
-    PackingOptions po{c.tokens_per_batch, c.shuffle_window, 0, 1, c.overlong};
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, 0, 1, c.overlong, {}};
     DT_ASSIGN_OR_RETURN(Packer packer, Packer::create(eval.lengths(), po));
     double sum = 0;
     int64_t count = 0;

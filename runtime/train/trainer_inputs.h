@@ -55,6 +55,10 @@ struct Loaded {
 // DATA_LOADED go to the hooks.
 absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHooks& hooks);
 absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab);
+// The packer's mixture for per-file weights (TrainConfig::train_weights): empty when there are
+// none or all are 1 (the plan is then exactly the unweighted one).
+absl::StatusOr<std::vector<MixtureGroup>> training_mixture(const Corpus& corpus,
+                                                           const std::vector<double>& weights);
 // Token-weighted mean loss of a corpus (forward only), packed deterministically.
 absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
                                        const TrainConfig& c, int64_t vocab);

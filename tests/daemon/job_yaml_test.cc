@@ -169,6 +169,48 @@ TEST_CASE("data.overlong reads split, truncate or drop", "[daemon][yaml]") {
                                "OVERLONG_POLICY_TRUNCATE, OVERLONG_POLICY_DROP, got 'cut'"));
 }
 
+TEST_CASE("train_files entries are paths or {path, weight}: a mixture", "[daemon][yaml]") {
+    auto parsed = parse_job_yaml(
+        "model: m\noutput_dir: o\nhyperparameters: {max_steps: 10}\n"
+        "data: {train_files: [{path: a.jsonl, weight: 2.5}, b.jsonl, {weight: 0.5, path: "
+        "c.jsonl}]}\n",
+        InputLimits{});
+    REQUIRE(parsed.ok());
+    const v1::DataSpec& d = parsed->spec.data();
+    REQUIRE(d.train_files_size() == 3);
+    CHECK(d.train_files(2) == "c.jsonl");
+    REQUIRE(d.train_weights_size() == 3);
+    CHECK(d.train_weights(0) == 2.5);
+    CHECK(d.train_weights(1) == 1.0);
+    CHECK(d.train_weights(2) == 0.5);
+    normalize_job_spec(&parsed->spec, &parsed->present);
+    CHECK(validate_job_spec(parsed->spec, InputLimits{}).ok());
+    // Plain paths only: no weights at all.
+    CHECK(parse_job_yaml("data: {train_files: [a, b]}\n", InputLimits{})
+              ->spec.data()
+              .train_weights_size() == 0);
+    const std::pair<const char*, const char*> bad[] = {
+        {"data: {train_files: [{path: a, wieght: 2}]}\n",
+         "data.train_files[0].wieght: unknown or repeated key"},
+        {"data: {train_files: [{weight: 2}]}\n", "data.train_files[0]: no path"},
+        {"data: {train_files: [{path: a, weight: lots}]}\n",
+         "data.train_files[0].weight: expected a number, got 'lots'"},
+        {"data: {train_weights: [1], train_files: [{path: a, weight: 2}]}\n",
+         "weights given both in the entries and in data.train_weights"},
+    };
+    for (const auto& [yaml, want] : bad) {
+        INFO(yaml);
+        CHECK_THAT(message(parse_job_yaml(yaml, InputLimits{}).status()), Catch::Contains(want));
+    }
+    v1::JobSpec spec = parsed->spec;
+    spec.mutable_data()->set_train_weights(1, 0.0);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("data.train_files[1] weight (0) must be in (0, 1000]"));
+    spec.mutable_data()->add_train_weights(1.0);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("data.train_weights has 4 entries for 3 train files"));
+}
+
 TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {
     auto parsed = parse_job_yaml(
         "model: m\noutput_dir: o\ndata: {train_files: [t]}\n"

@@ -45,8 +45,8 @@ TEST_CASE("explicit values, zeros included, map through unchanged", "[daemon][ya
     const TrainConfig c = config_of(R"(
 model: m
 output_dir: o
-data: {train_files: [a.jsonl], eval_files: [b.jsonl], format: tokenized, bad_lines: skip,
-       overlong: drop}
+data: {train_files: [a.jsonl, {path: c.jsonl, weight: 0.5}], eval_files: [b.jsonl],
+       format: tokenized, bad_lines: skip, overlong: drop}
 hyperparameters:
   learning_rate: 2e-5
   lr_schedule: constant
@@ -72,6 +72,8 @@ resume_from: ckpt/step-4
     CHECK(c.bad_lines == BadLinePolicy::kSkipAndCount);
     CHECK(c.overlong == OverlongPolicy::kDrop);
     CHECK(c.eval_files == std::vector<std::string>{"b.jsonl"});
+    CHECK(c.train_files == std::vector<std::string>{"a.jsonl", "c.jsonl"});
+    CHECK(c.train_weights == std::vector<double>{1.0, 0.5});
     CHECK(c.checkpoint_every == 5);
     CHECK(c.keep_last_n == 1);
     CHECK(c.eval_every == 2);

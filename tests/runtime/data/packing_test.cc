@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "nlohmann/json.hpp"
 #include "runtime/data/packing.h"
@@ -271,6 +272,77 @@ TEST_CASE("over-long documents are truncated, split or dropped, and counted", "[
           "leaves none");
     CHECK(!Packer::create({}, PackingOptions{}).ok());
     CHECK(!Packer::create({5, 0}, PackingOptions{}).ok());
+}
+
+// Times each document appears in one epoch.
+std::map<int64_t, int> doc_counts(const std::vector<std::vector<PackedBin>>& steps) {
+    std::map<int64_t, int> n;
+    for (const auto& step : steps) {
+        for (const PackedBin& b : step) {
+            for (const Segment& seg : b.segments) ++n[seg.doc];
+        }
+    }
+    return n;
+}
+
+TEST_CASE("a mixture takes each group's documents weight times per epoch", "[data]") {
+    // Three files of 200, 300 and 100 documents at weights 2, 0.5 and 1.
+    const auto lengths = lognormal_lengths(600, 8);
+    PackingOptions opt;
+    opt.world_size = 2;
+    opt.window = 128;
+    opt.seed = 3;
+    opt.mixture = {{0, 2.0}, {200, 0.5}, {500, 1.0}};
+    Packer p = make(lengths, opt);
+    std::set<int64_t> halves[2];
+    for (int epoch = 0; epoch < 2; ++epoch) {
+        INFO("epoch " << epoch);
+        const auto steps = one_epoch(p);
+        const auto n = doc_counts(steps);
+        int64_t second = 0;
+        for (int64_t d = 0; d < 600; ++d) {
+            const int c = n.count(d) ? n.at(d) : 0;
+            if (d < 200) CHECK(c == 2);
+            if (d >= 200 && d < 500) {
+                CHECK((c == 0 || c == 1));
+                if (c) halves[epoch].insert(d), ++second;
+            }
+            if (d >= 500) CHECK(c == 1);
+        }
+        CHECK(second == 150);
+        CHECK(p.epoch_stats().segments == 400 + 150 + 100);
+        for (const auto& step : steps) {
+            for (const PackedBin& b : step) CHECK(b.tokens <= opt.tokens_per_batch);
+        }
+    }
+    CHECK(halves[0] != halves[1]);  // a different half each epoch
+    // A cursor carries the mixture: another mixture's run refuses it, the same one resumes.
+    const std::string cursor = p.cursor();
+    PackingOptions other = opt;
+    other.mixture[1].weight = 0.25;
+    Packer q = make(lengths, other);
+    CHECK(q.restore(cursor).code() == absl::StatusCode::kFailedPrecondition);
+    Packer r = make(lengths, opt);
+    REQUIRE(r.restore(cursor).ok());
+    CHECK(r.next_step() == p.next_step());
+}
+
+TEST_CASE("all weights 1 plan as no mixture; bad mixtures are refused", "[data]") {
+    const auto lengths = lognormal_lengths(300, 9);
+    PackingOptions plain;
+    plain.seed = 5;
+    PackingOptions ones = plain;
+    ones.mixture = {{0, 1.0}, {100, 1.0}};
+    Packer a = make(lengths, plain), b = make(lengths, ones);
+    CHECK(one_epoch(a) == one_epoch(b));
+    for (const std::vector<MixtureGroup>& bad :
+         {std::vector<MixtureGroup>{{1, 1.0}}, std::vector<MixtureGroup>{{0, 1.0}, {400, 1.0}},
+          std::vector<MixtureGroup>{{0, 0.0}}, std::vector<MixtureGroup>{{0, -1.0}},
+          std::vector<MixtureGroup>{{0, 0.001}}}) {
+        PackingOptions o = plain;
+        o.mixture = bad;
+        CHECK(Packer::create(lengths, o).status().code() == absl::StatusCode::kInvalidArgument);
+    }
 }
 
 TEST_CASE("2D padding batches count rows padded to the longest", "[data]") {

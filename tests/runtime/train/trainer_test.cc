@@ -51,6 +51,44 @@ TEST_CASE("training lowers the loss, checkpoints, evaluates and exports", "[trai
     CHECK(exported->layout == CheckpointLayout::kText);
 }
 
+TEST_CASE("weighted training files: DATA_LOADED shows the mixture, all-1 weights change nothing",
+          "[train]") {
+    testing::TempDir tmp;
+    TrainConfig plain = config(tmp, "plain");
+    plain.train_files.push_back(testing::write_data(tmp.file("more.jsonl"), 40, 3));
+    plain.max_steps = 3;
+    TrainConfig ones = plain, weighted = plain;
+    ones.output_dir = tmp.file("ones");
+    ones.train_weights = {1.0, 1.0};
+    weighted.output_dir = tmp.file("weighted");
+    weighted.train_weights = {0.5, 3.0};
+    auto run = [](const TrainConfig& c, std::vector<TrainerEvent>* log) {
+        TrainerHooks hooks;
+        hooks.on_event = [log](const TrainerEvent& e) { log->push_back(e); };
+        REQUIRE(train(c, hooks).ok());
+    };
+    auto find = [](const std::vector<TrainerEvent>& log, const std::string& type) {
+        std::vector<TrainerEvent> out;
+        for (const auto& e : log) {
+            if (e.type == type) out.push_back(e);
+        }
+        return out;
+    };
+    std::vector<TrainerEvent> a, b, w;
+    run(plain, &a), run(ones, &b), run(weighted, &w);
+    const auto sa = find(a, "STEP_METRICS"), sb = find(b, "STEP_METRICS");
+    REQUIRE(sa.size() == sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) {
+        CHECK(sa[i].metrics.at("batch_digest") == sb[i].metrics.at("batch_digest"));
+    }
+    const TrainerEvent loaded = find(w, "DATA_LOADED").at(0);
+    CHECK(loaded.metrics.at("documents_per_epoch") == 60 + 120);  // 120 x 0.5 + 40 x 3
+    CHECK_THAT(loaded.details.at("mixture"), Catch::Contains("more.jsonl x3 (40 documents)"));
+    CHECK(find(a, "DATA_LOADED").at(0).details.count("mixture") == 0);
+    CHECK(find(w, "STEP_METRICS").at(0).metrics.at("batch_digest") !=
+          sa.at(0).metrics.at("batch_digest"));
+}
+
 TEST_CASE("stop and resume equals the uninterrupted run bit for bit", "[train]") {
     testing::TempDir tmp;
     const TrainConfig straight = config(tmp, "straight");

@@ -66,7 +66,12 @@ absl::Status serialize_response(const google::protobuf::Message& resp, grpc::Byt
 }
 
 FineTuningService::FineTuningService(JobManager* manager, Authenticator auth)
-    : manager_(manager), auth_(std::move(auth)), hub_(manager) {}
+    : manager_(manager),
+      auth_(std::move(auth)),
+      hub_(manager),
+      reflection_v1_({v1::FineTuningService::service_full_name(), "grpc.health.v1.Health",
+                      "grpc.reflection.v1alpha.ServerReflection",
+                      grpc::reflection::v1::ServerReflection::service_full_name()}) {}
 
 FineTuningService::~FineTuningService() = default;
 
@@ -226,6 +231,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningServ
     int port = 0;
     builder.AddListeningPort(config.grpc_address, creds, &port);
     builder.RegisterService(service);
+    builder.RegisterService(service->reflection_v1());
     builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_request_bytes));
     // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would bind too and the
     // kernel would split clients between the two. One port, one daemon.

@@ -12,6 +12,7 @@
 #include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
 #include "daemon/service/job_streams.h"
+#include "daemon/service/reflection_v1.h"
 #include "deltatune/v1/service.grpc.pb.h"
 
 namespace deltatune::daemon {
@@ -67,6 +68,8 @@ class FineTuningService final : public FineTuningServiceBase {
                                                 const v1::WatchJobRequest* req) override;
 
     size_t stream_subscribers() { return hub_.size(); }
+    // Served beside this service (start_public_server), living as long as it.
+    ReflectionV1Service* reflection_v1() { return &reflection_v1_; }
 
   private:
     // auth -> parse -> fn(const Request*, Response*) -> serialize -> ToGrpcStatus.
@@ -77,9 +80,11 @@ class FineTuningService final : public FineTuningServiceBase {
     JobManager* manager_;
     Authenticator auth_;
     StreamHub hub_;
+    ReflectionV1Service reflection_v1_;
 };
 
-// Builds and starts the public server: `service`, grpc.health.v1 (serving) and reflection, TLS
+// Builds and starts the public server: `service`, grpc.health.v1 (serving) and reflection
+// (grpc.reflection.v1alpha from gRPC's plugin, grpc.reflection.v1 from ReflectionV1Service), TLS
 // when configured, receive limit limits.max_request_bytes. `address` overrides listen.grpc;
 // `*selected_port` gets the bound port (for ":0").
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningService* service,

@@ -1,11 +1,13 @@
 // FineTuningService over real gRPC on loopback: create/get/list, idempotent create, the AIP-216
 // transitions (allowed and refused), event streams resumed by sequence, heartbeats, WatchJob,
 // health and reflection, bearer tokens, and hostile input, after which the server still serves.
+#include <google/protobuf/descriptor.pb.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <catch2/catch.hpp>
 
 #include <set>
 
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "tests/daemon/daemon_test_util.h"
 
 namespace deltatune::daemon::testing {
@@ -300,6 +302,38 @@ TEST_CASE("health and reflection are served (grpcurl works)", "[daemon][grpc]") 
                          std::string("\x3a\x00", 2), &services)
                 .ok());
     CHECK_THAT(services, Catch::Contains("deltatune.v1.FineTuningService"));
+    // grpc.reflection.v1, what current grpcurl asks first: the services, and the API's files.
+    auto channel = d.channel();
+    auto stub = grpc::reflection::v1::ServerReflection::NewStub(channel);
+    grpc::ClientContext c;
+    auto stream = stub->ServerReflectionInfo(&c);
+    grpc::reflection::v1::ServerReflectionRequest req;
+    grpc::reflection::v1::ServerReflectionResponse resp;
+    req.set_list_services("");
+    REQUIRE(stream->Write(req));
+    REQUIRE(stream->Read(&resp));
+    std::set<std::string> names;
+    for (const auto& s : resp.list_services_response().service()) names.insert(s.name());
+    CHECK(names.count("deltatune.v1.FineTuningService") == 1);
+    CHECK(names.count("grpc.reflection.v1.ServerReflection") == 1);
+    req.set_file_containing_symbol("deltatune.v1.FineTuningService.CreateJob");
+    REQUIRE(stream->Write(req));
+    REQUIRE(stream->Read(&resp));
+    std::set<std::string> files;
+    for (const std::string& bytes : resp.file_descriptor_response().file_descriptor_proto()) {
+        google::protobuf::FileDescriptorProto f;
+        REQUIRE(f.ParseFromString(bytes));
+        files.insert(f.name());
+    }
+    CHECK(files.count("deltatune/v1/service.proto") == 1);
+    CHECK(files.count("deltatune/v1/job.proto") == 1);  // its imports come along
+    req.set_file_containing_symbol("no.such.Symbol");
+    REQUIRE(stream->Write(req));
+    REQUIRE(stream->Read(&resp));
+    CHECK(resp.error_response().error_code() == 5);  // NOT_FOUND
+    CHECK(resp.original_request().file_containing_symbol() == "no.such.Symbol");
+    stream->WritesDone();
+    CHECK(stream->Finish().ok());
 }
 
 TEST_CASE("events stream resumes from a sequence without gaps or duplicates", "[daemon][grpc]") {

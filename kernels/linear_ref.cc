@@ -5,6 +5,7 @@
 #include "kernels/linear.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace deltatune {
 
@@ -91,6 +92,33 @@ void linear_backward_ref(T* dx, T* dw, const T* dy, const T* x, const T* w, int6
     }
 }
 
+template <typename T>
+void lora_forward_ref(T* y, const T* x, const T* a, const T* b, int64_t rows, int64_t in_features,
+                      int64_t out_features, int64_t rank, T scale) {
+    std::vector<T> u(static_cast<size_t>(rows * rank)), v(static_cast<size_t>(rows * out_features));
+    linear_forward_ref(u.data(), x, a, rows, in_features, rank);
+    linear_forward_ref(v.data(), u.data(), b, rows, rank, out_features);
+    for (size_t i = 0; i < v.size(); ++i) y[i] += scale * v[i];
+}
+
+template <typename T>
+void lora_backward_ref(T* dx, T* da, T* db, const T* dy, const T* x, const T* a, const T* b,
+                       int64_t rows, int64_t in_features, int64_t out_features, int64_t rank,
+                       T scale) {
+    // The branch's own intermediates: u = x A^T (rows, rank), the scaled output gradient, and
+    // g = scale dy B (rows, rank).
+    std::vector<T> u(static_cast<size_t>(rows * rank)), g(u.size());
+    std::vector<T> dys(dy, dy + rows * out_features);
+    for (T& d : dys) d *= scale;
+    linear_forward_ref(u.data(), x, a, rows, in_features, rank);
+    linear_backward_ref(g.data(), db, dys.data(), u.data(), b, rows, rank, out_features);
+    std::vector<T> dxl(dx ? static_cast<size_t>(rows * in_features) : 0);
+    linear_backward_ref(dx ? dxl.data() : nullptr, da, g.data(), x, a, rows, in_features, rank);
+    if (dx) {
+        for (size_t i = 0; i < dxl.size(); ++i) dx[i] += dxl[i];
+    }
+}
+
 template void linear_forward_ref<float>(float*, const float*, const float*, int64_t, int64_t,
                                         int64_t);
 template void linear_forward_ref<double>(double*, const double*, const double*, int64_t, int64_t,
@@ -99,5 +127,16 @@ template void linear_backward_ref<float>(float*, float*, const float*, const flo
                                          int64_t, int64_t, int64_t);
 template void linear_backward_ref<double>(double*, double*, const double*, const double*,
                                           const double*, int64_t, int64_t, int64_t);
+
+template void lora_forward_ref<float>(float*, const float*, const float*, const float*, int64_t,
+                                      int64_t, int64_t, int64_t, float);
+template void lora_forward_ref<double>(double*, const double*, const double*, const double*,
+                                       int64_t, int64_t, int64_t, int64_t, double);
+template void lora_backward_ref<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, const float*, int64_t, int64_t, int64_t,
+                                       int64_t, float);
+template void lora_backward_ref<double>(double*, double*, double*, const double*, const double*,
+                                        const double*, const double*, int64_t, int64_t, int64_t,
+                                        int64_t, double);
 
 }  // namespace deltatune

@@ -35,7 +35,8 @@ const Command kCommands[] = {
                    "       random-init Hugging Face checkpoint", deltatune::cli::init_model_command},
     {"step", "--model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
              "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X\n"
-             "       --eps X --weight-decay X]   one training step, printed as one JSON line",
+             "       --eps X --weight-decay X] [--adapter PEFT_DIR]   one training step, printed as\n"
+             "       one JSON line (with --adapter: a LoRA step on the frozen base, CPU)",
      deltatune::cli::step_command},
     {"bench", "--config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]\n"
               "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"

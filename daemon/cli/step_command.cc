@@ -1,6 +1,6 @@
 // deltatune step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F]
 //                [--update-out F] [--recompute none|layer] [--lr X --beta1 X --beta2 X --eps X
-//                --weight-decay X]
+//                --weight-decay X] [--adapter PEFT_DIR]
 #include <cstdio>
 
 #include "daemon/cli/commands.h"
@@ -14,9 +14,9 @@ namespace deltatune::cli {
 namespace {
 
 absl::StatusOr<StepOptions> parse_step_options(const std::vector<std::string>& args) {
-    DT_ASSIGN_OR_RETURN(
-        Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out", "update-out",
-                                     "recompute", "lr", "beta1", "beta2", "eps", "weight-decay"}));
+    DT_ASSIGN_OR_RETURN(Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out",
+                                                     "update-out", "recompute", "lr", "beta1",
+                                                     "beta2", "eps", "weight-decay", "adapter"}));
     StepOptions o;
     DT_ASSIGN_OR_RETURN(o.model_dir, f.require("model"));
     DT_ASSIGN_OR_RETURN(o.batch_path, f.require("batch"));
@@ -24,6 +24,7 @@ absl::StatusOr<StepOptions> parse_step_options(const std::vector<std::string>& a
     o.recompute = f.get("recompute", "none");
     o.grads_out = f.get("grads-out");
     o.update_out = f.get("update-out");
+    o.adapter_dir = f.get("adapter");
     // Defaults are torch.optim.AdamW's.
     DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", 1e-3));
     DT_ASSIGN_OR_RETURN(o.adamw.beta1, f.get_double("beta1", 0.9));

@@ -24,7 +24,7 @@ void attention_block_forward(const Qwen35Config& c, const LayerView& w, const Ba
 
     // q_proj rows are per head [query (D) | gate (D)]; split them apart.
     Buf qg(T * Hq * 2 * D);
-    linear_forward_ref(qg.data(), acts.a.data(), ptr(w.q_proj), T, H, 2 * Hq * D);
+    proj_forward(w, Proj::kQ, qg.data(), acts.a.data(), T, H, 2 * Hq * D);
     acts.q_raw.resize(T * Hq * D);
     acts.gate.resize(T * Hq * D);
     for (int64_t r = 0; r < T * Hq; ++r) {
@@ -33,8 +33,8 @@ void attention_block_forward(const Qwen35Config& c, const LayerView& w, const Ba
     }
     acts.k_raw.resize(T * Hkv * D);
     acts.v.resize(T * Hkv * D);
-    linear_forward_ref(acts.k_raw.data(), acts.a.data(), ptr(w.k_proj), T, H, Hkv * D);
-    linear_forward_ref(acts.v.data(), acts.a.data(), ptr(w.v_proj), T, H, Hkv * D);
+    proj_forward(w, Proj::kK, acts.k_raw.data(), acts.a.data(), T, H, Hkv * D);
+    proj_forward(w, Proj::kV, acts.v.data(), acts.a.data(), T, H, Hkv * D);
 
     acts.qn.resize(T * Hq * D);
     acts.q_rstd.resize(T * Hq);
@@ -56,7 +56,7 @@ void attention_block_forward(const Qwen35Config& c, const LayerView& w, const Ba
                           acts.v.data(), b.cu_seqlens, b.num_docs, Hq, Hkv, D, scale);
     acts.gated.resize(T * Hq * D);
     output_gate_forward_ref(acts.gated.data(), acts.o.data(), acts.gate.data(), T * Hq * D);
-    linear_forward_ref(out, acts.gated.data(), ptr(w.o_proj), T, Hq * D, H);
+    proj_forward(w, Proj::kO, out, acts.gated.data(), T, Hq * D, H);
 }
 
 void attention_block_backward(const Qwen35Config& c, const LayerView& w, const LayerView& grad,
@@ -66,8 +66,7 @@ void attention_block_backward(const Qwen35Config& c, const LayerView& w, const L
     const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
 
     Buf dgated(T * Hq * D), d_o(T * Hq * D), dgate(T * Hq * D);
-    linear_backward_ref(dgated.data(), ptr(grad.o_proj), dout, acts.gated.data(), ptr(w.o_proj), T,
-                        Hq * D, H);
+    proj_backward(w, grad, Proj::kO, dgated.data(), dout, acts.gated.data(), T, Hq * D, H);
     output_gate_backward_ref(d_o.data(), dgate.data(), dgated.data(), acts.o.data(),
                              acts.gate.data(), T * Hq * D);
 
@@ -91,13 +90,10 @@ void attention_block_backward(const Qwen35Config& c, const LayerView& w, const L
         std::memcpy(&dqg[r * 2 * D + D], &dgate[r * D], D * sizeof(float));
     }
     Buf da(T * H), part(T * H);
-    linear_backward_ref(da.data(), ptr(grad.q_proj), dqg.data(), acts.a.data(), ptr(w.q_proj), T, H,
-                        2 * Hq * D);
-    linear_backward_ref(part.data(), ptr(grad.k_proj), dk_raw.data(), acts.a.data(), ptr(w.k_proj),
-                        T, H, Hkv * D);
+    proj_backward(w, grad, Proj::kQ, da.data(), dqg.data(), acts.a.data(), T, H, 2 * Hq * D);
+    proj_backward(w, grad, Proj::kK, part.data(), dk_raw.data(), acts.a.data(), T, H, Hkv * D);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.v_proj), dv.data(), acts.a.data(), ptr(w.v_proj), T,
-                        H, Hkv * D);
+    proj_backward(w, grad, Proj::kV, part.data(), dv.data(), acts.a.data(), T, H, Hkv * D);
     add_into(da.data(), part);
 
     Buf dx_norm(T * H);

@@ -67,6 +67,14 @@ void mlp_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
                         const BatchMeta& b, const float* x, const float* dout, float* dx,
                         const MlpBlockActs& acts);
 
+// A projection of layer `w`: y = x W^T, plus its LoRA branch when the layer has one.
+void proj_forward(const LayerView& w, Proj p, float* y, const float* x, int64_t rows, int64_t in,
+                  int64_t out);
+// Its backward: dx written (=; null to skip), the weight's gradient and the LoRA pair's in `grad`
+// accumulated (+=).
+void proj_backward(const LayerView& w, const LayerView& grad, Proj p, float* dx, const float* dy,
+                   const float* x, int64_t rows, int64_t in, int64_t out);
+
 // Helpers shared by the blocks.
 inline float* ptr(const Tensor& t) {
     return t.data<float>();

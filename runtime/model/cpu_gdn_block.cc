@@ -48,10 +48,10 @@ void gdn_block_forward(const Qwen35Config& c, const LayerView& w, const BatchMet
     acts.z.resize(T * VD);
     acts.b.resize(T * Hv);
     acts.a_raw.resize(T * Hv);
-    linear_forward_ref(acts.mixed.data(), acts.a.data(), ptr(w.in_proj_qkv), T, H, C);
-    linear_forward_ref(acts.z.data(), acts.a.data(), ptr(w.in_proj_z), T, H, VD);
-    linear_forward_ref(acts.b.data(), acts.a.data(), ptr(w.in_proj_b), T, H, Hv);
-    linear_forward_ref(acts.a_raw.data(), acts.a.data(), ptr(w.in_proj_a), T, H, Hv);
+    proj_forward(w, Proj::kQkv, acts.mixed.data(), acts.a.data(), T, H, C);
+    proj_forward(w, Proj::kZ, acts.z.data(), acts.a.data(), T, H, VD);
+    proj_forward(w, Proj::kB, acts.b.data(), acts.a.data(), T, H, Hv);
+    proj_forward(w, Proj::kA, acts.a_raw.data(), acts.a.data(), T, H, Hv);
 
     acts.conv.resize(T * C);
     causal_conv1d_forward_ref(acts.conv.data(), acts.mixed.data(), ptr(w.conv_w), b.cu_seqlens,
@@ -85,7 +85,7 @@ void gdn_block_forward(const Qwen35Config& c, const LayerView& w, const BatchMet
     acts.normed.resize(T * VD);
     gated_rmsnorm_forward_ref(acts.normed.data(), acts.norm_rstd.data(), acts.o.data(),
                               acts.z.data(), ptr(w.gdn_norm), T * Hv, dv, eps);
-    linear_forward_ref(out, acts.normed.data(), ptr(w.out_proj), T, VD, H);
+    proj_forward(w, Proj::kOut, out, acts.normed.data(), T, VD, H);
 }
 
 void gdn_block_backward(const Qwen35Config& c, const LayerView& w, const LayerView& grad,
@@ -97,8 +97,7 @@ void gdn_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
     const int64_t KD = c.key_dim(), VD = c.value_dim();
 
     Buf dnormed(T * VD), d_o(T * VD), dz(T * VD);
-    linear_backward_ref(dnormed.data(), ptr(grad.out_proj), dout, acts.normed.data(),
-                        ptr(w.out_proj), T, VD, H);
+    proj_backward(w, grad, Proj::kOut, dnormed.data(), dout, acts.normed.data(), T, VD, H);
     gated_rmsnorm_backward_ref(d_o.data(), dz.data(), ptr(grad.gdn_norm), dnormed.data(),
                                acts.o.data(), acts.z.data(), ptr(w.gdn_norm), acts.norm_rstd.data(),
                                T * Hv, dv);
@@ -128,16 +127,12 @@ void gdn_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
                                c.linear_conv_kernel_dim);
 
     Buf da(T * H), part(T * H);
-    linear_backward_ref(da.data(), ptr(grad.in_proj_qkv), dmixed.data(), acts.a.data(),
-                        ptr(w.in_proj_qkv), T, H, C);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_z), dz.data(), acts.a.data(),
-                        ptr(w.in_proj_z), T, H, VD);
+    proj_backward(w, grad, Proj::kQkv, da.data(), dmixed.data(), acts.a.data(), T, H, C);
+    proj_backward(w, grad, Proj::kZ, part.data(), dz.data(), acts.a.data(), T, H, VD);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_b), db.data(), acts.a.data(),
-                        ptr(w.in_proj_b), T, H, Hv);
+    proj_backward(w, grad, Proj::kB, part.data(), db.data(), acts.a.data(), T, H, Hv);
     add_into(da.data(), part);
-    linear_backward_ref(part.data(), ptr(grad.in_proj_a), da_raw.data(), acts.a.data(),
-                        ptr(w.in_proj_a), T, H, Hv);
+    proj_backward(w, grad, Proj::kA, part.data(), da_raw.data(), acts.a.data(), T, H, Hv);
     add_into(da.data(), part);
 
     Buf dx_norm(T * H);

@@ -16,10 +16,10 @@ void mlp_block_forward(const Qwen35Config& c, const LayerView& w, const BatchMet
     acts.gate.resize(T * I);
     acts.up.resize(T * I);
     acts.h.resize(T * I);
-    linear_forward_ref(acts.gate.data(), acts.m.data(), ptr(w.mlp_gate), T, H, I);
-    linear_forward_ref(acts.up.data(), acts.m.data(), ptr(w.mlp_up), T, H, I);
+    proj_forward(w, Proj::kGate, acts.gate.data(), acts.m.data(), T, H, I);
+    proj_forward(w, Proj::kUp, acts.up.data(), acts.m.data(), T, H, I);
     swiglu_forward_ref(acts.h.data(), acts.gate.data(), acts.up.data(), T * I);
-    linear_forward_ref(out, acts.h.data(), ptr(w.mlp_down), T, I, H);
+    proj_forward(w, Proj::kDown, out, acts.h.data(), T, I, H);
 }
 
 void mlp_block_backward(const Qwen35Config& c, const LayerView& w, const LayerView& grad,
@@ -27,14 +27,11 @@ void mlp_block_backward(const Qwen35Config& c, const LayerView& w, const LayerVi
                         const MlpBlockActs& acts) {
     const int64_t T = b.tokens, H = c.hidden_size, I = c.intermediate_size;
     Buf dh(T * I), dgate(T * I), dup(T * I), dm(T * H), dm_part(T * H), dx_norm(T * H);
-    linear_backward_ref(dh.data(), ptr(grad.mlp_down), dout, acts.h.data(), ptr(w.mlp_down), T, I,
-                        H);
+    proj_backward(w, grad, Proj::kDown, dh.data(), dout, acts.h.data(), T, I, H);
     swiglu_backward_ref(dgate.data(), dup.data(), dh.data(), acts.gate.data(), acts.up.data(),
                         T * I);
-    linear_backward_ref(dm.data(), ptr(grad.mlp_up), dup.data(), acts.m.data(), ptr(w.mlp_up), T, H,
-                        I);
-    linear_backward_ref(dm_part.data(), ptr(grad.mlp_gate), dgate.data(), acts.m.data(),
-                        ptr(w.mlp_gate), T, H, I);
+    proj_backward(w, grad, Proj::kUp, dm.data(), dup.data(), acts.m.data(), T, H, I);
+    proj_backward(w, grad, Proj::kGate, dm_part.data(), dgate.data(), acts.m.data(), T, H, I);
     add_into(dm.data(), dm_part);
     rmsnorm_backward_ref(dx_norm.data(), ptr(grad.post_norm), dm.data(), x, ptr(w.post_norm),
                          acts.rstd.data(), T, H);

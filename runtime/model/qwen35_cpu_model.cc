@@ -8,6 +8,7 @@
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
+#include "runtime/model/lora.h"
 
 namespace deltatune {
 
@@ -21,6 +22,12 @@ constexpr int64_t kHeadChunk = 256;
 
 Qwen35CpuModel::Qwen35CpuModel(const Qwen35Config& config, ParamSet& params)
     : config_(config), params_(params), view_(model_view(config, params)) {}
+
+void Qwen35CpuModel::attach_adapter(ParamSet& adapters, ParamSet& adapter_grads, float scale) {
+    attach_lora(config_, view_, adapters, scale);
+    adapter_grads_ = &adapter_grads;
+    lora_scale_ = scale;
+}
 
 BatchMeta Qwen35CpuModel::meta(const PackedBatch& b) const {
     return {b.tokens(), b.cu_seqlens.data(), b.num_docs(), b.position_ids.data()};
@@ -88,6 +95,7 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
     const PackedBatch& batch = *batch_;
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     ModelView g = model_view(config_, grads);
+    if (adapter_grads_) attach_lora(config_, g, *adapter_grads_, lora_scale_);
     const auto grad_scale = static_cast<float>(loss_scale);
 
     // LM head: logits are recomputed chunk by chunk (never stored whole).

@@ -37,6 +37,11 @@ class Qwen35CpuModel {
     // grad_scale = 1 / (trained targets of all micro-batches of the step).
     absl::Status backward(ParamSet& grads, double grad_scale);
 
+    // A LoRA adapter (model/lora.h): forward and backward add each pair's branch, and backward
+    // accumulates the pairs' gradients into `adapter_grads` (shaped like `adapters`). Both must
+    // outlive the model.
+    void attach_adapter(ParamSet& adapters, ParamSet& adapter_grads, float scale);
+
     // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
     absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);
     absl::StatusOr<Buf> logits(const PackedBatch& batch);
@@ -57,6 +62,8 @@ class Qwen35CpuModel {
     ParamSet& params_;
     ModelView view_;
     const PackedBatch* batch_ = nullptr;  // the batch of the pending backward
+    ParamSet* adapter_grads_ = nullptr;
+    float lora_scale_ = 0;
     std::vector<LayerActs> acts_;
     Buf final_x_, final_normed_, final_rstd_;
     int64_t label_tokens_ = 0;

@@ -54,6 +54,42 @@ ParamSet make_qwen35_params(const Qwen35Config& c, bool tied, bool zero_fill) {
     return p;
 }
 
+const char* proj_module_name(Proj p) {
+    static constexpr const char* kNames[kNumProj] = {
+        "q_proj",    "k_proj",      "v_proj",    "o_proj",    "gate_proj", "up_proj",
+        "down_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
+    return kNames[static_cast<size_t>(p)];
+}
+
+const Tensor& LayerView::weight(Proj p) const {
+    switch (p) {
+        case Proj::kQ:
+            return q_proj;
+        case Proj::kK:
+            return k_proj;
+        case Proj::kV:
+            return v_proj;
+        case Proj::kO:
+            return o_proj;
+        case Proj::kGate:
+            return mlp_gate;
+        case Proj::kUp:
+            return mlp_up;
+        case Proj::kDown:
+            return mlp_down;
+        case Proj::kQkv:
+            return in_proj_qkv;
+        case Proj::kZ:
+            return in_proj_z;
+        case Proj::kB:
+            return in_proj_b;
+        case Proj::kA:
+            return in_proj_a;
+        default:
+            return out_proj;
+    }
+}
+
 ModelView model_view(const Qwen35Config& c, ParamSet& p) {
     ModelView m;
     m.embed = p.get("model.embed_tokens.weight");

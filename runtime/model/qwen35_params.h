@@ -2,6 +2,8 @@
 // One LayerView is used by both the forward and the backward pass, over params or over grads.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <string>
 
@@ -17,6 +19,17 @@ namespace deltatune {
 ParamSet make_qwen35_params(const Qwen35Config& config, bool tied, bool zero_fill = true);
 
 std::string layer_prefix(int64_t layer);  // "model.layers.{l}."
+
+// The projections of a layer, by the module names Hugging Face (and PEFT's target_modules) use.
+enum class Proj : int { kQ, kK, kV, kO, kGate, kUp, kDown, kQkv, kZ, kB, kA, kOut, kCount };
+inline constexpr size_t kNumProj = static_cast<size_t>(Proj::kCount);
+const char* proj_module_name(Proj p);  // "q_proj", ..., "in_proj_qkv", ..., "out_proj"
+
+// A LoRA adapter's pair on one projection: A (rank, in), B (out, rank); undefined when none.
+struct LoraPair {
+    Tensor a, b;
+    bool on() const { return a.defined(); }
+};
 
 struct LayerView {
     LayerType type;
@@ -42,6 +55,10 @@ struct LayerView {
     Tensor o_proj;  // (H, Hq D)
     Tensor q_norm;  // (D) zero-centred
     Tensor k_norm;  // (D) zero-centred
+    // LoRA (model/lora.h): per projection, and the branch's scale (alpha / rank).
+    std::array<LoraPair, kNumProj> lora;
+    float lora_scale = 0;
+    const Tensor& weight(Proj p) const;  // the projection's base weight
 };
 
 struct ModelView {

@@ -10,6 +10,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/hf_model_io.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/optim/adamw.h"
@@ -18,11 +19,16 @@ namespace deltatune {
 
 namespace {
 
+// `set` as fp32 safetensors, each tensor named prefix + its checkpoint name (PEFT's for an
+// adapter's tensors).
 absl::Status write_params(const std::string& path, const HfModel& model, const ParamSet& set,
-                          const std::string& prefix) {
+                          const std::string& prefix, bool peft = false) {
     std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& p : set.all())
-        out.emplace_back(prefix + checkpoint_name(p.name, model.layout), p.value);
+    for (const auto& p : set.all()) {
+        const std::string name =
+            peft ? peft_name(p.name, model.layout) : checkpoint_name(p.name, model.layout);
+        out.emplace_back(prefix + name, p.value);
+    }
     return write_safetensors(path, out);
 }
 
@@ -55,6 +61,42 @@ absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const Pac
     return absl::OkStatus();
 }
 
+double squared_norm(const ParamSet& set) {
+    double sq = 0;
+    for (const auto& g : set.all()) {
+        const float* d = g.value.data<float>();
+        for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
+    }
+    return sq;
+}
+
+// The LoRA step on the CPU reference: the base frozen, the adapter's gradients and update.
+absl::Status run_step_lora(const StepOptions& options, HfModel& model, const PackedBatch& packed,
+                           StepReport& report) {
+    DT_ASSIGN_OR_RETURN(PeftAdapter adapter, load_peft_adapter(options.adapter_dir, model));
+    ParamSet adapter_grads = adapter.params.zeros_like();
+    const auto start = std::chrono::steady_clock::now();
+    Qwen35CpuModel net(model.config, model.params);
+    net.attach_adapter(adapter.params, adapter_grads, adapter.spec.scale());
+    DT_ASSIGN_OR_RETURN(LossResult loss, net.forward(packed));
+    ParamSet base_grads = model.params.zeros_like();  // computed by the blocks, not reported
+    DT_RETURN_IF_ERROR(net.backward(base_grads));
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.loss = loss.loss;
+    report.label_tokens = loss.label_tokens;
+    report.grad_norm = std::sqrt(squared_norm(adapter_grads));
+    if (!options.grads_out.empty()) {
+        DT_RETURN_IF_ERROR(write_params(options.grads_out, model, adapter_grads, "grad.", true));
+    }
+    if (!options.update_out.empty()) {
+        AdamWState state = make_adamw_state(adapter.params);
+        adamw_update(adapter.params, adapter_grads, state, options.adamw);
+        DT_RETURN_IF_ERROR(write_params(options.update_out, model, adapter.params, "", true));
+    }
+    return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StepReport> run_step(const StepOptions& options) {
@@ -74,6 +116,13 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     StepReport report;
     report.tokens = packed->tokens();
     report.documents = packed->num_docs();
+    if (!options.adapter_dir.empty()) {
+        if (options.device != "cpu") {
+            return absl::UnimplementedError("--adapter: LoRA runs on the CPU path only so far");
+        }
+        DT_RETURN_IF_ERROR(run_step_lora(options, model, *packed, report));
+        return report;
+    }
     if (options.device == "cuda") {
         DT_RETURN_IF_ERROR(run_step_cuda(options, model, *packed, report));
         return report;
@@ -88,12 +137,7 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.loss = loss.loss;
     report.label_tokens = loss.label_tokens;
-    double sq = 0;
-    for (const auto& g : grads.all()) {
-        const float* d = g.value.data<float>();
-        for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
-    }
-    report.grad_norm = std::sqrt(sq);
+    report.grad_norm = std::sqrt(squared_norm(grads));
 
     if (!options.grads_out.empty())
         DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));

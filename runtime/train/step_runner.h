@@ -19,6 +19,9 @@ struct StepOptions {
     std::string grads_out;           // fp32 safetensors, names "grad.<HF name>"; empty = skip
     std::string update_out;  // fp32 safetensors of params after one AdamW step; empty = skip
     AdamWHyper adamw;
+    // A PEFT LoRA folder (model/lora.h): the base is frozen; the report's gradient norm, the
+    // gradients and the update are the adapter's, under PEFT's tensor names. CPU only for now.
+    std::string adapter_dir;
 };
 
 struct StepReport {

@@ -83,6 +83,42 @@ TEST_CASE("linear backward matches finite differences", "[kernels][linear][fd]")
     check_gradients("linear", loss, {{"x", &x, r.dx}, {"w", &w, minus(r.dw, dw0)}});
 }
 
+TEST_CASE("the LoRA branch matches its formula and finite differences", "[kernels][linear][fd]") {
+    const int64_t rows = 9, in = 12, out = 10, rank = 3;
+    const double scale = 2.5;
+    Rng rng(65);
+    Vec x = rng.normal(rows * in), a = rng.normal(rank * in), b = rng.normal(out * rank);
+    const Vec weights = rng.normal(rows * out), y0 = rng.normal(rows * out);
+    auto branch = [&] {
+        Vec y = y0;
+        lora_forward_ref(y.data(), x.data(), a.data(), b.data(), rows, in, out, rank, scale);
+        return y;
+    };
+    // y = y0 + scale x A^T B^T, straight from the definition.
+    const Vec y = branch();
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t o = 0; o < out; ++o) {
+            double want = y0[i * out + o];
+            for (int64_t k = 0; k < rank; ++k) {
+                double u = 0;
+                for (int64_t c = 0; c < in; ++c) u += x[i * in + c] * a[k * in + c];
+                want += scale * u * b[o * rank + k];
+            }
+            CHECK(y[i * out + o] == Approx(want).epsilon(1e-12));
+        }
+    }
+    // Accumulating gradients: start from non-zero ones and check the increments.
+    const Vec dx0 = rng.normal(rows * in), da0 = rng.normal(rank * in),
+              db0 = rng.normal(out * rank);
+    Vec dx = dx0, da = da0, db = db0;
+    lora_backward_ref(dx.data(), da.data(), db.data(), weights.data(), x.data(), a.data(), b.data(),
+                      rows, in, out, rank, scale);
+    auto loss = [&] { return dot(weights, branch()); };
+    check_gradients(
+        "lora", loss,
+        {{"x", &x, minus(dx, dx0)}, {"A", &a, minus(da, da0)}, {"B", &b, minus(db, db0)}});
+}
+
 TEST_CASE("linear float agrees with double", "[kernels][linear]") {
     const int64_t rows = 19, in = 33, out = 17;
     Rng rng(64);

@@ -9,6 +9,10 @@ output_loading_info. Checks: no missing, unexpected or mismatched tensors; the v
 to the base's bit for bit; the trained weights changed and finite; the export's logits finite.
 tests/e2e/export_test.py checks the tokenizer side and the file's tensors in CI (no torch there).
 
+LoRA (with peft and accelerate on PYTHONPATH): a LoRA job on the text model exports a PEFT
+folder; peft.PeftModel.from_pretrained(base, export) gives the loss `deltatune step --adapter`
+gives on a batch of documents (each run alone, eager attention), to 1e-5.
+
   python3 scripts/gpu_export_check.py --cli .device-build/daemon/deltatune --out /tmp/export-check
 """
 import argparse
@@ -42,7 +46,7 @@ def build(kind):
             config, torch.float32)
 
 
-def train(cli, root, base, vocab):
+def train(cli, root, base, vocab, extra=""):
     data = os.path.join(root, "train.jsonl")
     rng = random.Random(5)
     with open(data, "w") as f:
@@ -54,7 +58,7 @@ def train(cli, root, base, vocab):
         f.write(f"model: {base}\noutput_dir: {os.path.join(root, 'out')}\n"
                 f"data:\n  train_files: [{data}]\n  format: tokenized\n"
                 "hyperparameters:\n  learning_rate: 0.01\n  lr_schedule: constant\n"
-                "  max_steps: 3\n  tokens_per_batch: 256\nseed: 1\n")
+                "  max_steps: 3\n  tokens_per_batch: 256\nseed: 1\n" + extra)
     r = subprocess.run([cli, "train", job], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         sys.exit(f"deltatune train failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -91,6 +95,40 @@ def check(kind, cli, out_root):
     return ok
 
 
+def check_lora(cli, out_root):
+    import peft
+    root = os.path.join(out_root, "lora")
+    os.makedirs(root, exist_ok=True)
+    torch.manual_seed(12)
+    cls, _, config, dtype = build("text")
+    base = os.path.join(root, "base")
+    cls(config).to(dtype).save_pretrained(base)
+    export = train(cli, root, base, config.vocab_size, "adapter: {type: lora, rank: 4, alpha: 8}\n")
+    rng = random.Random(8)
+    docs = [[rng.randrange(config.vocab_size) for _ in range(n)] for n in (17, 40, 5)]
+    batch = os.path.join(root, "batch.json")
+    json.dump({"documents": [{"input_ids": d, "labels": d} for d in docs]}, open(batch, "w"))
+    r = subprocess.run([cli, "step", "--model", base, "--batch", batch, "--adapter", export],
+                       capture_output=True, text=True, check=True)
+    ours = json.loads(r.stdout)["loss"]
+    model = cls.from_pretrained(base, dtype=torch.float32, attn_implementation="eager")
+    model = peft.PeftModel.from_pretrained(model, export).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for d in docs:
+            ids = torch.tensor([d])
+            logits = model(input_ids=ids).logits[0].float()
+            labels = torch.tensor(d[1:] + [-100])
+            total += torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum").item()
+            count += len(d) - 1
+    theirs = total / count
+    rel = abs(ours - theirs) / abs(theirs)
+    ok = rel < 1e-5
+    print(f"lora        PeftModel.from_pretrained: loss {theirs:.8f}, deltatune step --adapter "
+          f"{ours:.8f}, rel diff {rel:.2e} -> {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", required=True, help="the deltatune binary")
@@ -98,6 +136,7 @@ def main():
     args = ap.parse_args()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     results = [check(kind, args.cli, args.out) for kind in ("text", "multimodal")]
+    results.append(check_lora(args.cli, args.out))
     sys.exit(0 if all(results) else 1)
 
 

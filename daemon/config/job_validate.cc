@@ -22,6 +22,7 @@
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/kernel_registry.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/train/memory_plan.h"
 
@@ -276,6 +277,36 @@ absl::StatusOr<std::string> confine(const std::string& field, const std::string&
 
 }  // namespace
 
+// adapter: LoRA only, PEFT's knobs in range, known target modules, CPU ranks for now.
+absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits) {
+    const v1::AdapterSpec& a = spec.adapter();
+    if (a.type().empty()) {
+        if (a.ByteSizeLong() == 0) return absl::OkStatus();
+        return invalid("adapter: type is required (lora) when other adapter fields are set");
+    }
+    if (a.type() != "lora")
+        return invalid(absl::StrCat("adapter.type ('", a.type(), "') must be lora"));
+    if (a.rank() < 1 || a.rank() > 1024) {
+        return invalid(absl::StrCat("adapter.rank (", a.rank(), ") must be in [1, 1024]"));
+    }
+    if (!std::isfinite(a.alpha()) || a.alpha() <= 0) {
+        return invalid(absl::StrCat("adapter.alpha (", a.alpha(), ") must be a positive number"));
+    }
+    if (a.dropout() != 0) {
+        return invalid(
+            absl::StrCat("adapter.dropout (", a.dropout(), "): only 0 is supported so far"));
+    }
+    DT_RETURN_IF_ERROR(check_list("adapter.target_modules", a.target_modules(), limits));
+    const std::vector<std::string> modules(a.target_modules().begin(), a.target_modules().end());
+    if (absl::Status s = parse_lora_targets(modules).status(); !s.ok()) {
+        return invalid(absl::StrCat("adapter.target_modules: ", s.message()));
+    }
+    if (spec.resources().gpus() > 0) {
+        return invalid("adapter: LoRA jobs run on CPU ranks so far (resources.gpus must be 0)");
+    }
+    return absl::OkStatus();
+}
+
 absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limits) {
     DT_RETURN_IF_ERROR(check_string("display_name", spec.display_name()));
     if (spec.model().empty()) return invalid("model is required");
@@ -285,6 +316,7 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
     DT_RETURN_IF_ERROR(validate_data(spec.data(), limits));
     DT_RETURN_IF_ERROR(validate_labels(spec.labels()));
     DT_RETURN_IF_ERROR(check_string("resume_from", spec.resume_from()));
+    DT_RETURN_IF_ERROR(validate_adapter(spec, limits));
     DT_RETURN_IF_ERROR(
         check_list("kernels.allow_non_fused", spec.kernels().allow_non_fused(), limits));
     // Every job's spec is stored and listed: bound the whole, not only each field.

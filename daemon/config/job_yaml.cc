@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/model/qwen35_params.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -146,6 +147,14 @@ absl::Status set_scalar(pb::Message* m, const FD* f, const YAML::Node& n, const 
         case FD::CPPTYPE_DOUBLE: {
             DT_ASSIGN_OR_RETURN(const double v, parse_double(n, path));
             rep ? r->AddDouble(m, f, v) : r->SetDouble(m, f, v);
+            return absl::OkStatus();
+        }
+        case FD::CPPTYPE_BOOL: {
+            if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) {
+                return type_error(path, "true or false", n);
+            }
+            const bool v = n.Scalar() == "true";
+            rep ? r->AddBool(m, f, v) : r->SetBool(m, f, v);
             return absl::OkStatus();
         }
         case FD::CPPTYPE_ENUM: {
@@ -379,6 +388,16 @@ void normalize_job_spec(v1::JobSpec* spec, const std::set<std::string>* present)
     for (const auto& [path, value] : kDefaults) default_if_zero(spec, path, value, present);
     if (spec->resources().gpus() == 0) default_if_zero(spec, "resources.cpu_ranks", 1, present);
     if (spec->data().tokenizer().empty()) spec->mutable_data()->set_tokenizer(spec->model());
+    if (!spec->adapter().type().empty()) {  // only a job with an adapter gets its defaults
+        default_if_zero(spec, "adapter.rank", 16, present);
+        default_if_zero(spec, "adapter.alpha", 32, present);
+        v1::AdapterSpec* a = spec->mutable_adapter();
+        if (a->target_modules().empty()) {
+            for (size_t i = 0; i < kNumProj; ++i) {
+                a->add_target_modules(proj_module_name(static_cast<Proj>(i)));
+            }
+        }
+    }
 }
 
 }  // namespace deltatune::daemon

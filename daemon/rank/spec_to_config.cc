@@ -43,6 +43,16 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.checkpoint_every = spec.checkpoint().every_n_steps();
     c.keep_last_n = spec.checkpoint().keep_last_n();
     c.seed = spec.seed();
+    if (spec.adapter().type() == "lora") {  // validated: known modules
+        const auto& a = spec.adapter();
+        LoraSpec lora;
+        lora.rank = a.rank();
+        lora.alpha = a.alpha();
+        lora.use_rslora = a.use_rslora();
+        lora.targets = parse_lora_targets({a.target_modules().begin(), a.target_modules().end()})
+                           .value_or(std::vector<Proj>{});
+        c.lora = lora;
+    }
     // "jobs/ID" hands over that job's output_dir (its checkpoints are this job's now); a folder
     // is a checkpoint to start from.
     if (spec.resume_from().rfind("jobs/", 0) != 0) c.resume_checkpoint = spec.resume_from();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
 
@@ -186,6 +187,34 @@ absl::StatusOr<PeftAdapter> load_peft_adapter(const std::string& dir, const HfMo
                                          *unused.begin()));
     }
     return a;
+}
+
+absl::Status save_peft_adapter(const std::string& dir, const LoraSpec& spec,
+                               const ParamSet& adapters, const HfModel& model,
+                               const std::string& base) {
+    nlohmann::ordered_json j;
+    std::vector<std::string> modules;
+    for (Proj p : spec.targets) modules.push_back(proj_module_name(p));
+    j["peft_type"] = "LORA";
+    j["task_type"] = "CAUSAL_LM";
+    j["base_model_name_or_path"] = base;
+    j["r"] = spec.rank;
+    j["lora_alpha"] = spec.alpha;
+    j["lora_dropout"] = 0.0;
+    j["use_rslora"] = spec.use_rslora;
+    j["target_modules"] = modules;
+    j["bias"] = "none";
+    j["modules_to_save"] = nullptr;
+    j["fan_in_fan_out"] = false;
+    j["init_lora_weights"] = true;
+    j["inference_mode"] = true;
+    DT_RETURN_IF_ERROR(process_sandbox().make_dirs(dir));  // as save_hf_model: confined
+    DT_RETURN_IF_ERROR(write_file_atomic(dir + "/adapter_config.json", j.dump(2) + "\n"));
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const NamedParam& p : adapters.all()) {
+        tensors.emplace_back(peft_name(p.name, model.layout), p.value);
+    }
+    return write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
 }
 
 }  // namespace deltatune

@@ -55,4 +55,11 @@ struct PeftAdapter {
 // modules, a tensor missing, extra or of the wrong shape.
 absl::StatusOr<PeftAdapter> load_peft_adapter(const std::string& dir, const HfModel& model);
 
+// Writes `adapters` as a PEFT LoRA folder into `dir` (created): adapter_config.json (task
+// CAUSAL_LM, base_model_name_or_path `base`) and adapter_model.safetensors (fp32, PEFT's names),
+// what peft.PeftModel.from_pretrained(base model, dir) loads.
+absl::Status save_peft_adapter(const std::string& dir, const LoraSpec& spec,
+                               const ParamSet& adapters, const HfModel& model,
+                               const std::string& base);
+
 }  // namespace deltatune

@@ -51,8 +51,11 @@ class TrainEngine {
 };
 
 // `model.params` must outlive the engine: the CPU engine trains it in place. `comm` (not owned)
-// connects the CPU ranks.
-std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm);
+// connects the CPU ranks. With `adapters` (model/lora.h, outliving the engine) only they train,
+// in place, the base frozen; download() then leaves model.params as they are.
+std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm,
+                                                   ParamSet* adapters = nullptr,
+                                                   float lora_scale = 0);
 
 // How a GPU rank trains and meets its peers.
 struct GpuRankOptions {

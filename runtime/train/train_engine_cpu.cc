@@ -1,4 +1,5 @@
-// The CPU reference engine: Qwen35CpuModel and ShardedOptimizer (fp64 gradient accumulation).
+// The CPU reference engine: Qwen35CpuModel and ShardedOptimizer (fp64 gradient accumulation),
+// training the parameters or, with a LoRA adapter, only the adapter (the base frozen).
 #include <cstring>
 
 #include "runtime/base/status_macros.h"
@@ -11,12 +12,20 @@ namespace {
 
 class CpuTrainEngine final : public TrainEngine {
   public:
-    CpuTrainEngine(HfModel& model, Communicator& comm)
+    // `adapters` null: full fine-tuning of model.params; else the adapter's tensors are what
+    // trains (model.params frozen).
+    CpuTrainEngine(HfModel& model, Communicator& comm, ParamSet* adapters, float lora_scale)
         : comm_(comm),
-          params_(model.params),
-          optimizer_(ShardedOptimizer::create(model.params, &comm)),
+          trained_(adapters ? *adapters : model.params),
+          optimizer_(ShardedOptimizer::create(trained_, &comm)),
           net_(model.config, model.params),
-          grads_(model.params.zeros_like()) {}
+          grads_(trained_.zeros_like()) {
+        if (adapters) {
+            frozen_ = &model.params;
+            base_grads_ = model.params.zeros_like();
+            net_.attach_adapter(*adapters, grads_, lora_scale);
+        }
+    }
 
     std::string name() const override { return "cpu"; }
     Communicator& comm() override { return comm_; }
@@ -27,13 +36,16 @@ class CpuTrainEngine final : public TrainEngine {
         if (b.label_tokens() == 0) return 0.0;  // no collective here: nothing to join
         for (auto& g : grads_.all()) g.value.fill_zero();
         DT_ASSIGN_OR_RETURN(LossResult r, net_.forward(b));
-        DT_RETURN_IF_ERROR(net_.backward(grads_, 1.0 / static_cast<double>(global_labels)));
+        // With an adapter the blocks still form the frozen base's gradients: a scratch set.
+        ParamSet& into = base_grads_.all().empty() ? grads_ : base_grads_;
+        for (auto& g : base_grads_.all()) g.value.fill_zero();
+        DT_RETURN_IF_ERROR(net_.backward(into, 1.0 / static_cast<double>(global_labels)));
         optimizer_.accumulate(grads_);
         return r.loss_sum;
     }
 
     absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) override {
-        return optimizer_.step(params_, hyper, max_grad_norm);
+        return optimizer_.step(trained_, hyper, max_grad_norm);
     }
 
     absl::StatusOr<LossResult> evaluate(const PackedBatch& b) override { return net_.forward(b); }
@@ -44,7 +56,7 @@ class CpuTrainEngine final : public TrainEngine {
         io.adam_step = optimizer_.adam_step();
         io.save_shard = [this](const std::string& path) { return optimizer_.save_shard(path); };
         io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
-            DT_RETURN_IF_ERROR(optimizer_.load(files, params_));
+            DT_RETURN_IF_ERROR(optimizer_.load(files, trained_));
             optimizer_.set_adam_step(adam_step);
             return absl::OkStatus();
         };
@@ -52,9 +64,10 @@ class CpuTrainEngine final : public TrainEngine {
     }
 
     absl::Status download(ParamSet& params) override {
-        if (&params == &params_) return absl::OkStatus();  // trained in place
+        if (&params == &trained_) return absl::OkStatus();  // trained in place
+        if (&params == frozen_) return absl::OkStatus();    // the base under an adapter: unchanged
         for (size_t i = 0; i < params.all().size(); ++i) {
-            const Tensor& from = params_.all()[i].value;
+            const Tensor& from = trained_.all()[i].value;
             std::memcpy(params.all()[i].value.raw_data(), from.raw_data(), from.nbytes());
         }
         return absl::OkStatus();
@@ -62,16 +75,19 @@ class CpuTrainEngine final : public TrainEngine {
 
   private:
     Communicator& comm_;
-    ParamSet& params_;
+    ParamSet& trained_;  // the parameters, or the adapter's tensors
     ShardedOptimizer optimizer_;
     Qwen35CpuModel net_;
-    ParamSet grads_;
+    ParamSet grads_;                    // of trained_
+    ParamSet base_grads_;               // with an adapter: the frozen base's, never used
+    const ParamSet* frozen_ = nullptr;  // with an adapter: the base
 };
 
 }  // namespace
 
-std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm) {
-    return std::make_unique<CpuTrainEngine>(model, comm);
+std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm,
+                                                   ParamSet* adapters, float lora_scale) {
+    return std::make_unique<CpuTrainEngine>(model, comm, adapters, lora_scale);
 }
 
 }  // namespace deltatune

@@ -64,12 +64,17 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
     if (c.grad_accum <= 0) return absl::InvalidArgumentError("gradient_accumulation must be > 0");
     auto run = std::make_unique<Run>(c, hooks);
     DT_ASSIGN_OR_RETURN(run->in, load_train_inputs(c, hooks));
+    if (c.gpu.enabled && c.lora) {
+        return absl::UnimplementedError("LoRA jobs run on CPU ranks so far");
+    }
     if (c.gpu.enabled) {
         GpuRankOptions gpu = c.gpu;
         gpu.tokens_per_batch = c.tokens_per_batch;
         DT_ASSIGN_OR_RETURN(run->engine, make_gpu_train_engine(run->in.model, gpu));
     } else {
-        run->engine = make_cpu_train_engine(run->in.model, c.comm ? *c.comm : run->local);
+        run->engine = make_cpu_train_engine(run->in.model, c.comm ? *c.comm : run->local,
+                                            c.lora ? &run->in.adapters : nullptr,
+                                            c.lora ? c.lora->scale() : 0.0f);
     }
     run->comm = &run->engine->comm();
     run->world = run->comm->world_size();
@@ -280,7 +285,7 @@ absl::Status finish(Run& run) {
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
     DT_RETURN_IF_ERROR(run.engine->download(run.in.model.params));  // collective on GPU ranks
     if (run.rank == 0) {
-        DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, result.export_dir));
+        DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, run.in.adapters, result.export_dir));
     }
     DT_RETURN_IF_ERROR(run.comm->barrier());  // every rank reports the export once it exists
     run.hooks.on_event({"EXPORT_COMPLETED",

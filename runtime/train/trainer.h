@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/model/lora.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/train_engine.h"
 
@@ -25,6 +27,9 @@ struct TrainConfig {
     std::string model_dir;
     std::vector<std::string> train_files;
     std::vector<double> train_weights;  // per train file, times per epoch; empty: 1 each
+    // LoRA (model/lora.h) instead of full fine-tuning: the adapter trains (initialised from
+    // `seed`), the base stays frozen, checkpoints hold the adapter and the export is PEFT's.
+    std::optional<LoraSpec> lora;
     std::vector<std::string> eval_files;
     DatasetFormat format = DatasetFormat::kAuto;
     BadLinePolicy bad_lines = BadLinePolicy::kFail;

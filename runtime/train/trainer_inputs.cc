@@ -128,6 +128,10 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
                     c.model_dir,
                     {{"parameters", double(in.model.params.numel())}},
                     {}});
+    if (c.lora) {
+        in.adapters = make_lora_params(in.model.config, in.model.params, *c.lora);
+        init_lora_params(in.adapters, c.seed);
+    }
     DatasetOptions options;
     options.format = c.format;
     options.bad_lines = c.bad_lines;
@@ -206,7 +210,9 @@ namespace {
 // GenerationConfig.from_model_config's essentials: the special token ids of the exported
 // config.json (top level, or a multimodal config's text_config). Nothing when it names none.
 absl::Status write_generation_config(const std::string& export_dir) {
-    DT_ASSIGN_OR_RETURN(const std::string text, read_file(export_dir + "/config.json"));
+    absl::StatusOr<std::string> read = read_file(export_dir + "/config.json");
+    if (absl::IsNotFound(read.status())) return absl::OkStatus();  // an adapter: the base's serves
+    DT_ASSIGN_OR_RETURN(const std::string text, std::move(read));
     const nlohmann::ordered_json config = nlohmann::ordered_json::parse(text, nullptr, false);
     if (!config.is_object()) return absl::OkStatus();
     nlohmann::ordered_json out = {{"_from_model_config", true}};
@@ -246,8 +252,13 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
     return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
 }
 
-absl::Status write_export(const TrainConfig& c, const HfModel& model, const std::string& dir) {
-    DT_RETURN_IF_ERROR(save_hf_model(dir, model));
+absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
+                          const std::string& dir) {
+    if (c.lora) {
+        DT_RETURN_IF_ERROR(save_peft_adapter(dir, *c.lora, adapters, model, c.model_dir));
+    } else {
+        DT_RETURN_IF_ERROR(save_hf_model(dir, model));
+    }
     return copy_tokenizer_files(c, dir);
 }
 
@@ -255,11 +266,14 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
                                           const std::string& out_dir) {
     DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
     LocalCommunicator comm;
-    const std::unique_ptr<TrainEngine> engine = make_cpu_train_engine(model, comm);
+    ParamSet adapters;
+    if (c.lora) adapters = make_lora_params(model.config, model.params, *c.lora);
+    const std::unique_ptr<TrainEngine> engine = make_cpu_train_engine(
+        model, comm, c.lora ? &adapters : nullptr, c.lora ? c.lora->scale() : 0.0f);
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));
-    DT_RETURN_IF_ERROR(write_export(c, model, out_dir));
+    DT_RETURN_IF_ERROR(write_export(c, model, adapters, out_dir));
     return state.step;
 }
 

@@ -49,6 +49,7 @@ struct Loaded {
     HfModel model;
     std::unique_ptr<Tokenizer> tokenizer;
     Corpus train, eval;
+    ParamSet adapters;  // TrainConfig::lora's tensors, initialised; empty without
 };
 
 // The model, the tokenizer when the data needs one, the train and eval corpora; MODEL_LOADED and
@@ -69,7 +70,9 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
 // An export: the model's weights and config (save_hf_model), then the files above. The job's own
 // export and export_checkpoint both write through it, so the two cannot differ.
-absl::Status write_export(const TrainConfig& c, const HfModel& model, const std::string& dir);
+// With c.lora the export is the adapter in PEFT's form (`adapters`), else `model` whole.
+absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
+                          const std::string& dir);
 
 // A committed training checkpoint of the model at c.model_dir as a Hugging Face folder in
 // out_dir (weights, config.json, tokenizer files), the form a job's final export has. Loads the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "daemon/config/daemon_config.h"
@@ -209,6 +210,44 @@ TEST_CASE("train_files entries are paths or {path, weight}: a mixture", "[daemon
     spec.mutable_data()->add_train_weights(1.0);
     CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
                Catch::Contains("data.train_weights has 4 entries for 3 train files"));
+}
+
+TEST_CASE("adapter: LoRA with PEFT's knobs, defaults, and refusals", "[daemon][yaml]") {
+    auto parsed = parse_job_yaml(
+        "model: m\noutput_dir: o\ndata: {train_files: [t]}\nhyperparameters: {max_steps: 5}\n"
+        "adapter: {type: lora}\n",
+        InputLimits{});
+    REQUIRE(parsed.ok());
+    normalize_job_spec(&parsed->spec, &parsed->present);
+    const v1::AdapterSpec& a = parsed->spec.adapter();
+    CHECK(a.rank() == 16);
+    CHECK(a.alpha() == 32);
+    CHECK(a.target_modules_size() == 12);  // every projection
+    CHECK(validate_job_spec(parsed->spec, InputLimits{}).ok());
+    // Without an adapter nothing of it appears in the spec.
+    auto plain = parse_job_yaml("model: m\n", InputLimits{});
+    normalize_job_spec(&plain->spec, &plain->present);
+    CHECK(plain->spec.adapter().ByteSizeLong() == 0);
+    const std::pair<std::function<void(v1::AdapterSpec*)>, const char*> bad[] = {
+        {[](v1::AdapterSpec* x) { x->set_type("ia3"); }, "adapter.type ('ia3') must be lora"},
+        {[](v1::AdapterSpec* x) { x->set_rank(0); }, "adapter.rank (0) must be in [1, 1024]"},
+        {[](v1::AdapterSpec* x) { x->set_alpha(-1); }, "adapter.alpha (-1) must be a positive"},
+        {[](v1::AdapterSpec* x) { x->set_dropout(0.1); }, "only 0 is supported so far"},
+        {[](v1::AdapterSpec* x) { x->add_target_modules("lm_head"); },
+         "unknown LoRA target module 'lm_head' (valid: q_proj"},
+        {[](v1::AdapterSpec* x) { x->set_type(""); }, "adapter: type is required"},
+    };
+    for (const auto& [edit, want] : bad) {
+        INFO(want);
+        v1::JobSpec spec = parsed->spec;
+        edit(spec.mutable_adapter());
+        CHECK_THAT(message(validate_job_spec(spec, InputLimits{})), Catch::Contains(want));
+    }
+    v1::JobSpec gpu = parsed->spec;
+    gpu.mutable_resources()->set_gpus(1);
+    gpu.mutable_resources()->set_cpu_ranks(0);
+    CHECK_THAT(message(validate_job_spec(gpu, InputLimits{})),
+               Catch::Contains("LoRA jobs run on CPU ranks so far"));
 }
 
 TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {

@@ -2,6 +2,8 @@
 // every field through unchanged (explicit zeros included).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
 
@@ -60,6 +62,7 @@ checkpoint: {every_n_steps: 5, keep_last_n: 1}
 eval_every_n_steps: 2
 seed: 11
 resume_from: ckpt/step-4
+adapter: {type: lora, rank: 8, alpha: 4, target_modules: [q_proj, down_proj], use_rslora: true}
 )");
     CHECK(c.lr.peak == Approx(2e-5));
     CHECK(c.lr.kind == LrScheduleKind::kConstant);
@@ -79,6 +82,10 @@ resume_from: ckpt/step-4
     CHECK(c.eval_every == 2);
     CHECK(c.seed == 11);
     CHECK(c.resume_checkpoint == "ckpt/step-4");
+    REQUIRE(c.lora.has_value());
+    CHECK(c.lora->rank == 8);
+    CHECK(c.lora->scale() == Approx(4 / std::sqrt(8.0)));
+    CHECK(c.lora->targets == std::vector<Proj>{Proj::kQ, Proj::kDown});
 }
 
 }  // namespace

@@ -301,6 +301,9 @@ absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits
     if (absl::Status s = parse_lora_targets(modules).status(); !s.ok()) {
         return invalid(absl::StrCat("adapter.target_modules: ", s.message()));
     }
+    if (!a.export_().empty() && a.export_() != "peft" && a.export_() != "merged") {
+        return invalid(absl::StrCat("adapter.export ('", a.export_(), "') must be peft or merged"));
+    }
     if (spec.resources().gpus() > 0) {
         return invalid("adapter: LoRA jobs run on CPU ranks so far (resources.gpus must be 0)");
     }

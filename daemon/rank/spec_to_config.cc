@@ -52,6 +52,7 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
         lora.targets = parse_lora_targets({a.target_modules().begin(), a.target_modules().end()})
                            .value_or(std::vector<Proj>{});
         c.lora = lora;
+        c.lora_merged_export = a.export_() == "merged";
     }
     // "jobs/ID" hands over that job's output_dir (its checkpoints are this job's now); a folder
     // is a checkpoint to start from.

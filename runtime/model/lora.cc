@@ -157,6 +157,28 @@ void attach_lora(const Qwen35Config& c, ModelView& view, ParamSet& adapters, flo
     }
 }
 
+void merge_lora(const Qwen35Config& c, ParamSet& base, ParamSet& adapters, float scale) {
+    ModelView view = model_view(c, base);
+    attach_lora(c, view, adapters, scale);
+    for (const LayerView& layer : view.layers) {
+        for (size_t i = 0; i < kNumProj; ++i) {
+            const LoraPair& pair = layer.lora[i];
+            if (!pair.on()) continue;
+            const Tensor& w = layer.weight(static_cast<Proj>(i));
+            const int64_t out = w.shape()[0], in = w.shape()[1], r = pair.a.shape()[0];
+            float* wd = w.data<float>();
+            const float* a = pair.a.data<float>();
+            const float* b = pair.b.data<float>();
+            for (int64_t o = 0; o < out; ++o) {
+                for (int64_t k = 0; k < r; ++k) {
+                    const float s = scale * b[o * r + k];
+                    for (int64_t x = 0; x < in; ++x) wd[o * in + x] += s * a[k * in + x];
+                }
+            }
+        }
+    }
+}
+
 std::string peft_name(const std::string& canonical, CheckpointLayout layout) {
     return "base_model.model." + checkpoint_name(canonical, layout);
 }

@@ -55,6 +55,10 @@ struct PeftAdapter {
 // modules, a tensor missing, extra or of the wrong shape.
 absl::StatusOr<PeftAdapter> load_peft_adapter(const std::string& dir, const HfModel& model);
 
+// Folds the adapter into the base: W += scale B A for every pair (the merged model computes what
+// base + adapter computes).
+void merge_lora(const Qwen35Config& config, ParamSet& base, ParamSet& adapters, float scale);
+
 // Writes `adapters` as a PEFT LoRA folder into `dir` (created): adapter_config.json (task
 // CAUSAL_LM, base_model_name_or_path `base`) and adapter_model.safetensors (fp32, PEFT's names),
 // what peft.PeftModel.from_pretrained(base model, dir) loads.

@@ -30,6 +30,7 @@ struct TrainConfig {
     // LoRA (model/lora.h) instead of full fine-tuning: the adapter trains (initialised from
     // `seed`), the base stays frozen, checkpoints hold the adapter and the export is PEFT's.
     std::optional<LoraSpec> lora;
+    bool lora_merged_export = false;  // export W + scale B A whole instead of the PEFT folder
     std::vector<std::string> eval_files;
     DatasetFormat format = DatasetFormat::kAuto;
     BadLinePolicy bad_lines = BadLinePolicy::kFail;

@@ -254,7 +254,13 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
 
 absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
                           const std::string& dir) {
-    if (c.lora) {
+    if (c.lora && c.lora_merged_export) {
+        HfModel merged = model;  // the same checkpoint around its own copy of the weights
+        merged.params = model.params.clone();
+        ParamSet a = adapters.clone();
+        merge_lora(model.config, merged.params, a, c.lora->scale());
+        DT_RETURN_IF_ERROR(save_hf_model(dir, merged));
+    } else if (c.lora) {
         DT_RETURN_IF_ERROR(save_peft_adapter(dir, *c.lora, adapters, model, c.model_dir));
     } else {
         DT_RETURN_IF_ERROR(save_hf_model(dir, model));

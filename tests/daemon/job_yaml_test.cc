@@ -236,6 +236,8 @@ TEST_CASE("adapter: LoRA with PEFT's knobs, defaults, and refusals", "[daemon][y
         {[](v1::AdapterSpec* x) { x->add_target_modules("lm_head"); },
          "unknown LoRA target module 'lm_head' (valid: q_proj"},
         {[](v1::AdapterSpec* x) { x->set_type(""); }, "adapter: type is required"},
+        {[](v1::AdapterSpec* x) { x->set_export_("gguf"); },
+         "adapter.export ('gguf') must be peft or merged"},
     };
     for (const auto& [edit, want] : bad) {
         INFO(want);

@@ -9,8 +9,10 @@
 #include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
 #include "runtime/model/lora.h"
+#include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/model/qwen35_params.h"
 #include "tests/common/test_util.h"
+#include "tests/runtime/model/gpu_test_util.h"
 
 namespace deltatune {
 namespace {
@@ -62,6 +64,31 @@ TEST_CASE("a model gets one pair per targeted projection it has, initialised as 
     CHECK(spec.scale() == 4.0f);  // alpha / sqrt(rank)
     CHECK(peft_name(down + "lora_A.weight", CheckpointLayout::kText) ==
           "base_model.model.model.layers.0.mlp.down_proj.lora_A.weight");
+}
+
+TEST_CASE("a merged adapter computes what base + adapter computes", "[lora]") {
+    auto hf = load_hf_model(testing::source_path("tests/fixtures/parity/tiny-c"));
+    REQUIRE(hf.ok());
+    auto adapter =
+        load_peft_adapter(testing::source_path("tests/fixtures/parity/lora/tiny-c"), *hf);
+    REQUIRE(adapter.ok());
+    const PackedBatch batch = testing::random_batch({9, 30, 4}, hf->config.vocab_size, 5);
+    ParamSet grads = adapter->params.zeros_like();
+    Qwen35CpuModel with_adapter(hf->config, hf->params);
+    with_adapter.attach_adapter(adapter->params, grads, adapter->spec.scale());
+    auto want = with_adapter.forward(batch);
+    REQUIRE(want.ok());
+    ParamSet merged = hf->params.clone();
+    merge_lora(hf->config, merged, adapter->params, adapter->spec.scale());
+    Qwen35CpuModel folded(hf->config, merged);
+    auto got = folded.forward(batch);
+    REQUIRE(got.ok());
+    CHECK(got->loss == Approx(want->loss).epsilon(1e-6));
+    // Only adapted projections changed.
+    CHECK(testing::relative_error(merged.get("model.norm.weight"),
+                                  hf->params.get("model.norm.weight")) == 0);
+    CHECK(testing::relative_error(merged.get(layer_prefix(0) + "mlp.up_proj.weight"),
+                                  hf->params.get(layer_prefix(0) + "mlp.up_proj.weight")) > 0);
 }
 
 // A copy of the tiny-c LoRA fixture whose adapter_config.json `edit` changes.

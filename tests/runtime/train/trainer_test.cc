@@ -187,6 +187,19 @@ TEST_CASE("LoRA: the adapter trains on the frozen base, resumes exactly, exports
     auto resumed = load_peft_adapter(second->export_dir, *base);
     REQUIRE(resumed.ok());
     check_bitwise_equal(adapter->params, resumed->params);
+
+    // export: merged, a whole checkpoint: adapted projections changed, everything else as it was.
+    TrainConfig merged = lora("lora-merged");
+    merged.max_steps = 2;
+    merged.lora_merged_export = true;
+    auto m = train(merged, TrainerHooks{});
+    REQUIRE(m.ok());
+    auto folded = load_hf_model(m->export_dir);
+    REQUIRE(folded.ok());
+    const std::string down = layer_prefix(0) + "mlp.down_proj.weight";
+    const std::string up = layer_prefix(0) + "mlp.up_proj.weight";
+    CHECK(testing::relative_error(folded->params.get(down), base->params.get(down)) > 0);
+    CHECK(testing::relative_error(folded->params.get(up), base->params.get(up)) == 0);
 }
 
 TEST_CASE("a corrupt newest checkpoint is reported and the previous one is used", "[train]") {

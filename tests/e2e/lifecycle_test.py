@@ -280,6 +280,36 @@ def test_sigterm_checkpoints_and_restart_resumes():
     C.wait_state(name, "CANCELLED", timeout=30)
 
 
+def test_lora_job():
+    """A LoRA job through the daemon: paused, resumed, exported as a PEFT folder that
+    `deltatune step --adapter` reads; its checkpoints hold only the adapter."""
+    spec = C.spec(output="lora", max_steps=60, every=5)
+    spec.adapter.type, spec.adapter.rank, spec.adapter.alpha = "lora", 4, 8
+    spec.adapter.target_modules.extend(["q_proj", "v_proj", "in_proj_qkv", "down_proj"])
+    name = C.create(spec).name
+    C.wait(name, lambda j: j.progress.step >= 6, what="step 6")
+    C.stub.PauseJob(C.service_pb2.PauseJobRequest(name=name))
+    paused = C.wait_state(name, "PAUSED", timeout=60)
+    C.stub.ResumeJob(C.service_pb2.ResumeJobRequest(name=name))
+    job = C.wait_state(name, "SUCCEEDED", timeout=120)
+    resumed = [e for e in C.events(name) if e.type == "RESUMED"]
+    check(resumed and int(resumed[-1].metrics.get("step", -1)) == paused.progress.step,
+          f"did not resume from step {paused.progress.step}")
+    files = sorted(os.listdir(job.result_model))
+    check("adapter_config.json" in files and "adapter_model.safetensors" in files
+          and "model.safetensors" not in files, f"export {files}")
+    ckpt = job.latest_checkpoint
+    size = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
+    model = os.path.getsize(D.path("models", "tiny", "model.safetensors"))
+    check(size < model / 3, f"checkpoint {size} bytes, the model {model}")
+    batch = D.path("lora-batch.json")
+    with open(batch, "w") as f:
+        json.dump({"documents": [{"input_ids": list(range(3, 40)), "labels": list(range(3, 40))}]}, f)
+    r = subprocess.run([CLI, "step", "--model", D.path("models", "tiny"), "--batch", batch,
+                        "--adapter", job.result_model], capture_output=True, text=True)
+    check(r.returncode == 0 and json.loads(r.stdout)["loss"] > 0, f"step --adapter: {r.stderr}")
+
+
 try:
     run_tests([
         ("create, get, idempotent request_id", test_create_get_idempotent),
@@ -290,6 +320,7 @@ try:
         ("C++ CLI lifecycle", test_cli_lifecycle),
         ("admin HTTP: metrics, probes, JSON", test_admin_http),
         ("SIGTERM checkpoints; restart resumes", test_sigterm_checkpoints_and_restart_resumes),
+        ("a LoRA job: pause, resume, PEFT export", test_lora_job),
     ])
 finally:
     D.stop()

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
+#include <charconv>
 #include <cmath>
 
 #include "absl/strings/numbers.h"
@@ -37,10 +38,14 @@ std::string label(std::string_view v) {
     return out;
 }
 
+// The shortest text that reads back as v, as Prometheus' own clients print (0.1, not
+// 0.10000000000000001).
 std::string number(double v) {
     if (std::isnan(v)) return "NaN";
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-    return absl::StrFormat("%.17g", v);
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    return std::string(buf, r.ptr);
 }
 
 // Every job, paging through the store.
@@ -93,6 +98,8 @@ void reply_json(httplib::Response& res, const Message& m) {
     std::string out;
     google::protobuf::util::JsonPrintOptions opt;
     opt.preserve_proto_field_names = false;
+    // Every field, zero and empty ones included: a poller reads `"jobs": []`, not `{}`.
+    opt.always_print_primitive_fields = true;
     const auto s = google::protobuf::util::MessageToJsonString(m, &out, opt);
     if (!s.ok()) return reply_error(res, absl::InternalError(std::string(s.message())));
     res.set_content(out + "\n", "application/json");
@@ -167,15 +174,18 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
          }},
         {"deltatune_job_tokens_total", "counter", "Real (non-padding) tokens trained.",
          [](const v1::Job& j) { return double(j.progress().tokens()); }},
-        {"deltatune_job_tokens_per_second", "gauge", "Recent real tokens per second.",
-         [](const v1::Job& j) { return j.progress().tokens_per_second(); }},
+        {"deltatune_job_tokens_per_second", "gauge",
+         "Real tokens per second over the last 20 steps; 0 unless RUNNING.",
+         [](const v1::Job& j) {
+             return j.state() == v1::Job::RUNNING ? j.progress().tokens_per_second() : 0.0;
+         }},
         {"deltatune_job_loss", "gauge", "Training loss of the last step.",
          [&](const v1::Job& j) { return metric(j, "loss"); }},
     };
     for (const Gauge& g : gauges) {
         help(g.name, g.type, g.help);
         for (const auto& j : jobs) {
-            absl::StrAppend(&out, g.name, "{job=\"", label(j.name()), "\"} ", number(g.value(j)),
+            absl::StrAppend(&out, g.name, "{job_id=\"", label(j.name()), "\"} ", number(g.value(j)),
                             "\n");
         }
     }
@@ -184,13 +194,13 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
     help("deltatune_job_restarts_total", "counter", "Faults that restarted a job, by kind.");
     for (const auto& [name, c] : jobs_) {
         for (const auto& [reason, n] : c.restarts) {
-            absl::StrAppend(&out, "deltatune_job_restarts_total{job=\"", label(name),
+            absl::StrAppend(&out, "deltatune_job_restarts_total{job_id=\"", label(name),
                             "\",reason=\"", label(reason), "\"} ", n, "\n");
         }
     }
     help("deltatune_checkpoint_bytes_total", "counter", "Bytes of committed checkpoints.");
     for (const auto& [name, c] : jobs_) {
-        absl::StrAppend(&out, "deltatune_checkpoint_bytes_total{job=\"", label(name), "\"} ",
+        absl::StrAppend(&out, "deltatune_checkpoint_bytes_total{job_id=\"", label(name), "\"} ",
                         number(c.checkpoint_bytes), "\n");
     }
     help("deltatune_checkpoint_duration_seconds", "histogram", "Checkpoint write time.");
@@ -200,15 +210,15 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
         for (double le : kCheckpointBuckets) {
             int64_t n = 0;
             for (double s : c.checkpoint_seconds) n += s <= le;
-            absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job=\"",
+            absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job_id=\"",
                             label(name), "\",le=\"", number(le), "\"} ", n, "\n");
         }
         const std::string j = label(name);
-        absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job=\"", j,
+        absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job_id=\"", j,
                         "\",le=\"+Inf\"} ", c.checkpoint_seconds.size(), "\n",
-                        "deltatune_checkpoint_duration_seconds_sum{job=\"", j, "\"} ", number(sum),
-                        "\n", "deltatune_checkpoint_duration_seconds_count{job=\"", j, "\"} ",
-                        c.checkpoint_seconds.size(), "\n");
+                        "deltatune_checkpoint_duration_seconds_sum{job_id=\"", j, "\"} ",
+                        number(sum), "\n", "deltatune_checkpoint_duration_seconds_count{job_id=\"",
+                        j, "\"} ", c.checkpoint_seconds.size(), "\n");
     }
     help("deltatune_event_stream_subscribers", "gauge", "Live StreamJobEvents/WatchJob streams.");
     absl::StrAppend(&out, "deltatune_event_stream_subscribers ", subscribers, "\n");
@@ -290,6 +300,17 @@ void AdminHttpServer::routes() {
                 return reply_error(res, absl::InvalidArgumentError("page_size must be an integer"));
             }
             list.page_token = req.get_param_value("page_token");
+            // ?label=key:value (or key%3Dvalue), repeatable: every one must match (as ListJobs'
+            // label filter). A bare '=' would end the parameter's value.
+            for (size_t i = 0; i < req.get_param_value_count("label"); ++i) {
+                const std::string kv = req.get_param_value("label", i);
+                const size_t eq = kv.find_first_of(":=");
+                if (eq == std::string::npos || eq == 0) {
+                    return reply_error(res, absl::InvalidArgumentError(
+                                                absl::StrCat("label '", kv, "' is not key:value")));
+                }
+                list.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+            }
             if (req.has_param("state") &&
                 !v1::Job::State_Parse(req.get_param_value("state"), &list.state)) {
                 return reply_error(res, absl::InvalidArgumentError(absl::StrCat(

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -49,7 +50,12 @@ struct Run {
     int64_t first_step = 0;
     int64_t first_tokens = 0;     // tokens consumed before this attempt (a resume's)
     int64_t evaluated_step = -1;  // the step of the last evaluation, so the end does not repeat it
+    // (time, tokens) at the end of this attempt's recent steps, oldest first (at most
+    // kThroughputWindow + 1): throughput and ETA over them, not the whole attempt.
+    std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent;
 };
+
+constexpr size_t kThroughputWindow = 20;  // steps
 
 // What one optimizer step trained on and gave.
 struct StepOutcome {
@@ -209,22 +215,28 @@ absl::StatusOr<StepOutcome> train_step(Run& run) {
 // STEP_METRICS, and the progress the hooks get once evaluation and checkpoint are done.
 TrainProgress report_step(Run& run, const StepOutcome& o) {
     const TrainConfig& c = run.c;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
+    const auto now = std::chrono::steady_clock::now();
+    if (run.recent.empty()) run.recent.emplace_back(run.start, run.first_tokens);
+    const double step_seconds =
+        std::chrono::duration<double>(now - run.recent.back().first).count();
+    run.recent.emplace_back(now, run.state.tokens);
+    if (run.recent.size() > kThroughputWindow + 1) run.recent.pop_front();
+    const auto& [t0, tokens0] = run.recent.front();
+    const double window = std::chrono::duration<double>(now - t0).count();
+    const auto window_steps = static_cast<double>(run.recent.size() - 1);
     TrainProgress p;
     p.step = run.state.step;
     p.total_steps = c.max_steps;
     p.epoch = run.packer->epoch();
     p.tokens = run.state.tokens;
-    // This attempt's tokens over this attempt's time: after a resume the earlier tokens took
-    // another process's time.
-    p.tokens_per_second =
-        elapsed > 0 ? static_cast<double>(run.state.tokens - run.first_tokens) / elapsed : 0;
-    const double per_step = elapsed / static_cast<double>(run.state.step - run.first_step);
-    p.eta_seconds = per_step * static_cast<double>(c.max_steps - run.state.step);
+    // Over this attempt's last steps (at most kThroughputWindow): after a resume the earlier
+    // tokens took another process's time, and a slowdown shows within a window.
+    p.tokens_per_second = window > 0 ? static_cast<double>(run.state.tokens - tokens0) / window : 0;
+    p.eta_seconds = window / window_steps * static_cast<double>(c.max_steps - run.state.step);
     p.metrics = {{"loss", o.loss},
                  {"lr", o.lr},
                  {"grad_norm", o.grad_norm},
+                 {"step_seconds", step_seconds},
                  {"trained_tokens", double(o.global_labels)}};
     const double waste =
         1.0 - static_cast<double>(o.real_tokens) /
@@ -238,6 +250,7 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
                          {"lr", o.lr},
                          {"grad_norm", o.grad_norm},
                          {"tokens_per_second", p.tokens_per_second},
+                         {"step_seconds", step_seconds},
                          {"padding_waste", waste},
                          // Which document pieces this step trained on (48 bits: exact in a
                          // double), so a resumed run can be checked against an uninterrupted one.

@@ -257,6 +257,17 @@ def test_admin_http():
         body = json.loads(r.read())
     check(len(body["jobs"]) == 2 and body.get("nextPageToken"), f"/v1/jobs paging: {body}")
     name = body["jobs"][0]["name"]
+    # Buckets as Prometheus prints them; the job label is job_id (Prometheus owns `job`).
+    check('le="0.1"' in text and "{job=" not in text and '{job_id="jobs/' in text,
+          "bucket or label format")
+    with urllib.request.urlopen(D.http("/v1/jobs?label=nobody:here")) as r:
+        check(json.loads(r.read()) == {"jobs": [], "nextPageToken": ""}, "empty /v1/jobs")
+    with urllib.request.urlopen(D.http("/v1/jobs?label=team%3Dlora&page_size=50")) as r:
+        labelled = json.loads(r.read())["jobs"]
+    check(len(labelled) == 1 and labelled[0]["spec"]["labels"] == {"team": "lora"},
+          f"?label=: {labelled}")
+    check('deltatune_job_last_step_timestamp_seconds{job_id="' + name + '"} 0\n' not in text,
+          "last step timestamp never set")
     with urllib.request.urlopen(D.http("/v1/" + name)) as r:
         check(json.loads(r.read())["name"] == name, "/v1/jobs/{id}")
     try:
@@ -283,7 +294,7 @@ def test_sigterm_checkpoints_and_restart_resumes():
 def test_lora_job():
     """A LoRA job through the daemon: paused, resumed, exported as a PEFT folder that
     `deltatune step --adapter` reads; its checkpoints hold only the adapter."""
-    spec = C.spec(output="lora", max_steps=60, every=5)
+    spec = C.spec(output="lora", max_steps=60, every=5, labels={"team": "lora"})
     spec.adapter.type, spec.adapter.rank, spec.adapter.alpha = "lora", 4, 8
     spec.adapter.target_modules.extend(["q_proj", "v_proj", "in_proj_qkv", "down_proj"])
     name = C.create(spec).name
@@ -318,9 +329,9 @@ try:
         ("pause, resume, cancel in each state, delete", test_pause_resume_cancel),
         ("hostile requests get precise codes", test_hostile_requests),
         ("C++ CLI lifecycle", test_cli_lifecycle),
+        ("a LoRA job: pause, resume, PEFT export", test_lora_job),
         ("admin HTTP: metrics, probes, JSON", test_admin_http),
         ("SIGTERM checkpoints; restart resumes", test_sigterm_checkpoints_and_restart_resumes),
-        ("a LoRA job: pause, resume, PEFT export", test_lora_job),
     ])
 finally:
     D.stop()

@@ -3,7 +3,9 @@
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/numbers.h"
@@ -181,6 +183,28 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
          }},
         {"deltatune_job_loss", "gauge", "Training loss of the last step.",
          [&](const v1::Job& j) { return metric(j, "loss"); }},
+        {"deltatune_job_eval_loss", "gauge", "Loss on the eval files at the last evaluation.",
+         [&](const v1::Job& j) { return metric(j, "eval_loss"); }},
+        {"deltatune_job_learning_rate", "gauge", "Learning rate of the last step.",
+         [&](const v1::Job& j) { return metric(j, "lr"); }},
+        {"deltatune_job_grad_norm", "gauge",
+         "Global gradient norm of the last step (before clipping).",
+         [&](const v1::Job& j) { return metric(j, "grad_norm"); }},
+        {"deltatune_job_step_seconds", "gauge", "Wall time of the last step.",
+         [&](const v1::Job& j) { return metric(j, "step_seconds"); }},
+        {"deltatune_job_total_steps", "gauge", "Optimizer steps the job runs (max_steps).",
+         [](const v1::Job& j) { return double(j.progress().total_steps()); }},
+        {"deltatune_job_eta_seconds", "gauge",
+         "Estimated seconds to the last step; 0 unless RUNNING.",
+         [](const v1::Job& j) {
+             if (j.state() != v1::Job::RUNNING) return 0.0;
+             const auto& t = j.progress().estimated_end_time();
+             const double end = double(t.seconds()) + t.nanos() * 1e-9;
+             const double now =
+                 std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+             return std::max(0.0, end - now);
+         }},
     };
     for (const Gauge& g : gauges) {
         help(g.name, g.type, g.help);

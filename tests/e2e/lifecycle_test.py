@@ -249,7 +249,10 @@ def test_admin_http():
         check(r.status == 200, "healthz")
     with urllib.request.urlopen(D.http("/metrics")) as r:
         text = r.read().decode()
-    for name in ("deltatune_jobs{state=\"SUCCEEDED\"}", "deltatune_job_step{",
+    for name in ("deltatune_job_learning_rate{", "deltatune_job_grad_norm{",
+                 "deltatune_job_step_seconds{", "deltatune_job_total_steps{",
+                 "deltatune_job_eta_seconds{", "deltatune_job_eval_loss{",
+                 "deltatune_jobs{state=\"SUCCEEDED\"}", "deltatune_job_step{",
                  "deltatune_job_tokens_total{", "deltatune_job_loss{", "deltatune_build_info{",
                  "deltatune_checkpoint_duration_seconds_bucket{", "deltatune_event_stream_subscribers"):
         check(name in text, f"/metrics lacks {name}")

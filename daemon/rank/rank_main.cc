@@ -140,13 +140,13 @@ class Reporter {
             out->set_tokens(p.tokens);
             out->set_percent(p.total_steps ? 100.0 * p.step / p.total_steps : 0);
             out->set_tokens_per_second(p.tokens_per_second);
-            const auto now = std::chrono::system_clock::now().time_since_epoch();
-            const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now);
+            const auto now = std::chrono::system_clock::now();
+            const auto since = now.time_since_epoch();
+            const auto secs = std::chrono::duration_cast<std::chrono::seconds>(since);
             out->mutable_last_step_time()->set_seconds(secs.count());
             out->mutable_last_step_time()->set_nanos(static_cast<int32_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(now - secs).count()));
-            const auto eta = std::chrono::system_clock::now() +
-                             std::chrono::seconds(static_cast<int64_t>(p.eta_seconds));
+                std::chrono::duration_cast<std::chrono::nanoseconds>(since - secs).count()));
+            const auto eta = now + std::chrono::seconds(static_cast<int64_t>(p.eta_seconds));
             out->mutable_estimated_end_time()->set_seconds(
                 std::chrono::duration_cast<std::chrono::seconds>(eta.time_since_epoch()).count());
             for (const auto& [k, v] : p.metrics) (*pending_.mutable_latest_metrics())[k] = v;

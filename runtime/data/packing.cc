@@ -327,19 +327,18 @@ std::vector<PackedBin> Packer::next_step() {
 }
 
 std::string Packer::cursor() const {
-    const nlohmann::json j = {{"format", kCursorFormat},
-                              {"epoch", epoch_},
-                              {"step", step_},
-                              {"seed", options_.seed},
-                              {"world_size", options_.world_size},
-                              {"tokens_per_batch", options_.tokens_per_batch},
-                              {"window", options_.window},
-                              {"overlong", overlong_policy_name(options_.overlong)},
-                              {"documents", lengths_.size()},
-                              {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
-    nlohmann::json k = j;
-    if (!options_.mixture.empty()) k["mixture"] = mixture_text();  // older cursors have none
-    return k.dump();
+    nlohmann::json j = {{"format", kCursorFormat},
+                        {"epoch", epoch_},
+                        {"step", step_},
+                        {"seed", options_.seed},
+                        {"world_size", options_.world_size},
+                        {"tokens_per_batch", options_.tokens_per_batch},
+                        {"window", options_.window},
+                        {"overlong", overlong_policy_name(options_.overlong)},
+                        {"documents", lengths_.size()},
+                        {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
+    if (!options_.mixture.empty()) j["mixture"] = mixture_text();  // older cursors have none
+    return j.dump();
 }
 
 absl::Status Packer::restore(std::string_view cursor) {

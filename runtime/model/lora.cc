@@ -144,7 +144,7 @@ void init_lora_params(ParamSet& adapters, uint64_t seed) {
     }
 }
 
-void attach_lora(const Qwen35Config& c, ModelView& view, ParamSet& adapters, float scale) {
+void attach_lora(const Qwen35Config& c, ModelView& view, const ParamSet& adapters, float scale) {
     for (int64_t l = 0; l < c.num_layers; ++l) {
         LayerView& layer = view.layers[static_cast<size_t>(l)];
         layer.lora_scale = scale;
@@ -157,7 +157,7 @@ void attach_lora(const Qwen35Config& c, ModelView& view, ParamSet& adapters, flo
     }
 }
 
-void merge_lora(const Qwen35Config& c, ParamSet& base, ParamSet& adapters, float scale) {
+void merge_lora(const Qwen35Config& c, ParamSet& base, const ParamSet& adapters, float scale) {
     ModelView view = model_view(c, base);
     attach_lora(c, view, adapters, scale);
     for (const LayerView& layer : view.layers) {

@@ -40,7 +40,9 @@ ParamSet make_lora_params(const Qwen35Config& config, const ParamSet& base, cons
 void init_lora_params(ParamSet& adapters, uint64_t seed);
 
 // Points `view`'s layers at the pairs in `adapters` (a make_lora_params set, or its gradients).
-void attach_lora(const Qwen35Config& config, ModelView& view, ParamSet& adapters, float scale);
+// The views share the tensors' storage: a gradient set's pairs receive the backward's sums.
+void attach_lora(const Qwen35Config& config, ModelView& view, const ParamSet& adapters,
+                 float scale);
 
 // "base_model.model." + the checkpoint name of a canonical adapter tensor name.
 std::string peft_name(const std::string& canonical, CheckpointLayout layout);
@@ -57,7 +59,7 @@ absl::StatusOr<PeftAdapter> load_peft_adapter(const std::string& dir, const HfMo
 
 // Folds the adapter into the base: W += scale B A for every pair (the merged model computes what
 // base + adapter computes).
-void merge_lora(const Qwen35Config& config, ParamSet& base, ParamSet& adapters, float scale);
+void merge_lora(const Qwen35Config& config, ParamSet& base, const ParamSet& adapters, float scale);
 
 // Writes `adapters` as a PEFT LoRA folder into `dir` (created): adapter_config.json (task
 // CAUSAL_LM, base_model_name_or_path `base`) and adapter_model.safetensors (fp32, PEFT's names),

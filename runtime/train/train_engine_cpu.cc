@@ -37,7 +37,7 @@ class CpuTrainEngine final : public TrainEngine {
         for (auto& g : grads_.all()) g.value.fill_zero();
         DT_ASSIGN_OR_RETURN(LossResult r, net_.forward(b));
         // With an adapter the blocks still form the frozen base's gradients: a scratch set.
-        ParamSet& into = base_grads_.all().empty() ? grads_ : base_grads_;
+        ParamSet& into = frozen_ ? base_grads_ : grads_;
         for (auto& g : base_grads_.all()) g.value.fill_zero();
         DT_RETURN_IF_ERROR(net_.backward(into, 1.0 / static_cast<double>(global_labels)));
         optimizer_.accumulate(grads_);

@@ -47,7 +47,6 @@ struct Run {
     TrainState state;
     TrainResult result;
     std::chrono::steady_clock::time_point start;
-    int64_t first_step = 0;
     int64_t first_tokens = 0;     // tokens consumed before this attempt (a resume's)
     int64_t evaluated_step = -1;  // the step of the last evaluation, so the end does not repeat it
     // (time, tokens) at the end of this attempt's recent steps, oldest first (at most
@@ -78,9 +77,8 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
         gpu.tokens_per_batch = c.tokens_per_batch;
         DT_ASSIGN_OR_RETURN(run->engine, make_gpu_train_engine(run->in.model, gpu));
     } else {
-        run->engine = make_cpu_train_engine(run->in.model, c.comm ? *c.comm : run->local,
-                                            c.lora ? &run->in.adapters : nullptr,
-                                            c.lora ? c.lora->scale() : 0.0f);
+        run->engine =
+            make_cpu_engine_for(c, run->in.model, c.comm ? *c.comm : run->local, run->in.adapters);
     }
     run->comm = &run->engine->comm();
     run->world = run->comm->world_size();
@@ -316,7 +314,6 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     DT_ASSIGN_OR_RETURN(std::unique_ptr<Run> run, setup(c, hooks));
     DT_RETURN_IF_ERROR(resume(*run));
     run->start = std::chrono::steady_clock::now();
-    run->first_step = run->state.step;
     run->first_tokens = run->state.tokens;
     hooks.on_event({"TRAINING_STARTED",
                     "INFO",

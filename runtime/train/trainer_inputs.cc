@@ -252,13 +252,18 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
     return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
 }
 
+std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& model,
+                                                 Communicator& comm, ParamSet& adapters) {
+    if (!c.lora) return make_cpu_train_engine(model, comm);
+    return make_cpu_train_engine(model, comm, &adapters, c.lora->scale());
+}
+
 absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
                           const std::string& dir) {
     if (c.lora && c.lora_merged_export) {
         HfModel merged = model;  // the same checkpoint around its own copy of the weights
         merged.params = model.params.clone();
-        ParamSet a = adapters.clone();
-        merge_lora(model.config, merged.params, a, c.lora->scale());
+        merge_lora(model.config, merged.params, adapters, c.lora->scale());
         DT_RETURN_IF_ERROR(save_hf_model(dir, merged));
     } else if (c.lora) {
         DT_RETURN_IF_ERROR(save_peft_adapter(dir, *c.lora, adapters, model, c.model_dir));
@@ -274,8 +279,7 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
     LocalCommunicator comm;
     ParamSet adapters;
     if (c.lora) adapters = make_lora_params(model.config, model.params, *c.lora);
-    const std::unique_ptr<TrainEngine> engine = make_cpu_train_engine(
-        model, comm, c.lora ? &adapters : nullptr, c.lora ? c.lora->scale() : 0.0f);
+    const std::unique_ptr<TrainEngine> engine = make_cpu_engine_for(c, model, comm, adapters);
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));

@@ -70,6 +70,10 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir);
 // An export: the model's weights and config (save_hf_model), then the files above. The job's own
 // export and export_checkpoint both write through it, so the two cannot differ.
+// The CPU engine for `c`: with c.lora it trains `adapters` (make_lora_params's, outliving the
+// engine) on the frozen base, else model.params.
+std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& model,
+                                                 Communicator& comm, ParamSet& adapters);
 // With c.lora the export is the adapter in PEFT's form (`adapters`), else `model` whole.
 absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
                           const std::string& dir);

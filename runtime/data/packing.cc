@@ -65,6 +65,20 @@ absl::Status check_mixture(const std::vector<MixtureGroup>& mixture, int64_t doc
     return absl::OkStatus();
 }
 
+// What a plan depends on besides the mixture, in the order a restored cursor is checked: written
+// into the cursor, compared when one is restored.
+std::vector<std::pair<const char*, nlohmann::json>> plan_fields(const PackingOptions& o,
+                                                                size_t documents,
+                                                                uint64_t lengths_hash) {
+    return {{"seed", o.seed},
+            {"world_size", o.world_size},
+            {"tokens_per_batch", o.tokens_per_batch},
+            {"window", o.window},
+            {"overlong", overlong_policy_name(o.overlong)},
+            {"documents", documents},
+            {"lengths_hash", absl::StrFormat("%016x", lengths_hash)}};
+}
+
 uint64_t epoch_seed(uint64_t seed, int64_t epoch) {
     Rng a(seed);
     Rng b(static_cast<uint64_t>(epoch) ^ 0xD1B54A32D192ED03ull);
@@ -327,16 +341,10 @@ std::vector<PackedBin> Packer::next_step() {
 }
 
 std::string Packer::cursor() const {
-    nlohmann::json j = {{"format", kCursorFormat},
-                        {"epoch", epoch_},
-                        {"step", step_},
-                        {"seed", options_.seed},
-                        {"world_size", options_.world_size},
-                        {"tokens_per_batch", options_.tokens_per_batch},
-                        {"window", options_.window},
-                        {"overlong", overlong_policy_name(options_.overlong)},
-                        {"documents", lengths_.size()},
-                        {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
+    nlohmann::json j = {{"format", kCursorFormat}, {"epoch", epoch_}, {"step", step_}};
+    for (const auto& [key, value] : plan_fields(options_, lengths_.size(), lengths_hash_)) {
+        j[key] = value;
+    }
     if (!options_.mixture.empty()) j["mixture"] = mixture_text();  // older cursors have none
     return j.dump();
 }
@@ -352,20 +360,12 @@ absl::Status Packer::restore(std::string_view cursor) {
         epoch = j.at("epoch").get<int64_t>();
         step = j.at("step").get<int64_t>();
         // Each field the plan depends on must match; say which one does not.
-        const std::pair<const char*, nlohmann::json> expected[] = {
-            {"seed", options_.seed},
-            {"world_size", options_.world_size},
-            {"tokens_per_batch", options_.tokens_per_batch},
-            {"window", options_.window},
-            {"overlong", overlong_policy_name(options_.overlong)},
-            {"documents", lengths_.size()},
-            {"lengths_hash", absl::StrFormat("%016x", lengths_hash_)}};
         if (j.value("mixture", "") != mixture_text()) {
             return absl::FailedPreconditionError(
                 absl::StrCat("packing cursor was saved with mixture \"", j.value("mixture", ""),
                              "\", this run has \"", mixture_text(), "\""));
         }
-        for (const auto& [key, value] : expected) {
+        for (const auto& [key, value] : plan_fields(options_, lengths_.size(), lengths_hash_)) {
             if (j.at(key) != value) {
                 return absl::FailedPreconditionError(absl::StrCat("packing cursor was saved with ",
                                                                   key, " = ", j.at(key).dump(),

@@ -2,6 +2,7 @@
 //                 [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]
 //                 [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
 //                 [--max-grad-norm 1.0] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
+//                 [--adapter lora --lora-rank 16 [--lora-alpha 32] [--lora-targets q_proj,...]]
 // The headline training-step benchmark (the 27B-slice workload, docs/performance.md): it times
 // the engine daemon jobs train with (runtime/train/train_engine_gpu.h: Qwen35GpuModel over
 // FsdpGpuParams, FSDP over NCCL; world size 1 is one GPU), so its figure is what a job gets.
@@ -13,7 +14,9 @@
 // clipping at --max-grad-norm, a job's default 1.0; 0 turns it off, AdamW with fp32 masters).
 // One JSON line on stdout. --recompute auto is the daemon's policy: no recomputation where the
 // memory planner says that fits this GPU. --fsdp is accepted and changes nothing (every run is
-// the sharded engine).
+// the sharded engine). --adapter lora trains a LoRA adapter (every projection by default, PEFT's
+// initialisation) on the frozen bf16 base, as a LoRA job does; MFU then counts 4N per token for
+// the frozen weights (forward and input gradient) and 6N for the adapter's.
 //
 // --world-size N: one process per GPU (rank R uses the first visible device; rendezvous through
 // the folder DIR). Every rank draws the same global batches; a step's global batch is
@@ -33,6 +36,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "daemon/cli/bench_trace.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
@@ -40,9 +44,11 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
 #include "runtime/device/gemm.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_gpu_model.h"
+#include "runtime/model/qwen35_params.h"
 #include "runtime/train/memory_plan.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -67,7 +73,8 @@ struct BenchOptions {
     AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
     int64_t world = 1, rank = 0, micro = 1, timeout_ms = 120000, sample_stride = 4099;
     std::string rendezvous, sample_out;
-    double max_grad_norm = 1.0;  // a job's default
+    double max_grad_norm = 1.0;    // a job's default
+    std::optional<LoraSpec> lora;  // --adapter lora
 };
 
 #if DELTATUNE_HAVE_CUDA
@@ -96,7 +103,7 @@ std::vector<std::vector<int64_t>> make_batches(int64_t count, int64_t budget,
 //   embedding
 //   + per full-attention layer 12 * n_q * d_h * s_bar * T,   s_bar = sum s_i^2 / (2 sum s_i)
 //   + per GDN layer HV * T * [(6KV + 5.25CK + 4CV) + (16KV + 18CK + 10CV + 4C^2)],  C = 64
-double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs) {
+double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs, int64_t adapter_params) {
     const double H = static_cast<double>(c.hidden_size),
                  I = static_cast<double>(c.intermediate_size);
     double T = 0, sq = 0;
@@ -121,7 +128,9 @@ double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs) {
             extra += 12 * nq * D * s_bar;
         }
     }
-    return (6 * n_mm + extra) * T;
+    // A frozen base: forward and input gradient only (4N); the adapter's weights train (6N).
+    const double base = adapter_params > 0 ? 4 : 6;
+    return (base * n_mm + 6 * static_cast<double>(adapter_params) + extra) * T;
 }
 
 double median(std::vector<double> v) {
@@ -152,7 +161,8 @@ class LocalStore final : public KeyValueStore {
 
 // The engine daemon jobs train with (runtime/train), parameters initialised on the device.
 absl::StatusOr<std::unique_ptr<GpuTrainEngine>> make_engine(const BenchOptions& o,
-                                                            const Qwen35Config& c) {
+                                                            const Qwen35Config& c,
+                                                            ParamSet& adapters) {
     GpuRankOptions g;
     g.enabled = true;
     g.device = 0;
@@ -166,7 +176,12 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> make_engine(const BenchOptions& 
     g.timeout = std::chrono::milliseconds(o.timeout_ms);
     g.recompute = o.recompute;
     g.tokens_per_batch = o.tokens;
-    return GpuTrainEngine::create_random(c, g, o.seed);
+    if (!o.lora) return GpuTrainEngine::create_random(c, g, o.seed);
+    // The adapter as a LoRA job starts it (names and shapes from a base that is never filled).
+    const ParamSet shapes = make_qwen35_params(c, c.tie_word_embeddings, /*zero_fill=*/false);
+    adapters = make_lora_params(c, shapes, *o.lora);
+    init_lora_params(adapters, o.seed);
+    return GpuTrainEngine::create_random(c, g, o.seed, &adapters, o.lora->scale());
 }
 #endif
 
@@ -211,7 +226,9 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
 
     // The engine's own watchdog ends a rank that stops making progress (a dead peer).
     const auto t_init = std::chrono::steady_clock::now();
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> engine, make_engine(o, c));
+    ParamSet adapters;  // --adapter lora: outlives the engine
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> engine, make_engine(o, c, adapters));
+    const int64_t adapter_params = o.lora ? count_lora_parameters(c, *o.lora) : 0;
     GpuTrainEngine& eng = *engine;
     const double init_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
@@ -221,6 +238,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     plan_in.tokens_per_batch = o.tokens;
     plan_in.sm_version = eng.device().sm_version();
     plan_in.attention_core = eng.device().attention_core();
+    plan_in.adapter_parameters = adapter_params;
     // A failed collective aborted the communicator: report at once and end the process, as
     // tearing down streams that hold never-ending collectives may block.
     auto fail_fast = [&](const absl::Status& s) {
@@ -253,7 +271,8 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             DT_RETURN_IF_ERROR(fail_fast(loss.status()));
             loss_sum += *loss;
             tokens += static_cast<double>(b.tokens());
-            flops += step_flops(c, lens[static_cast<size_t>(i * per_step + o.rank * o.micro + k)]);
+            flops += step_flops(c, lens[static_cast<size_t>(i * per_step + o.rank * o.micro + k)],
+                                adapter_params);
         }
         absl::StatusOr<double> norm = eng.apply(o.adamw, o.max_grad_norm);
         DT_RETURN_IF_ERROR(fail_fast(norm.status()));
@@ -277,7 +296,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         tok_s.push_back(tokens / (ms * 1e-3));
         mfu.push_back(flops / (ms * 1e-3) / 989.4e12);
     }
-    if (!o.sample_out.empty()) {
+    if (!o.sample_out.empty() && !o.lora) {
         DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp().download_sample(o.sample_stride));
         if (o.rank == 0) {
             std::FILE* f = std::fopen(o.sample_out.c_str(), "wb");
@@ -329,6 +348,11 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         {"gemm_host_ms_per_step", per_step_delta(gemm_before.host_ns, gemm_after.host_ns) * 1e-6},
         {"mfu", median(mfu)},
         {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
+        {"adapter", o.lora ? nlohmann::json{{"type", "lora"},
+                                            {"rank", o.lora->rank},
+                                            {"alpha", o.lora->alpha},
+                                            {"parameters", adapter_params}}
+                           : nlohmann::json(nullptr)},
         {"max_grad_norm", o.max_grad_norm},
         {"lr", o.adamw.lr},
         {"losses", losses},
@@ -372,12 +396,35 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
 #endif
 }
 
+// --adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m1,m2]: every projection by
+// default, alpha twice the rank (PEFT's common choice).
+absl::StatusOr<std::optional<LoraSpec>> parse_bench_lora(const Flags& f) {
+    const std::string type = f.get("adapter", "");
+    if (type.empty()) return std::optional<LoraSpec>();
+    if (type != "lora") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--adapter: expected lora, got '", type, "'"));
+    }
+    LoraSpec s;
+    DT_ASSIGN_OR_RETURN(uint64_t rank, f.get_uint("lora-rank", 16));
+    if (rank < 1) return absl::InvalidArgumentError("--lora-rank must be >= 1");
+    s.rank = static_cast<int64_t>(rank);
+    DT_ASSIGN_OR_RETURN(s.alpha, f.get_double("lora-alpha", 2.0 * static_cast<double>(rank)));
+    std::vector<std::string> modules;
+    for (size_t i = 0; i < kNumProj; ++i) modules.push_back(proj_module_name(static_cast<Proj>(i)));
+    const std::string list = f.get("lora-targets", "");
+    if (!list.empty()) modules = absl::StrSplit(list, ',');
+    DT_ASSIGN_OR_RETURN(s.targets, parse_lora_targets(modules));
+    return std::optional<LoraSpec>(s);
+}
+
 absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>& args) {
     DT_ASSIGN_OR_RETURN(
-        Flags f, Flags::parse(args,
-                              {"config", "tokens", "steps", "warmup", "recompute", "seed", "layers",
-                               "lr", "world-size", "rank", "rendezvous", "micro-batches",
-                               "max-grad-norm", "timeout-ms", "sample-out", "sample-stride"},
+        Flags f, Flags::parse(args, {"config",        "tokens",     "steps",      "warmup",
+                                     "recompute",     "seed",       "layers",     "lr",
+                                     "world-size",    "rank",       "rendezvous", "micro-batches",
+                                     "max-grad-norm", "timeout-ms", "sample-out", "sample-stride",
+                                     "adapter",       "lora-rank",  "lora-alpha", "lora-targets"},
                               {"fsdp"}));
     BenchOptions o;
     DT_ASSIGN_OR_RETURN(o.config, f.require("config"));
@@ -416,6 +463,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
         return absl::InvalidArgumentError(
             absl::StrCat("--max-grad-norm must be >= 0 (0: no clipping), got ", o.max_grad_norm));
     }
+    DT_ASSIGN_OR_RETURN(o.lora, parse_bench_lora(f));
     o.world = static_cast<int64_t>(world), o.rank = static_cast<int64_t>(rank);
     o.micro = static_cast<int64_t>(micro), o.timeout_ms = static_cast<int64_t>(timeout);
     o.sample_stride = static_cast<int64_t>(stride);

@@ -277,7 +277,7 @@ absl::StatusOr<std::string> confine(const std::string& field, const std::string&
 
 }  // namespace
 
-// adapter: LoRA only, PEFT's knobs in range, known target modules, CPU ranks for now.
+// adapter: LoRA only, PEFT's knobs in range, known target modules.
 absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits) {
     const v1::AdapterSpec& a = spec.adapter();
     if (a.type().empty()) {
@@ -303,9 +303,6 @@ absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits
     }
     if (!a.export_().empty() && a.export_() != "peft" && a.export_() != "merged") {
         return invalid(absl::StrCat("adapter.export ('", a.export_(), "') must be peft or merged"));
-    }
-    if (spec.resources().gpus() > 0) {
-        return invalid("adapter: LoRA jobs run on CPU ranks so far (resources.gpus must be 0)");
     }
     return absl::OkStatus();
 }
@@ -411,6 +408,14 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
     in.attention_core = machine.attention_core;
+    if (spec.adapter().type() == "lora") {  // the base frozen: the plan counts the adapter
+        LoraSpec lora;
+        lora.rank = spec.adapter().rank();
+        const auto& modules = spec.adapter().target_modules();
+        lora.targets =
+            parse_lora_targets({modules.begin(), modules.end()}).value_or(std::vector<Proj>{});
+        in.adapter_parameters = count_lora_parameters(*config, lora);
+    }
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
     // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.
     if (spec.resources().gpus() > gpus_available) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cast.h"
 #include "kernels/grad_norm.h"
 #include "kernels/init_fill.h"
@@ -22,12 +23,14 @@ constexpr int kScalars = 8;  // shard norm, replicated norm, squared sum, norm, 
 
 absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceContext& dev,
                                                                      NcclCommunicator& comm,
-                                                                     const Qwen35Config& config) {
+                                                                     const Qwen35Config& config,
+                                                                     bool frozen) {
     if (dev.device().is_cpu()) {
         return absl::FailedPreconditionError("FsdpGpuParams needs a CUDA device context");
     }
     std::unique_ptr<FsdpGpuParams> f(new FsdpGpuParams(dev, comm));
     f->config_ = config;
+    f->frozen_ = frozen;
     ParamSet names = make_qwen35_params(config, config.tie_word_embeddings, /*zero_fill=*/false);
     for (const auto& p : names.all()) f->names_.push_back(p.name);
     f->layout_ = make_gpu_param_layout(config, names, /*replicate_fp32_read=*/true);
@@ -45,21 +48,25 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
     DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&f->scratch_, cudaEventDisableTiming));
     const size_t n = static_cast<size_t>(f->shard_total_);
     const size_t r = static_cast<size_t>(std::max<int64_t>(1, f->layout_.replicated_numel));
-    DT_ASSIGN_OR_RETURN(f->master_, dev.allocate(n * sizeof(float)));
+    // Frozen: the bf16 shards alone (and the small replicated fp32-read segment the kernels
+    // need), no master, gradient or moments.
     DT_ASSIGN_OR_RETURN(f->half_, dev.allocate(n * sizeof(bf16)));
-    DT_ASSIGN_OR_RETURN(f->grad_, dev.allocate(n * sizeof(float)));
-    DT_ASSIGN_OR_RETURN(f->moments_, dev.allocate(2 * n * sizeof(float)));
     DT_ASSIGN_OR_RETURN(f->rep_master_, dev.allocate(r * sizeof(float)));
     DT_ASSIGN_OR_RETURN(f->rep_half_, dev.allocate(r * sizeof(bf16)));
-    DT_ASSIGN_OR_RETURN(f->rep_grad_, dev.allocate(r * sizeof(float)));
-    DT_ASSIGN_OR_RETURN(f->rep_moments_, dev.allocate(2 * r * sizeof(float)));
-    DT_ASSIGN_OR_RETURN(f->scalars_, dev.allocate(kScalars * sizeof(float)));
+    if (!frozen) {
+        DT_ASSIGN_OR_RETURN(f->master_, dev.allocate(n * sizeof(float)));
+        DT_ASSIGN_OR_RETURN(f->grad_, dev.allocate(n * sizeof(float)));
+        DT_ASSIGN_OR_RETURN(f->moments_, dev.allocate(2 * n * sizeof(float)));
+        DT_ASSIGN_OR_RETURN(f->rep_grad_, dev.allocate(r * sizeof(float)));
+        DT_ASSIGN_OR_RETURN(f->rep_moments_, dev.allocate(2 * r * sizeof(float)));
+        DT_ASSIGN_OR_RETURN(f->scalars_, dev.allocate(kScalars * sizeof(float)));
+    }
     const cudaStream_t s = dev.compute_stream();
     for (DeviceMemory* m : {&f->master_, &f->half_, &f->grad_, &f->moments_, &f->rep_master_,
                             &f->rep_half_, &f->rep_grad_, &f->rep_moments_, &f->scalars_}) {
-        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
+        if (m->get()) DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
-    DT_RETURN_IF_ERROR(f->plan_adamw());
+    if (!frozen) DT_RETURN_IF_ERROR(f->plan_adamw());
     return f;
 }
 
@@ -116,33 +123,40 @@ absl::Status FsdpGpuParams::order(cudaStream_t from, cudaStream_t to) {
 // Calls `fn(param index, element range [a, b) of the tensor, device destination of element a)`
 // for every piece of a parameter this rank holds: its slice of each sharded tensor, and every
 // replicated tensor whole. Returns the first error `fn` returned.
-cudaError_t FsdpGpuParams::for_each_local_piece(
+absl::Status FsdpGpuParams::for_each_local_piece(
     const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn) {
-    cudaError_t err = cudaSuccess;
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
         const GpuParamSlot& slot = layout_.slots[i];
-        cudaError_t e = cudaSuccess;
         if (slot.replicated) {
-            e = fn(i, 0, slot.numel, rep_master_.as<float>() + slot.offset);
-        } else {
-            const Unit& u = units_[static_cast<size_t>(slot.unit)];
-            const int64_t lo = comm_.rank() * u.shard, hi = lo + u.shard;
-            const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
-            if (a < b) {
-                e = fn(i, a - slot.offset, b - slot.offset,
-                       master_.as<float>() + u.shard_begin + (a - lo));
-            }
+            DT_CUDA_RETURN_IF_ERROR(fn(i, 0, slot.numel, rep_master_.as<float>() + slot.offset));
+            continue;
         }
-        if (err == cudaSuccess) err = e;
+        const Unit& u = units_[static_cast<size_t>(slot.unit)];
+        const int64_t lo = comm_.rank() * u.shard, hi = lo + u.shard;
+        const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
+        if (a >= b) continue;
+        const int64_t at = u.shard_begin + (a - lo);
+        if (!frozen_) {
+            DT_CUDA_RETURN_IF_ERROR(
+                fn(i, a - slot.offset, b - slot.offset, master_.as<float>() + at));
+            continue;
+        }
+        // Frozen: no master; the piece goes through fp32 scratch into its bf16 shard.
+        DT_ASSIGN_OR_RETURN(DeviceMemory stage, dev_.allocate(sizeof(float) * (b - a)));
+        DT_CUDA_RETURN_IF_ERROR(fn(i, a - slot.offset, b - slot.offset, stage.as<float>()));
+        DT_CUDA_RETURN_IF_ERROR(
+            cast_f32_to_bf16(half_.as<bf16>() + at, stage.as<float>(), b - a, compute()));
     }
-    return err;
+    return absl::OkStatus();
 }
 
 // The bf16 copies from freshly written fp32 masters; waits, as the host values may go away.
 absl::Status FsdpGpuParams::refresh_half_from_masters() {
     const cudaStream_t s = compute();
-    DT_CUDA_RETURN_IF_ERROR(
-        cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
+    if (!frozen_) {  // frozen: for_each_local_piece wrote the bf16 shards
+        DT_CUDA_RETURN_IF_ERROR(
+            cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
+    }
     DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(rep_half_.as<bf16>(), rep_master_.as<float>(),
                                              layout_.replicated_numel, s));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
@@ -152,7 +166,7 @@ absl::Status FsdpGpuParams::refresh_half_from_masters() {
 absl::Status FsdpGpuParams::init_random(uint64_t seed) {
     const cudaStream_t s = compute();
     const float std_dev = static_cast<float>(config_.initializer_range);
-    DT_CUDA_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
+    DT_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
         const GpuInitRule r = gpu_init_rule(names_[i], std_dev);
         return init_fill_f32(dst, b - a, static_cast<InitFill>(r.kind), r.a, r.b, seed, i, s, a);
     }));
@@ -164,7 +178,7 @@ absl::Status FsdpGpuParams::load(const ParamSet& params) {
         return absl::InvalidArgumentError("load: parameter set does not match the model");
     }
     const cudaStream_t s = compute();
-    DT_CUDA_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
+    DT_RETURN_IF_ERROR(for_each_local_piece([&](size_t i, int64_t a, int64_t b, float* dst) {
         return cudaMemcpyAsync(dst, params.all()[i].value.data<float>() + a,
                                sizeof(float) * (b - a), cudaMemcpyHostToDevice, s);
     }));
@@ -187,6 +201,7 @@ std::vector<size_t> FsdpGpuParams::sample_order() const {
 
 absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride) {
     if (stride < 1) return absl::InvalidArgumentError("download_sample: stride must be >= 1");
+    DT_RETURN_IF_ERROR(require_trained("download"));
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
     std::vector<float> out;
@@ -237,7 +252,14 @@ absl::Status FsdpGpuParams::download(ParamSet& params) {
     return absl::OkStatus();
 }
 
+absl::Status FsdpGpuParams::require_trained(const char* what) const {
+    if (!frozen_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the base is frozen (bf16 shards only, nothing trains here)"));
+}
+
 absl::Status FsdpGpuParams::zero_grads() {
+    DT_RETURN_IF_ERROR(require_trained("zero_grads"));
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_.get(), 0, grad_.bytes(), s));
@@ -252,6 +274,7 @@ absl::Status FsdpGpuParams::zero_grads() {
 }
 
 absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero) {
+    DT_RETURN_IF_ERROR(require_trained("zero_grads"));
     if (comm_.world_size() != 1 || zero.size() != layout_.slots.size()) {
         return absl::FailedPreconditionError("partial gradient zeroing needs world size 1");
     }
@@ -336,10 +359,10 @@ absl::Status FsdpGpuParams::gather(int unit) {
 GpuUnitPtrs FsdpGpuParams::whole_unit(const Unit& u) {
     GpuUnitPtrs p;
     p.half = half_.as<bf16>() + u.shard_begin;
-    p.grad = grad_.as<float>() + u.shard_begin;
+    p.grad = frozen_ ? nullptr : grad_.as<float>() + u.shard_begin;
     p.rep_half = rep_half_.as<bf16>();
     p.rep_master = rep_master_.as<float>();
-    p.rep_grad = rep_grad_.as<float>();
+    p.rep_grad = rep_grad_.as<float>();  // null when frozen
     return p;
 }
 
@@ -352,7 +375,7 @@ absl::StatusOr<GpuUnitPtrs> FsdpGpuParams::acquire(int unit, Phase phase, bool g
     // The embedding's backward scatters rows into its gradient and never reads the weights.
     const bool weights = !(unit == 0 && phase == Phase::kBackward);
     if (weights && !u.live) DT_RETURN_IF_ERROR(gather(unit));
-    if (grads && !u.full_grad.get()) {
+    if (grads && !frozen_ && !u.full_grad.get()) {
         DT_ASSIGN_OR_RETURN(u.full_grad,
                             dev_.allocator()->allocate(sizeof(float) * u.padded, comm_stream()));
         DT_CUDA_RETURN_IF_ERROR(
@@ -404,6 +427,7 @@ absl::Status FsdpGpuParams::synchronize() {
 
 absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step,
                                            double max_grad_norm) {
+    DT_RETURN_IF_ERROR(require_trained("step"));
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));  // the last reduce-scatters
     const int64_t r = layout_.replicated_numel;

@@ -33,10 +33,15 @@ namespace deltatune {
 class FsdpGpuParams final : public GpuParamSource {
   public:
     // Shards of the parameters of make_qwen35_params(config, config.tie_word_embeddings),
-    // zero until init_random() or load(). `dev` and `comm` must outlive this object.
+    // zero until init_random() or load(). `dev` and `comm` must outlive this object. `frozen`
+    // (the base under a LoRA adapter): bf16 shards only, no fp32 master, gradient or moments;
+    // units are gathered as usual but hand out no gradient, and everything that reads or
+    // trains the masters (download, checkpoints, zero_grads, step) is FailedPrecondition.
     static absl::StatusOr<std::unique_ptr<FsdpGpuParams>> create(DeviceContext& dev,
                                                                  NcclCommunicator& comm,
-                                                                 const Qwen35Config& config);
+                                                                 const Qwen35Config& config,
+                                                                 bool frozen = false);
+    bool frozen() const { return frozen_; }
     ~FsdpGpuParams() override;
 
     const GpuParamLayout& layout() const { return layout_; }
@@ -116,7 +121,8 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
-    cudaError_t for_each_local_piece(
+    absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
+    absl::Status for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
     absl::Status refresh_half_from_masters();
 
@@ -127,6 +133,7 @@ class FsdpGpuParams final : public GpuParamSource {
     std::vector<Unit> units_;
     std::vector<std::string> names_;  // per ParamSet index, for the init rules
     bool sync_grads_ = true;
+    bool frozen_ = false;
     int64_t shard_total_ = 0;
     DeviceMemory master_, half_, grad_, moments_;                  // local shards (moments: m | v)
     DeviceMemory rep_master_, rep_half_, rep_grad_, rep_moments_;  // replicated segment

@@ -30,6 +30,7 @@ std::vector<int64_t> FsdpGpuParams::group_sizes() const {
 }
 
 absl::Status FsdpGpuParams::save_shard(const std::string& path) {
+    DT_RETURN_IF_ERROR(require_trained("save_shard"));
     DT_RETURN_IF_ERROR(synchronize());  // the last step's update is in the masters
     const int64_t n = shard_total_, r = layout_.replicated_numel;
     const float* shard_src[3] = {master_.as<float>(), moments_.as<float>(),
@@ -60,6 +61,7 @@ absl::Status FsdpGpuParams::save_shard(const std::string& path) {
 }
 
 absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_files) {
+    DT_RETURN_IF_ERROR(require_trained("load_shards"));
     const int64_t world = static_cast<int64_t>(rank_files.size());
     if (world < 1) return absl::InvalidArgumentError("load_shards: no shard files");
     // Every tensor a file holds must be one this model reads: a file of another layout (say,

@@ -5,6 +5,7 @@
 // mirrors forward.
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_blocks.h"
+#include "runtime/model/gpu_proj.h"
 
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
@@ -66,11 +67,10 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
     DT_ASSIGN_OR_RETURN(acts.k_rstd, x.dev.allocate(f4 * T * Hkv));
     DT_ASSIGN_OR_RETURN(acts.lse, x.dev.allocate(f4 * T * Hq));
     DT_ASSIGN_OR_RETURN(acts.y, x.dev.allocate(b2 * T * Hq * D));
-    Gemm& g = x.gemm();
     const cudaStream_t s = x.stream();
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.qg.get(), a, w.q_proj.w, T, H, Hq * 2 * D, s));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.k_raw.get(), a, w.k_proj.w, T, H, Hkv * D, s));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.v.get(), a, w.v_proj.w, T, H, Hkv * D, s));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.q_proj, acts.qg.get(), a, H, Hq * 2 * D));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.k_proj, acts.k_raw.get(), a, H, Hkv * D));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.v_proj, acts.v.get(), a, H, Hkv * D));
     DT_CUDA_RETURN_IF_ERROR(qk_norm_rope_forward(
         acts.q.as<bf16>(), acts.q_rstd.as<float>(), acts.qg.as<bf16>(), Hq * 2 * D, 2 * D,
         w.q_norm.w, x.b.position_ids, T, Hq, D, x.c.rotary_dim(), x.c.rope_theta, eps, s));
@@ -97,7 +97,7 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         }
         DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_wgmma_scheduled(
             acts.y.as<bf16>(), nullptr, acts.lse.as<float>(), args, shared->list.get(), ws, s));
-        return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
+        return proj_forward(x, w.o_proj, out, acts.y.get(), Hq * D, H);
     }
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * Hq * D));
     if (use_fused(x, args) && cudnn) {
@@ -114,7 +114,7 @@ absl::Status gpu_attention_forward(const GpuCtx& x, const GpuLayer& w, const bf1
         DT_CUDA_RETURN_IF_ERROR(gated_attention_forward_generic(
             acts.y.as<bf16>(), acts.o.as<bf16>(), acts.lse.as<float>(), args, s));
     }
-    return linear_forward(g, out, acts.y.get(), w.o_proj.w, T, Hq * D, H, s);
+    return proj_forward(x, w.o_proj, out, acts.y.get(), Hq * D, H);
 }
 
 absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
@@ -122,12 +122,11 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
     const int64_t T = x.b.tokens, H = x.c.hidden_size, D = x.c.head_dim;
     const int64_t Hq = x.c.num_attention_heads, Hkv = x.c.num_key_value_heads;
     const size_t b2 = sizeof(bf16);
-    Gemm& g = x.gemm();
     const cudaStream_t s = x.stream();
     DT_ASSIGN_OR_RETURN(DeviceMemory dy, x.dev.allocate(b2 * T * Hq * D));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, dy.get(), dout, w.o_proj.w, T, Hq * D, H, false, s));
     DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.o_proj.grad, dout, acts.y.get(), T, Hq * D, H, s, !w.o_proj.fresh));
+        proj_backward_dx(x, w.o_proj, dy.get(), dout, acts.y.get(), Hq * D, H, false));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.o_proj, dout, acts.y.get(), Hq * D, H));
 
     DT_ASSIGN_OR_RETURN(DeviceMemory dqg, x.dev.allocate(b2 * T * Hq * 2 * D));
     DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * Hq * D));
@@ -183,15 +182,12 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
         w.k_norm.w, acts.k_rstd.as<float>(), x.b.position_ids, T, Hkv, D, x.c.rotary_dim(),
         x.c.rope_theta, work.get(), wk, s));
 
-    DT_RETURN_IF_ERROR(
-        linear_backward_dx(g, da, dqg.get(), w.q_proj.w, T, H, Hq * 2 * D, false, s));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dk_raw.get(), w.k_proj.w, T, H, Hkv * D, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dv.get(), w.v_proj.w, T, H, Hkv * D, true, s));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.q_proj.grad, dqg.get(), a, T, H, Hq * 2 * D, s, !w.q_proj.fresh));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.k_proj.grad, dk_raw.get(), a, T, H, Hkv * D, s, !w.k_proj.fresh));
-    return linear_backward_dw(g, w.v_proj.grad, dv.get(), a, T, H, Hkv * D, s, !w.v_proj.fresh);
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.q_proj, da, dqg.get(), a, H, Hq * 2 * D, false));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.k_proj, da, dk_raw.get(), a, H, Hkv * D, true));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.v_proj, da, dv.get(), a, H, Hkv * D, true));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.q_proj, dqg.get(), a, H, Hq * 2 * D));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.k_proj, dk_raw.get(), a, H, Hkv * D));
+    return proj_backward_dw(x, w.v_proj, dv.get(), a, H, Hkv * D);
 }
 
 }  // namespace deltatune

@@ -32,6 +32,7 @@ bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, Attention
 namespace deltatune {
 
 using bf16 = __nv_bfloat16;
+struct GpuLora;  // gpu_lora.h
 
 // One parameter on the device: the bf16 copy the GEMMs read, the fp32 master (the small GDN
 // weights are read in fp32 as the reference computes them), and its fp32 gradient.
@@ -42,6 +43,9 @@ struct GpuParam {
     // The gradient holds nothing yet this step (zero_grads left it for its dW GEMM): that GEMM
     // writes (beta 0) instead of adding, saving the zeroing pass and the read of C.
     bool fresh = false;
+    // The projection's LoRA adapter (gpu_proj.h adds its branch); null without one. A frozen
+    // base has no gradient (grad null on the projections).
+    const GpuLora* lora = nullptr;
 };
 
 struct GpuLayer {

@@ -14,6 +14,7 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/gpu_blocks.h"
+#include "runtime/model/gpu_proj.h"
 
 namespace deltatune {
 
@@ -247,18 +248,17 @@ absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
     const int64_t KD = c.key_dim(), VD = c.value_dim();
     const size_t b2 = sizeof(bf16), f4 = sizeof(float);
     const cudaStream_t s = x.stream();
-    Gemm& g = x.gemm();
     DT_ASSIGN_OR_RETURN(acts.mixed, x.dev.allocate(b2 * T * C));
     DT_ASSIGN_OR_RETURN(acts.z, x.dev.allocate(b2 * T * VD));
     DT_ASSIGN_OR_RETURN(acts.b, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(acts.a, x.dev.allocate(b2 * T * Hv));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.mixed.get(), a, w.in_proj_qkv.w, T, H, C, s));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.z.get(), a, w.in_proj_z.w, T, H, VD, s));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.b.get(), a, w.in_proj_b.w, T, H, Hv, s));
-    DT_RETURN_IF_ERROR(linear_forward(g, acts.a.get(), a, w.in_proj_a.w, T, H, Hv, s));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_qkv, acts.mixed.get(), a, H, C));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_z, acts.z.get(), a, H, VD));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_b, acts.b.get(), a, H, Hv));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_a, acts.a.get(), a, H, Hv));
     if (use_fused(x)) {
         DT_RETURN_IF_ERROR(fused_core_forward(x, w, acts));
-        return linear_forward(g, out, acts.normed.get(), w.out_proj.w, T, VD, H, s);
+        return proj_forward(x, w.out_proj, out, acts.normed.get(), VD, H);
     }
 
     DT_ASSIGN_OR_RETURN(acts.conv, x.dev.allocate(f4 * T * C));
@@ -292,7 +292,7 @@ absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
     DT_CUDA_RETURN_IF_ERROR(gdn_gated_rmsnorm_forward_simple(
         acts.normed.as<bf16>(), acts.norm_rstd.as<float>(), acts.o.as<float>(), acts.z.as<bf16>(),
         w.gdn_norm.w32, T * Hv, dv, static_cast<float>(c.rms_norm_eps), s));
-    return linear_forward(g, out, acts.normed.get(), w.out_proj.w, T, VD, H, s);
+    return proj_forward(x, w.out_proj, out, acts.normed.get(), VD, H);
 }
 
 absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
@@ -301,14 +301,11 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     const int64_t T = x.b.tokens, H = c.hidden_size, C = c.conv_dim();
     const int64_t Hv = c.linear_num_value_heads, VD = c.value_dim();
     const size_t b2 = sizeof(bf16);
-    const cudaStream_t s = x.stream();
-    Gemm& g = x.gemm();
 
     DT_ASSIGN_OR_RETURN(DeviceMemory dnormed, x.dev.allocate(b2 * T * VD));
     DT_RETURN_IF_ERROR(
-        linear_backward_dx(g, dnormed.get(), dout, w.out_proj.w, T, VD, H, false, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.out_proj.grad, dout, acts.normed.get(), T, VD, H, s,
-                                          !w.out_proj.fresh));
+        proj_backward_dx(x, w.out_proj, dnormed.get(), dout, acts.normed.get(), VD, H, false));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.out_proj, dout, acts.normed.get(), VD, H));
     DT_ASSIGN_OR_RETURN(DeviceMemory dz, x.dev.allocate(b2 * T * VD));
     DT_ASSIGN_OR_RETURN(DeviceMemory db, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(DeviceMemory da_raw, x.dev.allocate(b2 * T * Hv));
@@ -322,18 +319,14 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     }
     dnormed.reset();
 
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dmixed.get(), w.in_proj_qkv.w, T, H, C, false, s));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, dz.get(), w.in_proj_z.w, T, H, VD, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, db.get(), w.in_proj_b.w, T, H, Hv, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dx(g, da, da_raw.get(), w.in_proj_a.w, T, H, Hv, true, s));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.in_proj_qkv.grad, dmixed.get(), a, T, H, C, s,
-                                          !w.in_proj_qkv.fresh));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.in_proj_z.grad, dz.get(), a, T, H, VD, s, !w.in_proj_z.fresh));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.in_proj_b.grad, db.get(), a, T, H, Hv, s, !w.in_proj_b.fresh));
-    return linear_backward_dw(g, w.in_proj_a.grad, da_raw.get(), a, T, H, Hv, s,
-                              !w.in_proj_a.fresh);
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.in_proj_qkv, da, dmixed.get(), a, H, C, false));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.in_proj_z, da, dz.get(), a, H, VD, true));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.in_proj_b, da, db.get(), a, H, Hv, true));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.in_proj_a, da, da_raw.get(), a, H, Hv, true));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.in_proj_qkv, dmixed.get(), a, H, C));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.in_proj_z, dz.get(), a, H, VD));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.in_proj_b, db.get(), a, H, Hv));
+    return proj_backward_dw(x, w.in_proj_a, da_raw.get(), a, H, Hv);
 }
 
 }  // namespace deltatune

@@ -4,6 +4,7 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/gpu_blocks.h"
+#include "runtime/model/gpu_proj.h"
 
 namespace deltatune {
 
@@ -14,12 +15,11 @@ absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
     DT_ASSIGN_OR_RETURN(acts.gate, x.dev.allocate(bytes));
     DT_ASSIGN_OR_RETURN(acts.up, x.dev.allocate(bytes));
     DT_ASSIGN_OR_RETURN(acts.h, x.dev.allocate(bytes));
-    DT_RETURN_IF_ERROR(
-        linear_forward(x.gemm(), acts.gate.get(), a, w.mlp_gate.w, T, H, I, x.stream()));
-    DT_RETURN_IF_ERROR(linear_forward(x.gemm(), acts.up.get(), a, w.mlp_up.w, T, H, I, x.stream()));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.mlp_gate, acts.gate.get(), a, H, I));
+    DT_RETURN_IF_ERROR(proj_forward(x, w.mlp_up, acts.up.get(), a, H, I));
     DT_CUDA_RETURN_IF_ERROR(swiglu_forward(acts.h.as<bf16>(), acts.gate.as<bf16>(),
                                            acts.up.as<bf16>(), T * I, x.stream()));
-    return linear_forward(x.gemm(), out, acts.h.get(), w.mlp_down.w, T, I, H, x.stream());
+    return proj_forward(x, w.mlp_down, out, acts.h.get(), I, H);
 }
 
 absl::Status gpu_mlp_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a, const bf16* dout,
@@ -29,22 +29,15 @@ absl::Status gpu_mlp_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     DT_ASSIGN_OR_RETURN(DeviceMemory dh, x.dev.allocate(bytes));
     DT_ASSIGN_OR_RETURN(DeviceMemory dgate, x.dev.allocate(bytes));
     DT_ASSIGN_OR_RETURN(DeviceMemory dup, x.dev.allocate(bytes));
-    Gemm& g = x.gemm();
-    DT_RETURN_IF_ERROR(
-        linear_backward_dx(g, dh.get(), dout, w.mlp_down.w, T, I, H, false, x.stream()));
-    DT_RETURN_IF_ERROR(linear_backward_dw(g, w.mlp_down.grad, dout, acts.h.get(), T, I, H,
-                                          x.stream(), !w.mlp_down.fresh));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.mlp_down, dh.get(), dout, acts.h.get(), I, H, false));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.mlp_down, dout, acts.h.get(), I, H));
     DT_CUDA_RETURN_IF_ERROR(swiglu_backward(dgate.as<bf16>(), dup.as<bf16>(), dh.as<bf16>(),
                                             acts.gate.as<bf16>(), acts.up.as<bf16>(), T * I,
                                             x.stream()));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dx(g, da, dup.get(), w.mlp_up.w, T, H, I, false, x.stream()));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dx(g, da, dgate.get(), w.mlp_gate.w, T, H, I, true, x.stream()));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(g, w.mlp_up.grad, dup.get(), a, T, H, I, x.stream(), !w.mlp_up.fresh));
-    return linear_backward_dw(g, w.mlp_gate.grad, dgate.get(), a, T, H, I, x.stream(),
-                              !w.mlp_gate.fresh);
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.mlp_up, da, dup.get(), a, H, I, false));
+    DT_RETURN_IF_ERROR(proj_backward_dx(x, w.mlp_gate, da, dgate.get(), a, H, I, true));
+    DT_RETURN_IF_ERROR(proj_backward_dw(x, w.mlp_up, dup.get(), a, H, I));
+    return proj_backward_dw(x, w.mlp_gate, dgate.get(), a, H, I);
 }
 
 }  // namespace deltatune

@@ -33,11 +33,6 @@ const char* proj_group(Proj p) {
     }
 }
 
-// "model.layers.L.<group><module>." for projection p of layer l.
-std::string proj_path(int64_t l, Proj p) {
-    return absl::StrCat(layer_prefix(l), proj_group(p), proj_module_name(p), ".");
-}
-
 absl::Status invalid(const std::string& dir, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": ", what));
 }
@@ -86,6 +81,10 @@ absl::StatusOr<LoraSpec> read_peft_config(const std::string& dir) {
 
 }  // namespace
 
+std::string lora_pair_prefix(int64_t l, Proj p) {
+    return absl::StrCat(layer_prefix(l), proj_group(p), proj_module_name(p), ".");
+}
+
 float LoraSpec::scale() const {
     const double r = static_cast<double>(rank);
     return static_cast<float>(use_rslora ? alpha / std::sqrt(r) : alpha / r);
@@ -118,7 +117,7 @@ ParamSet make_lora_params(const Qwen35Config& c, const ParamSet& base, const Lor
     ParamSet out;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         for (Proj p : spec.targets) {
-            const std::string path = proj_path(l, p);
+            const std::string path = lora_pair_prefix(l, p);
             if (!base.contains(path + "weight")) continue;  // not a projection of this layer
             const std::vector<int64_t>& shape = base.get(path + "weight").shape();
             out.add(path + "lora_A.weight", {spec.rank, shape[1]}, DType::kF32);
@@ -149,7 +148,7 @@ void attach_lora(const Qwen35Config& c, ModelView& view, const ParamSet& adapter
         LayerView& layer = view.layers[static_cast<size_t>(l)];
         layer.lora_scale = scale;
         for (size_t i = 0; i < kNumProj; ++i) {
-            const std::string path = proj_path(l, static_cast<Proj>(i));
+            const std::string path = lora_pair_prefix(l, static_cast<Proj>(i));
             if (!adapters.contains(path + "lora_A.weight")) continue;
             layer.lora[i] = {adapters.get(path + "lora_A.weight"),
                              adapters.get(path + "lora_B.weight")};

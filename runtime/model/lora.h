@@ -27,6 +27,10 @@ struct LoraSpec {
     float scale() const;
 };
 
+// "model.layers.L.<self_attn|linear_attn|mlp>.<module>.": the canonical prefix of the pair on
+// projection p of layer l ("lora_A.weight" and "lora_B.weight" follow).
+std::string lora_pair_prefix(int64_t layer, Proj p);
+
 // The projections named by PEFT target_modules entries; InvalidArgument naming an unknown one
 // and listing the valid names.
 absl::StatusOr<std::vector<Proj>> parse_lora_targets(const std::vector<std::string>& modules);

@@ -46,6 +46,14 @@ using Phase = GpuParamSource::Phase;
 GpuParam Qwen35GpuModel::Impl::param(int i, const GpuUnitPtrs& u) const {
     if (i < 0) return GpuParam{};
     const GpuParamSlot& slot = layout.slots[static_cast<size_t>(i)];
+    if (lora) {  // frozen: the bf16 weight (and fp32 read copy), no gradient kept
+        const int64_t o = sink_offset[static_cast<size_t>(i)];
+        float* g = o >= 0 ? sink.as<float>() + o : nullptr;
+        if (slot.replicated)
+            return GpuParam{u.rep_half + slot.offset, u.rep_master + slot.offset, g};
+        return GpuParam{u.half ? u.half + slot.offset : nullptr,
+                        u.master ? u.master + slot.offset : nullptr, g};
+    }
     if (slot.replicated) {
         return GpuParam{u.rep_half + slot.offset, u.rep_master + slot.offset,
                         u.rep_grad + slot.offset};
@@ -69,6 +77,7 @@ GpuLayer Qwen35GpuModel::Impl::bind_layer(int64_t l, const GpuUnitPtrs& u) const
     g.gdn_norm = param(x.gdn_norm, u), g.out_proj = param(x.out_proj, u);
     g.q_proj = param(x.q_proj, u), g.k_proj = param(x.k_proj, u), g.v_proj = param(x.v_proj, u);
     g.o_proj = param(x.o_proj, u), g.q_norm = param(x.q_norm, u), g.k_norm = param(x.k_norm, u);
+    if (lora) attach_lora_pairs(l, g);
     return g;
 }
 
@@ -306,6 +315,9 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     }
     const int64_t T = pb.tokens(), D = pb.num_docs(), H = m.c.hidden_size, V = m.c.vocab_size;
     const cudaStream_t s = m.s();
+    if (m.lora) {  // the frozen base's scratch gradients: dropped, kept from growing
+        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.sink.get(), 0, m.sink.bytes(), s));
+    }
     const size_t count = static_cast<size_t>(5 * T + D + 1);
     if (m.staging_count < count) {
         // The previous forward's copy finished before its loss was read back.
@@ -446,9 +458,11 @@ absl::Status Qwen35GpuModel::backward() {
     }
     const size_t we = embedding_backward_sorted_workspace_bytes(T, H);
     DT_ASSIGN_OR_RETURN(DeviceMemory ework, m.dev.allocate(we));
-    DT_CUDA_RETURN_IF_ERROR(embedding_backward_sorted(m.param(m.embed_idx, e).grad, g.as<bf16>(),
-                                                      m.ids_sorted, m.id_positions_sorted, T, H,
-                                                      ework.get(), we, s));
+    float* dembed = m.param(m.embed_idx, e).grad;  // null: frozen
+    if (dembed) {
+        DT_CUDA_RETURN_IF_ERROR(embedding_backward_sorted(
+            dembed, g.as<bf16>(), m.ids_sorted, m.id_positions_sorted, T, H, ework.get(), we, s));
+    }
     DT_RETURN_IF_ERROR(m.source->release(m.layout.tied ? head_unit : 0, Phase::kBackward));
     m.head = GpuUnitPtrs{};
     m.pending = false;

@@ -23,6 +23,8 @@
 
 namespace deltatune {
 
+class GpuLoraAdapters;  // gpu_lora.h
+
 // What a layer keeps between forward and backward. kNone keeps every activation the backward
 // reads; kLayer keeps only the layer input (the residual stream) and recomputes the layer's
 // forward at the start of its backward.
@@ -90,6 +92,12 @@ class Qwen35GpuModel {
     // to a zeroed one (as zero_grads does on the single-device model), and returns the mask by
     // parameter index; the caller zeroes every other gradient.
     const std::vector<char>& mark_gemm_gradients_fresh();
+    // LoRA (model/lora.h): the base freezes (no gradient reaches it: the projections, embedding
+    // and LM head form none, the norms' and GDN weights' go to a scratch that is dropped) and
+    // every projection with a pair in `adapters` gains its branch, whose gradients accumulate
+    // in `adapters`. zero_grads, download_grads, grad_norm and AdamW then refuse: the adapter
+    // trains (GpuLoraAdapters::step). `adapters` must outlive the model.
+    absl::Status attach_lora(const GpuLoraAdapters& adapters);
     // The marked parameters no GEMM has written since (their gradients hold the last step's
     // values: zero them before reading); clears the marks.
     std::vector<size_t> take_unwritten_fresh_gradients();

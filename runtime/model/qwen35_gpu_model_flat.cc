@@ -43,6 +43,13 @@ absl::Status Qwen35GpuModel::Impl::require_flat(const char* what) const {
         absl::StrCat(what, ": this model's parameters live in an outside (sharded) source"));
 }
 
+absl::Status Qwen35GpuModel::Impl::require_trained_base(const char* what) const {
+    DT_RETURN_IF_ERROR(require_flat(what));
+    if (!lora) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the base is frozen under a LoRA adapter (the adapter trains)"));
+}
+
 namespace {
 
 // Zeroes the gradient slices of the parameters `which` selects, runs of neighbours (alignment
@@ -84,7 +91,7 @@ absl::Status settle_fresh_grads(Qwen35GpuModel::Impl& m) {
 }  // namespace
 
 absl::Status Qwen35GpuModel::zero_grads() {
-    DT_RETURN_IF_ERROR(impl_->require_flat("zero_grads"));
+    DT_RETURN_IF_ERROR(impl_->require_trained_base("zero_grads"));
     // Only the gradients that kernels add into are zeroed; the projections' are left to their
     // dW GEMM, which writes them (Impl::fresh).
     Impl& m = *impl_;
@@ -108,7 +115,7 @@ absl::Status copy_flat_to_host(const Qwen35GpuModel::Impl& m, const float* flat,
 }  // namespace
 
 absl::Status Qwen35GpuModel::download_grads(ParamSet& grads) const {
-    DT_RETURN_IF_ERROR(impl_->require_flat("download_grads"));
+    DT_RETURN_IF_ERROR(impl_->require_trained_base("download_grads"));
     DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     return copy_flat_to_host(*impl_, impl_->grad.as<float>(), grads);
 }
@@ -120,7 +127,7 @@ absl::Status Qwen35GpuModel::download_params(ParamSet& params) const {
 
 absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
     const Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_flat("grad_norm"));
+    DT_RETURN_IF_ERROR(m.require_trained_base("grad_norm"));
     DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     std::vector<GradNormTensor> ts;
     for (size_t i = 0; i < m.offset.size(); ++i)
@@ -145,7 +152,7 @@ absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
 absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper,
                                                          ParamSet& params) {
     Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_flat("adamw_step_from_fresh_state"));
+    DT_RETURN_IF_ERROR(m.require_trained_base("adamw_step_from_fresh_state"));
     DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     const size_t n = sizeof(float) * static_cast<size_t>(m.total);
     DT_ASSIGN_OR_RETURN(DeviceMemory mom, m.dev.allocate(2 * n));
@@ -175,7 +182,7 @@ absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper
 
 absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper& hyper, int64_t step) {
     Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_flat("adamw_step"));
+    DT_RETURN_IF_ERROR(m.require_trained_base("adamw_step"));
     DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
     if (!m.moments.get()) {
         const size_t n = sizeof(float) * static_cast<size_t>(m.total);

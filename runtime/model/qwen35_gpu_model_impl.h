@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/model/gpu_blocks.h"
+#include "runtime/model/gpu_lora.h"
 #include "runtime/model/gpu_param_layout.h"
 #include "runtime/model/qwen35_gpu_model.h"
 
@@ -82,6 +83,12 @@ struct Qwen35GpuModel::Impl {
     DeviceMemory xf, rstdf, dhf;
     GpuUnitPtrs head;  // the head unit, acquired in the forward, released in the backward
     bool pending = false;
+    // LoRA (qwen35_gpu_model_lora.cc): the adapter, and the frozen base's scratch gradients.
+    // Only the norms' and GDN weights' kernels form a frozen gradient (into `sink`, dropped);
+    // per parameter its offset there, -1 for those with none (projections, embedding, head).
+    const GpuLoraAdapters* lora = nullptr;
+    DeviceMemory sink;
+    std::vector<int64_t> sink_offset;
     // adamw_step's persistent state: moments (m | v, fp32) and the planned tensor list.
     DeviceMemory moments, adamw_tensors;
     int64_t adamw_chunks = 0;
@@ -93,10 +100,12 @@ struct Qwen35GpuModel::Impl {
 
     GpuParam param(int index, const GpuUnitPtrs& u) const;
     GpuLayer bind_layer(int64_t l, const GpuUnitPtrs& u) const;
+    void attach_lora_pairs(int64_t l, GpuLayer& g) const;  // the adapter's pairs of layer l
     absl::Status layer_forward(int64_t l, const GpuLayer& w, const bf16* resid, const bf16* delta,
                                bool keep_for_backward);
     absl::Status layer_backward(int64_t l, DeviceMemory& g);
     absl::Status require_flat(const char* what) const;
+    absl::Status require_trained_base(const char* what) const;  // flat, and no adapter
 };
 
 }  // namespace deltatune

@@ -82,6 +82,50 @@ int64_t count_parameters(const Qwen35Config& c) {
     return n;
 }
 
+// (in, out) of projection p on a layer of `type`; (0, 0) where that layer has no such projection.
+std::pair<int64_t, int64_t> proj_dims(const Qwen35Config& c, LayerType type, Proj p) {
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    const bool linear = type == LayerType::kLinearAttention;
+    const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
+    const int64_t hv = c.linear_num_value_heads;
+    switch (p) {
+        case Proj::kGate:
+        case Proj::kUp:
+            return {H, I};
+        case Proj::kDown:
+            return {I, H};
+        case Proj::kQ:
+            return linear ? std::pair<int64_t, int64_t>{0, 0} : std::pair{H, 2 * qd};
+        case Proj::kK:
+        case Proj::kV:
+            return linear ? std::pair<int64_t, int64_t>{0, 0} : std::pair{H, kvd};
+        case Proj::kO:
+            return linear ? std::pair<int64_t, int64_t>{0, 0} : std::pair{qd, H};
+        case Proj::kQkv:
+            return linear ? std::pair{H, c.conv_dim()} : std::pair<int64_t, int64_t>{0, 0};
+        case Proj::kZ:
+            return linear ? std::pair{H, c.value_dim()} : std::pair<int64_t, int64_t>{0, 0};
+        case Proj::kB:
+        case Proj::kA:
+            return linear ? std::pair{H, hv} : std::pair<int64_t, int64_t>{0, 0};
+        case Proj::kOut:
+            return linear ? std::pair{c.value_dim(), H} : std::pair<int64_t, int64_t>{0, 0};
+        default:
+            return {0, 0};
+    }
+}
+
+int64_t count_lora_parameters(const Qwen35Config& c, const LoraSpec& spec) {
+    int64_t n = 0;
+    for (LayerType t : c.layer_types) {
+        for (Proj p : spec.targets) {
+            const auto [in, out] = proj_dims(c, t, p);
+            n += spec.rank * (in + out);
+        }
+    }
+    return n;
+}
+
 MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     MemoryPlan plan;
     const int64_t W = std::max(1, in.world_size), T = in.tokens_per_batch;
@@ -104,7 +148,9 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     // gathered, its unsharded fp32 gradient, and with recomputation its recomputed activations).
     const int64_t big = std::max(biggest_layer, embed);
     const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
-    const int64_t head_phase = 2 * 2 * big + 4 * big + ce;
+    const bool lora = in.adapter_parameters > 0;
+    const int64_t grad_bytes = lora ? 0 : 4;  // a frozen base forms no full-size gradient
+    const int64_t head_phase = 2 * 2 * big + grad_bytes * big + ce;
     int64_t attention_ws = 0;
     if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
         c.layer_types.end()) {
@@ -113,29 +159,39 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
         attention_ws =
             static_cast<int64_t>(attention_backward_workspace_bound(T, c.num_attention_heads));
     }
-    const int64_t layer_phase =
-        2 * 2 * biggest_layer + 4 * biggest_layer + (none ? 0 : biggest_act) + attention_ws;
+    const int64_t layer_phase = 2 * 2 * biggest_layer + grad_bytes * biggest_layer +
+                                (none ? 0 : biggest_act) + attention_ws;
     const MemoryPlan::Item phase =
         head_phase >= layer_phase
             ? MemoryPlan::Item{absl::StrCat("embedding/LM head phase (gathered bf16 units ",
                                             gib(2 * 2 * big), " + unsharded fp32 gradient ",
-                                            gib(4 * big), " + cross-entropy chunk ", gib(ce), ")"),
+                                            gib(grad_bytes * big), " + cross-entropy chunk ",
+                                            gib(ce), ")"),
                                head_phase}
             : MemoryPlan::Item{
                   absl::StrCat("layer backward phase (gathered bf16 layers ",
                                gib(2 * 2 * biggest_layer), " + unsharded fp32 gradient ",
-                               gib(4 * biggest_layer), " + recomputed activations ",
+                               gib(grad_bytes * biggest_layer), " + recomputed activations ",
                                gib(biggest_act), " + attention workspace ", gib(attention_ws), ")"),
                   layer_phase};
-    plan.items = {
-        {"fp32 master weights + AdamW moments (shard)", 12 * shard},
-        {"bf16 parameters (shard)", 2 * shard},
-        {"fp32 gradients (shard)", 4 * shard},
-        {none ? "activations (all layers)" : "layer inputs (recomputed per layer)", resident},
-        phase,
-        {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
-        {"CUDA context, workspaces, allocator slack", kFixedBytes},
-    };
+    if (lora) {
+        // The adapter: fp32 master, moments and gradient, its bf16 copy, on every rank.
+        plan.items = {{"bf16 frozen base (shard)", 2 * shard},
+                      {"LoRA adapter (fp32 master, moments, gradient; bf16 copy)",
+                       18 * in.adapter_parameters}};
+    } else {
+        plan.items = {{"fp32 master weights + AdamW moments (shard)", 12 * shard},
+                      {"bf16 parameters (shard)", 2 * shard},
+                      {"fp32 gradients (shard)", 4 * shard}};
+    }
+    plan.items.insert(
+        plan.items.end(),
+        {
+            {none ? "activations (all layers)" : "layer inputs (recomputed per layer)", resident},
+            phase,
+            {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
+            {"CUDA context, workspaces, allocator slack", kFixedBytes},
+        });
     for (const auto& item : plan.items) plan.peak_bytes += item.bytes;
     return plan;
 }

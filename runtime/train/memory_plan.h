@@ -10,7 +10,8 @@
 // (gathered with the next unit prefetched, their unsharded fp32 gradient, the fused
 // cross-entropy's chunk) and a layer's backward (two gathered layers, one unsharded fp32 layer
 // gradient, and with recompute that layer's recomputed activations); and a fixed allowance for
-// the CUDA context, cuBLAS workspaces and allocator slack.
+// the CUDA context, cuBLAS workspaces and allocator slack. Under a LoRA adapter the base is only
+// its bf16 shard and nothing in the step forms a full-size gradient.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
@@ -33,6 +35,9 @@ struct MemoryPlanInput {
     int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
     int sm_version = 90;  // the GPU's (the H200's by default): which attention core serves
     AttentionCore attention_core = AttentionCore::kWgmma;  // what the ranks' contexts resolve
+    // LoRA (count_lora_parameters): the base frozen in bf16 (no master, moments or gradient),
+    // the adapter's fp32 state replicated. 0: full fine-tuning.
+    int64_t adapter_parameters = 0;
 };
 
 struct MemoryPlan {
@@ -48,6 +53,8 @@ struct MemoryPlan {
 };
 
 int64_t count_parameters(const Qwen35Config& config);
+// The adapter's parameters: rank (in + out) for every targeted projection a layer has.
+int64_t count_lora_parameters(const Qwen35Config& config, const LoraSpec& spec);
 MemoryPlan plan_memory(const Qwen35Config& config, const MemoryPlanInput& input);
 
 // OK when the plan fits `device_bytes` with `headroom` (fraction kept free); otherwise

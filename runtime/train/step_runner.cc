@@ -9,6 +9,7 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/gpu_lora.h"
 #include "runtime/model/hf_model_io.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/qwen35_cpu_model.h"
@@ -32,6 +33,21 @@ absl::Status write_params(const std::string& path, const HfModel& model, const P
     return write_safetensors(path, out);
 }
 
+// Forward and backward on the GPU, timed from an idle device to the last kernel.
+absl::Status timed_forward_backward(DeviceContext& ctx, Qwen35GpuModel& net,
+                                    const PackedBatch& packed, StepReport& report) {
+    DT_RETURN_IF_ERROR(ctx.synchronize());
+    const auto start = std::chrono::steady_clock::now();
+    DT_ASSIGN_OR_RETURN(LossResult loss, net.forward(packed));
+    DT_RETURN_IF_ERROR(net.backward());
+    DT_RETURN_IF_ERROR(ctx.synchronize());
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.loss = loss.loss;
+    report.label_tokens = loss.label_tokens;
+    return absl::OkStatus();
+}
+
 // The GPU path: same report and exports, gradients and updated parameters come back as fp32.
 absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const PackedBatch& packed,
                            StepReport& report) {
@@ -39,15 +55,7 @@ absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const Pac
     DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
     DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
                         Qwen35GpuModel::create(*ctx, model.config, model.params, recompute));
-    DT_RETURN_IF_ERROR(ctx->synchronize());
-    const auto start = std::chrono::steady_clock::now();
-    DT_ASSIGN_OR_RETURN(LossResult loss, net->forward(packed));
-    DT_RETURN_IF_ERROR(net->backward());
-    DT_RETURN_IF_ERROR(ctx->synchronize());
-    report.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    report.loss = loss.loss;
-    report.label_tokens = loss.label_tokens;
+    DT_RETURN_IF_ERROR(timed_forward_backward(*ctx, *net, packed, report));
     DT_ASSIGN_OR_RETURN(report.grad_norm, net->grad_norm());
     if (!options.grads_out.empty()) {
         ParamSet grads = model.params.zeros_like();
@@ -97,6 +105,36 @@ absl::Status run_step_lora(const StepOptions& options, HfModel& model, const Pac
     return absl::OkStatus();
 }
 
+#if DELTATUNE_HAVE_CUDA
+// The LoRA step on the GPU: the base frozen in the model's buffers, the adapter in
+// GpuLoraAdapters; the same report and exports as the CPU reference's.
+absl::Status run_step_lora_cuda(const StepOptions& options, HfModel& model,
+                                const PackedBatch& packed, StepReport& report) {
+    DT_ASSIGN_OR_RETURN(PeftAdapter adapter, load_peft_adapter(options.adapter_dir, model));
+    DT_ASSIGN_OR_RETURN(Recompute recompute, parse_recompute(options.recompute));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> ctx, DeviceContext::create(Device::cuda(0)));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
+                        Qwen35GpuModel::create(*ctx, model.config, model.params, recompute));
+    DT_ASSIGN_OR_RETURN(
+        std::unique_ptr<GpuLoraAdapters> lora,
+        GpuLoraAdapters::create(*ctx, model.config, adapter.params, adapter.spec.scale()));
+    DT_RETURN_IF_ERROR(net->attach_lora(*lora));
+    DT_RETURN_IF_ERROR(timed_forward_backward(*ctx, *net, packed, report));
+    ParamSet grads = adapter.params.zeros_like();
+    DT_RETURN_IF_ERROR(lora->download_grads(grads));
+    report.grad_norm = std::sqrt(squared_norm(grads));
+    if (!options.grads_out.empty()) {
+        DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad.", true));
+    }
+    if (!options.update_out.empty()) {
+        DT_RETURN_IF_ERROR(lora->step(options.adamw, 1, /*max_grad_norm=*/0).status());
+        DT_RETURN_IF_ERROR(lora->download(adapter.params));
+        DT_RETURN_IF_ERROR(write_params(options.update_out, model, adapter.params, "", true));
+    }
+    return absl::OkStatus();
+}
+#endif
+
 }  // namespace
 
 absl::StatusOr<StepReport> run_step(const StepOptions& options) {
@@ -117,8 +155,13 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
     report.tokens = packed->tokens();
     report.documents = packed->num_docs();
     if (!options.adapter_dir.empty()) {
-        if (options.device != "cpu") {
-            return absl::UnimplementedError("--adapter: LoRA runs on the CPU path only so far");
+        if (options.device == "cuda") {
+#if DELTATUNE_HAVE_CUDA
+            DT_RETURN_IF_ERROR(run_step_lora_cuda(options, model, *packed, report));
+            return report;
+#else
+            return absl::FailedPreconditionError("--device cuda needs a CUDA build");
+#endif
         }
         DT_RETURN_IF_ERROR(run_step_lora(options, model, *packed, report));
         return report;

@@ -20,7 +20,7 @@ struct StepOptions {
     std::string update_out;  // fp32 safetensors of params after one AdamW step; empty = skip
     AdamWHyper adamw;
     // A PEFT LoRA folder (model/lora.h): the base is frozen; the report's gradient norm, the
-    // gradients and the update are the adapter's, under PEFT's tensor names. CPU only for now.
+    // gradients and the update are the adapter's, under PEFT's tensor names.
     std::string adapter_dir;
 };
 

@@ -76,8 +76,12 @@ struct GpuRankOptions {
 };
 
 // Loads `model.params` into this rank's shards on the GPU (nothing stays on the host but
-// `model`, which download() refreshes). FailedPrecondition in a build without CUDA.
+// `model`, which download() refreshes). With `adapters` (a LoRA set outliving the engine) the
+// base is frozen in bf16 and only the adapter trains; download() then refreshes `adapters`.
+// FailedPrecondition in a build without CUDA.
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel& model,
-                                                                   const GpuRankOptions& options);
+                                                                   const GpuRankOptions& options,
+                                                                   ParamSet* adapters = nullptr,
+                                                                   float lora_scale = 0);
 
 }  // namespace deltatune

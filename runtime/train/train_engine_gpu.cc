@@ -36,7 +36,8 @@ GpuTrainEngine::~GpuTrainEngine() = default;
 
 // Everything but the parameters' values: watchdog, device, recompute policy, NCCL, the shards.
 absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qwen35Config& config,
-                                                                        const GpuRankOptions& o) {
+                                                                        const GpuRankOptions& o,
+                                                                        int64_t adapter_params) {
     std::unique_ptr<GpuTrainEngine> e(new GpuTrainEngine());
     if (o.watchdog) {
         e->watchdog_ = std::make_unique<ProgressWatchdog>(
@@ -48,6 +49,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.tokens_per_batch = o.tokens_per_batch;
     plan_in.sm_version = e->ctx_->sm_version();
     plan_in.attention_core = e->ctx_->attention_core();
+    plan_in.adapter_parameters = adapter_params;
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
@@ -55,35 +57,48 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     DT_ASSIGN_OR_RETURN(e->nccl_, NcclCommunicator::create(n));
     e->beat();
     e->host_ = std::make_unique<NcclHostCommunicator>(*e->ctx_, *e->nccl_);
-    DT_ASSIGN_OR_RETURN(e->fsdp_, FsdpGpuParams::create(*e->ctx_, *e->nccl_, config));
+    DT_ASSIGN_OR_RETURN(e->fsdp_, FsdpGpuParams::create(*e->ctx_, *e->nccl_, config,
+                                                        /*frozen=*/adapter_params > 0));
     return e;
 }
 
-absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config) {
+absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config, ParamSet* adapters,
+                                          float lora_scale) {
     DT_ASSIGN_OR_RETURN(net_, Qwen35GpuModel::create_with_source(*ctx_, config, fsdp_->layout(),
                                                                  *fsdp_, recompute_policy_));
+    if (adapters) {
+        DT_ASSIGN_OR_RETURN(lora_, GpuLoraAdapters::create(*ctx_, config, *adapters, lora_scale));
+        DT_RETURN_IF_ERROR(net_->attach_lora(*lora_));
+        adapters_ = adapters;
+    }
     beat();
     return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create(const HfModel& model,
-                                                                       const GpuRankOptions& o) {
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e, prepare(model.config, o));
+                                                                       const GpuRankOptions& o,
+                                                                       ParamSet* adapters,
+                                                                       float lora_scale) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e,
+                        prepare(model.config, o, adapters ? adapters->numel() : 0));
     DT_RETURN_IF_ERROR(e->fsdp_->load(model.params));
-    DT_RETURN_IF_ERROR(e->attach_model(model.config));
+    DT_RETURN_IF_ERROR(e->attach_model(model.config, adapters, lora_scale));
     return e;
 }
 
 absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create_random(
-    const Qwen35Config& config, const GpuRankOptions& o, uint64_t seed) {
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e, prepare(config, o));
+    const Qwen35Config& config, const GpuRankOptions& o, uint64_t seed, ParamSet* adapters,
+    float lora_scale) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e,
+                        prepare(config, o, adapters ? adapters->numel() : 0));
     DT_RETURN_IF_ERROR(e->fsdp_->init_random(seed));
-    DT_RETURN_IF_ERROR(e->attach_model(config));
+    DT_RETURN_IF_ERROR(e->attach_model(config, adapters, lora_scale));
     return e;
 }
 
 absl::Status GpuTrainEngine::begin_step() {
     beat();
+    if (lora_) return lora_->zero_grads();
     if (nccl_->world_size() > 1) return fsdp_->zero_grads();
     // One rank holds every unit whole: the projections' dW GEMMs write their first gradient
     // (no zeroing before, no read of C in the GEMM); every other gradient is zeroed.
@@ -104,6 +119,7 @@ absl::StatusOr<double> GpuTrainEngine::forward_backward(const PackedBatch& b, in
 }
 
 absl::StatusOr<double> GpuTrainEngine::apply(const AdamWHyper& hyper, double max_grad_norm) {
+    if (lora_) return apply_lora(hyper, max_grad_norm);
     if (nccl_->world_size() == 1) {  // a marked gradient no GEMM wrote still holds the last step's
         DT_RETURN_IF_ERROR(fsdp_->zero_param_grads(net_->take_unwritten_fresh_gradients()));
     }
@@ -122,6 +138,7 @@ absl::StatusOr<LossResult> GpuTrainEngine::evaluate(const PackedBatch& b) {
 }
 
 ShardedStateIo GpuTrainEngine::state_io() {
+    if (lora_) return lora_state_io();
     ShardedStateIo io;
     io.group_sizes = fsdp_->group_sizes();
     io.adam_step = adam_step_;
@@ -143,6 +160,7 @@ ShardedStateIo GpuTrainEngine::state_io() {
 
 absl::Status GpuTrainEngine::download(ParamSet& params) {
     beat();
+    if (lora_) return lora_->download(*adapters_);  // the base is frozen: as loaded
     absl::Status s = fsdp_->download(params);
     beat();
     return s;
@@ -157,8 +175,11 @@ void GpuTrainEngine::beat() {
 }
 
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel& model,
-                                                                   const GpuRankOptions& options) {
-    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e, GpuTrainEngine::create(model, options));
+                                                                   const GpuRankOptions& options,
+                                                                   ParamSet* adapters,
+                                                                   float lora_scale) {
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e,
+                        GpuTrainEngine::create(model, options, adapters, lora_scale));
     return std::unique_ptr<TrainEngine>(std::move(e));
 }
 
@@ -169,7 +190,8 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel
 namespace deltatune {
 
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel&,
-                                                                   const GpuRankOptions&) {
+                                                                   const GpuRankOptions&, ParamSet*,
+                                                                   float) {
     return absl::FailedPreconditionError(
         "GPU training needs a CUDA build (DELTATUNE_CUDA=OFF or no nvcc)");
 }

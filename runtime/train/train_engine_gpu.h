@@ -11,6 +11,7 @@
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/dist/nccl_host_communicator.h"
 #include "runtime/dist/progress_watchdog.h"
+#include "runtime/model/gpu_lora.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 #include "runtime/train/train_engine.h"
@@ -19,12 +20,18 @@ namespace deltatune {
 
 class GpuTrainEngine final : public TrainEngine {
   public:
-    // Loads `model.params` into this rank's shards.
+    // Loads `model.params` into this rank's shards. With `adapters` (a LoRA set, model/lora.h,
+    // outliving the engine) the base is frozen in bf16 and only the adapter trains; download()
+    // then refreshes `adapters` and leaves the base as it is.
     static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> create(const HfModel& model,
-                                                                  const GpuRankOptions& options);
-    // Parameters initialised on the device as transformers initialises them (no host copy).
+                                                                  const GpuRankOptions& options,
+                                                                  ParamSet* adapters = nullptr,
+                                                                  float lora_scale = 0);
+    // Parameters initialised on the device as transformers initialises them (no host copy);
+    // with `adapters` as above.
     static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> create_random(
-        const Qwen35Config& config, const GpuRankOptions& options, uint64_t seed);
+        const Qwen35Config& config, const GpuRankOptions& options, uint64_t seed,
+        ParamSet* adapters = nullptr, float lora_scale = 0);
     ~GpuTrainEngine() override;
 
     std::string name() const override { return "cuda-fsdp"; }
@@ -43,13 +50,17 @@ class GpuTrainEngine final : public TrainEngine {
     FsdpGpuParams& fsdp() { return *fsdp_; }
     Qwen35GpuModel& model() { return *net_; }
     NcclCommunicator& nccl() { return *nccl_; }
+    GpuLoraAdapters* lora() { return lora_.get(); }  // null: full fine-tuning
     Recompute recompute_policy() const { return recompute_policy_; }
 
   private:
     GpuTrainEngine();
     static absl::StatusOr<std::unique_ptr<GpuTrainEngine>> prepare(const Qwen35Config& config,
-                                                                   const GpuRankOptions& options);
-    absl::Status attach_model(const Qwen35Config& config);
+                                                                   const GpuRankOptions& options,
+                                                                   int64_t adapter_params);
+    absl::Status attach_model(const Qwen35Config& config, ParamSet* adapters, float lora_scale);
+    absl::StatusOr<double> apply_lora(const AdamWHyper& hyper, double max_grad_norm);
+    ShardedStateIo lora_state_io();
     void beat();
 
     // Declared first, destroyed last: it also guards the teardown of everything below.
@@ -58,6 +69,8 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<NcclCommunicator> nccl_;
     std::unique_ptr<NcclHostCommunicator> host_;
     std::unique_ptr<FsdpGpuParams> fsdp_;
+    std::unique_ptr<GpuLoraAdapters> lora_;  // declared before the model that reads it
+    ParamSet* adapters_ = nullptr;           // the host set download() refreshes
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
     Recompute recompute_policy_ = Recompute::kLayer;

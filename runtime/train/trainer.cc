@@ -69,13 +69,12 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
     if (c.grad_accum <= 0) return absl::InvalidArgumentError("gradient_accumulation must be > 0");
     auto run = std::make_unique<Run>(c, hooks);
     DT_ASSIGN_OR_RETURN(run->in, load_train_inputs(c, hooks));
-    if (c.gpu.enabled && c.lora) {
-        return absl::UnimplementedError("LoRA jobs run on CPU ranks so far");
-    }
     if (c.gpu.enabled) {
         GpuRankOptions gpu = c.gpu;
         gpu.tokens_per_batch = c.tokens_per_batch;
-        DT_ASSIGN_OR_RETURN(run->engine, make_gpu_train_engine(run->in.model, gpu));
+        DT_ASSIGN_OR_RETURN(run->engine, make_gpu_train_engine(run->in.model, gpu,
+                                                               c.lora ? &run->in.adapters : nullptr,
+                                                               c.lora ? c.lora->scale() : 0.0f));
     } else {
         run->engine =
             make_cpu_engine_for(c, run->in.model, c.comm ? *c.comm : run->local, run->in.adapters);

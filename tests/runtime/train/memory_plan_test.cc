@@ -67,6 +67,30 @@ TEST_CASE("the full 27B fits 4 H200s but not 1 or 2, with numbers in the refusal
     WARN(plan_memory(c, in).describe());
 }
 
+TEST_CASE("LoRA on the frozen bf16 base fits the full 27B on one H200", "[memory_plan][lora]") {
+    const Qwen35Config c = qwen_27b(64);
+    LoraSpec spec;
+    spec.rank = 16;
+    for (size_t i = 0; i < kNumProj; ++i) spec.targets.push_back(static_cast<Proj>(i));
+    // Per layer rank * (in + out): MLP 3 * (5120 + 17408); GDN qkv 5120 + 10240, z 5120 + 6144,
+    // a and b 5120 + 48 each, out 6144 + 5120; attention q 5120 + 12288, k and v 5120 + 1024
+    // each, o 6144 + 5120. 48 GDN and 16 attention layers.
+    CHECK(count_lora_parameters(c, spec) == 16 * (64 * 67584 + 48 * 48224 + 16 * 40960));
+    MemoryPlanInput in;
+    in.tokens_per_batch = 8192;
+    in.world_size = 1;
+    in.adapter_parameters = count_lora_parameters(c, spec);
+    CHECK(choose_recompute(c, in, kH200) == RecomputePolicy::kLayer);
+    in.recompute = RecomputePolicy::kLayer;
+    REQUIRE(check_fits(c, in, kH200).ok());
+    const MemoryPlan plan = plan_memory(c, in);
+    CHECK(plan.describe().find("bf16 frozen base") != std::string::npos);
+    CHECK(plan.describe().find("fp32 master weights") == std::string::npos);
+    // The base in bf16 is most of it: 2 bytes a parameter.
+    CHECK(plan.peak_bytes < 2 * count_parameters(c) + 60 * (int64_t{1} << 30));
+    WARN(plan.describe());
+}
+
 TEST_CASE("recompute per layer saves activation memory", "[memory_plan]") {
     MemoryPlanInput in;
     in.recompute = RecomputePolicy::kNone;

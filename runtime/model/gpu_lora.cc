@@ -1,0 +1,213 @@
+#include "runtime/model/gpu_lora.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cast.h"
+#include "kernels/grad_norm.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/device/cuda_status.h"
+
+namespace deltatune {
+
+namespace {
+using bf16 = __nv_bfloat16;
+constexpr int64_t kAlign = 128;  // elements: every tensor starts 256-byte aligned in bf16
+constexpr int kScalars = 4;      // norm, clip coefficient
+
+absl::Status copy_to_host(float* dst, const float* src, int64_t n, cudaStream_t s) {
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToHost, s));
+    return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuLoraAdapters>> GpuLoraAdapters::create(DeviceContext& dev,
+                                                                         const Qwen35Config& config,
+                                                                         const ParamSet& adapters,
+                                                                         float scale) {
+    if (dev.device().is_cpu()) {
+        return absl::FailedPreconditionError("GpuLoraAdapters needs a CUDA device context");
+    }
+    std::unique_ptr<GpuLoraAdapters> a(new GpuLoraAdapters(dev));
+    std::map<std::string, size_t> index;
+    for (const NamedParam& p : adapters.all()) {
+        index[p.name] = a->slots_.size();
+        a->slots_.push_back(Slot{p.name, a->total_, p.value.numel()});
+        a->total_ += (p.value.numel() + kAlign - 1) / kAlign * kAlign;
+    }
+    const size_t n = static_cast<size_t>(std::max<int64_t>(a->total_, kAlign));
+    DT_ASSIGN_OR_RETURN(a->master_, dev.allocate(n * sizeof(float)));
+    DT_ASSIGN_OR_RETURN(a->half_, dev.allocate(n * sizeof(bf16)));
+    DT_ASSIGN_OR_RETURN(a->grad_, dev.allocate(n * sizeof(float)));
+    DT_ASSIGN_OR_RETURN(a->moments_, dev.allocate(2 * n * sizeof(float)));
+    DT_ASSIGN_OR_RETURN(a->scalars_, dev.allocate(kScalars * sizeof(float)));
+    const cudaStream_t s = dev.compute_stream();
+    for (DeviceMemory* m : {&a->master_, &a->half_, &a->grad_, &a->moments_}) {
+        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
+    }
+    // Each layer's pairs, found by their canonical names.
+    a->pairs_.resize(static_cast<size_t>(config.num_layers));
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        for (size_t i = 0; i < kNumProj; ++i) {
+            const std::string prefix = lora_pair_prefix(l, static_cast<Proj>(i));
+            const auto ia = index.find(prefix + "lora_A.weight");
+            const auto ib = index.find(prefix + "lora_B.weight");
+            if (ia == index.end() || ib == index.end()) continue;
+            const Slot& sa = a->slots_[ia->second];
+            const Slot& sb = a->slots_[ib->second];
+            GpuLora& g = a->pairs_[static_cast<size_t>(l)][i];
+            g.A = a->half_.as<bf16>() + sa.offset, g.B = a->half_.as<bf16>() + sb.offset;
+            g.dA = a->grad_.as<float>() + sa.offset, g.dB = a->grad_.as<float>() + sb.offset;
+            g.rank = adapters.all()[ia->second].value.shape()[0];
+            g.scale = scale;
+        }
+    }
+    DT_RETURN_IF_ERROR(a->plan());
+    DT_RETURN_IF_ERROR(a->upload(adapters));
+    return a;
+}
+
+GpuLoraAdapters::~GpuLoraAdapters() {
+    cudaStreamSynchronize(dev_.compute_stream());
+}
+
+// The one-tensor AdamW and norm plans over the flat buffers.
+absl::Status GpuLoraAdapters::plan() {
+    AdamWTensorArgs t{master_.as<float>(),
+                      moments_.as<float>(),
+                      moments_.as<float>() + (moments_.bytes() / sizeof(float) / 2),
+                      grad_.as<float>(),
+                      half_.as<bf16>(),
+                      total_,
+                      0};
+    adamw_chunks_ = adamw_plan_chunks(&t, 1);
+    GradNormTensor nt{grad_.as<float>(), total_, 0};
+    norm_chunks_ = grad_norm_plan_chunks(&nt, 1);
+    norm_work_bytes_ = grad_norm_workspace_bytes(norm_chunks_);
+    DT_ASSIGN_OR_RETURN(adamw_tensor_, dev_.allocate(sizeof(t)));
+    DT_ASSIGN_OR_RETURN(norm_tensor_, dev_.allocate(sizeof(nt)));
+    DT_ASSIGN_OR_RETURN(norm_work_, dev_.allocate(std::max<size_t>(norm_work_bytes_, 16)));
+    const cudaStream_t s = dev_.compute_stream();
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(adamw_tensor_.get(), &t, sizeof(t), cudaMemcpyHostToDevice, s));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(norm_tensor_.get(), &nt, sizeof(nt), cudaMemcpyHostToDevice, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host structs go away
+    return absl::OkStatus();
+}
+
+const GpuLora* GpuLoraAdapters::find(int64_t layer, Proj p) const {
+    if (layer < 0 || layer >= static_cast<int64_t>(pairs_.size())) return nullptr;
+    const GpuLora& g = pairs_[static_cast<size_t>(layer)][static_cast<size_t>(p)];
+    return g.rank > 0 ? &g : nullptr;
+}
+
+absl::Status GpuLoraAdapters::zero_grads() {
+    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_.get(), 0, grad_.bytes(), dev_.compute_stream()));
+    return absl::OkStatus();
+}
+
+absl::StatusOr<double> GpuLoraAdapters::step(const AdamWHyper& hyper, int64_t step,
+                                             double max_grad_norm) {
+    const cudaStream_t s = dev_.compute_stream();
+    float* sc = scalars_.as<float>();
+    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 0, sc + 1, norm_tensor_.as<GradNormTensor>(), 1,
+                                             norm_chunks_, static_cast<float>(max_grad_norm),
+                                             norm_work_.get(), norm_work_bytes_, s));
+    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensor_.as<AdamWTensorArgs>(), 1,
+                                                    adamw_chunks_, hyper, step,
+                                                    max_grad_norm > 0 ? sc + 1 : nullptr, s));
+    float norm = 0;
+    DT_RETURN_IF_ERROR(copy_to_host(&norm, sc, 1, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return static_cast<double>(norm);
+}
+
+absl::Status GpuLoraAdapters::copy_out(const DeviceMemory& from, ParamSet& to) const {
+    if (to.all().size() != slots_.size()) {
+        return absl::InvalidArgumentError("LoRA download: the set does not match the adapter");
+    }
+    const cudaStream_t s = dev_.compute_stream();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        Tensor& t = to.all()[i].value;
+        if (to.all()[i].name != slots_[i].name || t.numel() != slots_[i].numel) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("LoRA download: ", to.all()[i].name, " is not ", slots_[i].name));
+        }
+        DT_RETURN_IF_ERROR(
+            copy_to_host(t.data<float>(), from.as<float>() + slots_[i].offset, t.numel(), s));
+    }
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+}
+
+absl::Status GpuLoraAdapters::download(ParamSet& params) const {
+    return copy_out(master_, params);
+}
+
+absl::Status GpuLoraAdapters::download_grads(ParamSet& grads) const {
+    return copy_out(grad_, grads);
+}
+
+absl::Status GpuLoraAdapters::upload(const ParamSet& params) {
+    if (params.all().size() != slots_.size()) {
+        return absl::InvalidArgumentError("LoRA upload: the set does not match the adapter");
+    }
+    const cudaStream_t s = dev_.compute_stream();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const Tensor& t = params.all()[i].value;
+        if (t.numel() != slots_[i].numel || t.dtype() != DType::kF32) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("LoRA upload: ", params.all()[i].name, " has the wrong shape"));
+        }
+        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(master_.as<float>() + slots_[i].offset,
+                                                t.data<float>(), sizeof(float) * t.numel(),
+                                                cudaMemcpyHostToDevice, s));
+    }
+    return refresh_half();
+}
+
+absl::Status GpuLoraAdapters::refresh_half() {
+    const cudaStream_t s = dev_.compute_stream();
+    DT_CUDA_RETURN_IF_ERROR(cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), total_, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host values may go away
+    return absl::OkStatus();
+}
+
+absl::Status GpuLoraAdapters::save_state(std::vector<float>& master, std::vector<float>& m,
+                                         std::vector<float>& v) const {
+    const cudaStream_t s = dev_.compute_stream();
+    const size_t n = static_cast<size_t>(total_);
+    master.resize(n), m.resize(n), v.resize(n);
+    const float* mom = moments_.as<float>();
+    const int64_t half = static_cast<int64_t>(moments_.bytes() / sizeof(float) / 2);
+    DT_RETURN_IF_ERROR(copy_to_host(master.data(), master_.as<float>(), total_, s));
+    DT_RETURN_IF_ERROR(copy_to_host(m.data(), mom, total_, s));
+    DT_RETURN_IF_ERROR(copy_to_host(v.data(), mom + half, total_, s));
+    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+}
+
+absl::Status GpuLoraAdapters::load_state(const std::vector<float>& master,
+                                         const std::vector<float>& m, const std::vector<float>& v) {
+    const size_t n = static_cast<size_t>(total_);
+    if (master.size() != n || m.size() != n || v.size() != n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LoRA state: ", master.size(), " elements, the adapter has ", n));
+    }
+    const cudaStream_t s = dev_.compute_stream();
+    float* mom = moments_.as<float>();
+    const int64_t half = static_cast<int64_t>(moments_.bytes() / sizeof(float) / 2);
+    const std::pair<float*, const float*> copies[] = {
+        {master_.as<float>(), master.data()}, {mom, m.data()}, {mom + half, v.data()}};
+    for (const auto& [dst, src] : copies) {
+        DT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyHostToDevice, s));
+    }
+    return refresh_half();
+}
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

@@ -1,0 +1,24 @@
+// The projections of the GPU blocks (y = x W^T, bias-free) through cuBLASLt, with the LoRA branch
+// y += scale (x A^T) B^T where the parameter carries an adapter (gpu_lora.h), and no weight
+// gradient where the base is frozen (GpuParam::grad null). Rows are the batch's tokens.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include "absl/status/status.h"
+#include "runtime/model/gpu_blocks.h"
+
+namespace deltatune {
+
+// y (T, out) = in (T, in) W^T, plus the adapter's branch.
+absl::Status proj_forward(const GpuCtx& x, const GpuParam& p, void* y, const void* in,
+                          int64_t in_dim, int64_t out_dim);
+// dx (T, in) = dy W (+= with `accumulate`), plus the adapter's branch; with an adapter also its
+// dA and dB (+=), which need the forward input `in`.
+absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, const void* dy,
+                              const void* in, int64_t in_dim, int64_t out_dim, bool accumulate);
+// dW += dy^T in (written when GpuParam::fresh); nothing for a frozen weight.
+absl::Status proj_backward_dw(const GpuCtx& x, const GpuParam& p, const void* dy, const void* in,
+                              int64_t in_dim, int64_t out_dim);
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

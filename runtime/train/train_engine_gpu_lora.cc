@@ -1,0 +1,71 @@
+// GpuTrainEngine under a LoRA adapter: the adapter's update (gradients summed over the ranks in
+// fp32, then one norm and one AdamW launch) and its checkpoint (the whole adapter state on every
+// rank: it is replicated and small).
+#include "runtime/train/train_engine.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/train/train_engine_gpu.h"
+
+namespace deltatune {
+
+namespace {
+constexpr const char* kStateNames[3] = {"master.adapter", "m.adapter", "v.adapter"};
+}  // namespace
+
+absl::StatusOr<double> GpuTrainEngine::apply_lora(const AdamWHyper& hyper, double max_grad_norm) {
+    if (nccl_->world_size() > 1) {
+        const cudaStream_t s = ctx_->compute_stream();
+        DT_RETURN_IF_ERROR(
+            nccl_->all_reduce_sum_f32(lora_->grads(), static_cast<size_t>(lora_->numel()), s));
+        DT_RETURN_IF_ERROR(nccl_->wait(s));  // polls: a dead peer is an error, not a hang
+    }
+    DT_ASSIGN_OR_RETURN(double norm, lora_->step(hyper, adam_step_ + 1, max_grad_norm));
+    ++adam_step_;
+    beat();
+    return norm;
+}
+
+ShardedStateIo GpuTrainEngine::lora_state_io() {
+    ShardedStateIo io;
+    io.group_sizes = {lora_->numel()};
+    io.adam_step = adam_step_;
+    io.save_shard = [this](const std::string& path) -> absl::Status {
+        beat();
+        std::vector<float> state[3];
+        DT_RETURN_IF_ERROR(lora_->save_state(state[0], state[1], state[2]));
+        std::vector<std::pair<std::string, Tensor>> tensors;
+        for (int k = 0; k < 3; ++k) {
+            tensors.emplace_back(kStateNames[k], Tensor::cpu_from({lora_->numel()}, state[k]));
+        }
+        return write_safetensors(path, tensors,
+                                 {{"rank", std::to_string(nccl_->rank())},
+                                  {"world_size", std::to_string(nccl_->world_size())}});
+    };
+    // Every saved rank holds the same replicated state: rank 0's file serves any world size.
+    io.load = [this](const std::vector<std::string>& files, int64_t adam_step) -> absl::Status {
+        beat();
+        if (files.empty()) return absl::InvalidArgumentError("LoRA state: no shard files");
+        DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(files[0]));
+        std::vector<float> state[3];
+        for (int k = 0; k < 3; ++k) {
+            DT_ASSIGN_OR_RETURN(Tensor t, f.get(kStateNames[k]));
+            if (t.dtype() != DType::kF32 || t.numel() != lora_->numel()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(files[0], ": '", kStateNames[k], "' is ", t.shape_string(),
+                                 ", this adapter needs F32 [", lora_->numel(), "]"));
+            }
+            const float* v = static_cast<const float*>(t.raw_data());
+            state[k].assign(v, v + t.numel());
+        }
+        DT_RETURN_IF_ERROR(lora_->load_state(state[0], state[1], state[2]));
+        adam_step_ = adam_step;
+        return absl::OkStatus();
+    };
+    return io;
+}
+
+}  // namespace deltatune
+#endif  // DELTATUNE_HAVE_CUDA

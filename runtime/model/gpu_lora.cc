@@ -21,7 +21,71 @@ absl::Status copy_to_host(float* dst, const float* src, int64_t n, cudaStream_t 
         cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToHost, s));
     return absl::OkStatus();
 }
+
+// The projections of a layer that share their input, in the order the blocks' forwards run
+// them (the first computes the group's down projection).
+const std::vector<std::vector<Proj>>& input_groups() {
+    static const std::vector<std::vector<Proj>> groups = {
+        {Proj::kQkv, Proj::kZ, Proj::kB, Proj::kA},
+        {Proj::kQ, Proj::kK, Proj::kV},
+        {Proj::kGate, Proj::kUp},
+        {Proj::kDown},
+        {Proj::kOut},
+        {Proj::kO}};
+    return groups;
+}
+
+int64_t aligned(int64_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
+}
+
 }  // namespace
+
+// Offsets in the flat buffers: each group's A matrices back to back (one GEMM reads them as
+// one), then every B; bind() turns them into pointers once the buffers exist.
+void GpuLoraAdapters::place(const Qwen35Config& config, const ParamSet& adapters, float scale) {
+    std::map<std::string, size_t> index;
+    for (const NamedParam& p : adapters.all()) {
+        index[p.name] = slots_.size();
+        slots_.push_back(Slot{p.name, -1, p.value.numel()});
+    }
+    pairs_.resize(static_cast<size_t>(config.num_layers));
+    std::vector<std::pair<GpuLora*, size_t>> b_slots;  // each pair and its B's slot
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        for (const std::vector<Proj>& members : input_groups()) {
+            auto group = std::make_unique<GpuLoraGroup>();
+            int64_t start = -1;
+            for (Proj p : members) {
+                const std::string prefix = lora_pair_prefix(l, p);
+                const auto ia = index.find(prefix + "lora_A.weight");
+                const auto ib = index.find(prefix + "lora_B.weight");
+                if (ia == index.end() || ib == index.end()) continue;
+                if (start < 0) start = total_ = aligned(total_);
+                Slot& a = slots_[ia->second];
+                a.offset = total_;
+                total_ += a.numel;
+                GpuLora& g = pairs_[static_cast<size_t>(l)][static_cast<size_t>(p)];
+                g.rank = adapters.all()[ia->second].value.shape()[0];
+                g.column = group->rank;
+                g.first = group->members == 0;
+                g.scale = scale;
+                g.group = group.get();
+                group->rank += g.rank;
+                ++group->members;
+                b_slots.emplace_back(&g, ib->second);
+            }
+            if (group->members == 0) continue;
+            group_at_.emplace_back(group.get(), start);
+            groups_.push_back(std::move(group));
+        }
+    }
+    for (auto& [g, b] : b_slots) {
+        Slot& slot = slots_[b];
+        slot.offset = total_ = aligned(total_);
+        total_ += slot.numel;
+        b_at_.emplace_back(g, slot.offset);
+    }
+}
 
 absl::StatusOr<std::unique_ptr<GpuLoraAdapters>> GpuLoraAdapters::create(DeviceContext& dev,
                                                                          const Qwen35Config& config,
@@ -31,11 +95,12 @@ absl::StatusOr<std::unique_ptr<GpuLoraAdapters>> GpuLoraAdapters::create(DeviceC
         return absl::FailedPreconditionError("GpuLoraAdapters needs a CUDA device context");
     }
     std::unique_ptr<GpuLoraAdapters> a(new GpuLoraAdapters(dev));
-    std::map<std::string, size_t> index;
-    for (const NamedParam& p : adapters.all()) {
-        index[p.name] = a->slots_.size();
-        a->slots_.push_back(Slot{p.name, a->total_, p.value.numel()});
-        a->total_ += (p.value.numel() + kAlign - 1) / kAlign * kAlign;
+    a->place(config, adapters, scale);
+    for (const Slot& slot : a->slots_) {
+        if (slot.offset < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("LoRA: ", slot.name, " is not a pair of a projection of this model"));
+        }
     }
     const size_t n = static_cast<size_t>(std::max<int64_t>(a->total_, kAlign));
     DT_ASSIGN_OR_RETURN(a->master_, dev.allocate(n * sizeof(float)));
@@ -47,26 +112,42 @@ absl::StatusOr<std::unique_ptr<GpuLoraAdapters>> GpuLoraAdapters::create(DeviceC
     for (DeviceMemory* m : {&a->master_, &a->half_, &a->grad_, &a->moments_}) {
         DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
-    // Each layer's pairs, found by their canonical names.
-    a->pairs_.resize(static_cast<size_t>(config.num_layers));
-    for (int64_t l = 0; l < config.num_layers; ++l) {
-        for (size_t i = 0; i < kNumProj; ++i) {
-            const std::string prefix = lora_pair_prefix(l, static_cast<Proj>(i));
-            const auto ia = index.find(prefix + "lora_A.weight");
-            const auto ib = index.find(prefix + "lora_B.weight");
-            if (ia == index.end() || ib == index.end()) continue;
-            const Slot& sa = a->slots_[ia->second];
-            const Slot& sb = a->slots_[ib->second];
-            GpuLora& g = a->pairs_[static_cast<size_t>(l)][i];
-            g.A = a->half_.as<bf16>() + sa.offset, g.B = a->half_.as<bf16>() + sb.offset;
-            g.dA = a->grad_.as<float>() + sa.offset, g.dB = a->grad_.as<float>() + sb.offset;
-            g.rank = adapters.all()[ia->second].value.shape()[0];
-            g.scale = scale;
-        }
-    }
+    a->bind();
     DT_RETURN_IF_ERROR(a->plan());
     DT_RETURN_IF_ERROR(a->upload(adapters));
     return a;
+}
+
+// place()'s offsets into pointers of the allocated buffers.
+void GpuLoraAdapters::bind() {
+    for (auto& [group, o] : group_at_) {
+        group->A = half_.as<bf16>() + o;
+        group->dA = grad_.as<float>() + o;
+    }
+    for (auto& [g, o] : b_at_) {
+        g->B = half_.as<bf16>() + o;
+        g->dB = grad_.as<float>() + o;
+    }
+}
+
+absl::Status GpuLoraAdapters::reserve(int64_t tokens) {
+    if (tokens <= capacity_) return absl::OkStatus();
+    int64_t columns = 0, widest = 0;
+    for (const auto& g : groups_) columns += g->rank, widest = std::max(widest, g->rank);
+    // Every group's xa, then one dyb as wide as the widest group.
+    DT_RETURN_IF_ERROR(dev_.synchronize());  // the old buffers may still be read
+    activations_.reset();
+    DT_ASSIGN_OR_RETURN(
+        activations_,
+        dev_.allocate(sizeof(bf16) * static_cast<size_t>(tokens * (columns + widest))));
+    bf16* at = activations_.as<bf16>();
+    for (auto& g : groups_) {
+        g->xa = at;
+        at += tokens * g->rank;
+    }
+    for (auto& g : groups_) g->dyb = at;
+    capacity_ = tokens;
+    return absl::OkStatus();
 }
 
 GpuLoraAdapters::~GpuLoraAdapters() {

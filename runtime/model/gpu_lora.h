@@ -22,14 +22,31 @@
 
 namespace deltatune {
 
+// The adapted projections of a layer that read the same input (GDN's in_proj_qkv, z, b, a;
+// attention's q, k, v; the MLP's gate and up): their A matrices lie back to back, so the branch's
+// down projection x A^T of all of them is one GEMM, and so are the input gradient's
+// (dy B) A and dA. `xa` holds scale x A^T of every member (tokens x rank columns, ld rank) from
+// the forward to the backward; `dyb` collects scale dy B of the members in the backward.
+struct GpuLoraGroup {
+    const __nv_bfloat16* A = nullptr;  // (rank, in): the members' A stacked
+    float* dA = nullptr;
+    int64_t rank = 0;  // the members' ranks summed
+    int members = 0;
+    __nv_bfloat16* xa = nullptr;   // (tokens, rank), set by GpuLoraAdapters::reserve
+    __nv_bfloat16* dyb = nullptr;  // (tokens, rank), shared by every group (one at a time)
+    // Host bookkeeping of the backward: members whose dy B is in, reset by the forward.
+    mutable int pending = 0;
+};
+
 // One adapted projection y = x W^T + scale (x A^T) B^T, as the blocks see it.
 struct GpuLora {
-    const __nv_bfloat16* A = nullptr;  // (rank, in)
     const __nv_bfloat16* B = nullptr;  // (out, rank)
-    float* dA = nullptr;               // fp32 gradients, accumulated (+=)
-    float* dB = nullptr;
+    float* dB = nullptr;               // fp32 gradient, accumulated (+=)
     int64_t rank = 0;
+    int64_t column = 0;  // its first column in the group's xa and dyb
+    bool first = false;  // the group's first member in the forward: computes the group's xa
     float scale = 0;
+    GpuLoraGroup* group = nullptr;
 };
 
 class GpuLoraAdapters {
@@ -44,6 +61,9 @@ class GpuLoraAdapters {
 
     // The pair on projection p of layer l; null where the adapter has none.
     const GpuLora* find(int64_t layer, Proj p) const;
+    // Room for the branch's saved activations of a `tokens`-token batch (the model calls it
+    // before each forward; grows only).
+    absl::Status reserve(int64_t tokens);
 
     int64_t numel() const { return total_; }  // elements of the flat buffers (padded)
     float* grads() { return grad_.as<float>(); }
@@ -71,10 +91,18 @@ class GpuLoraAdapters {
     absl::Status copy_out(const DeviceMemory& from, ParamSet& to) const;
     absl::Status refresh_half();
     absl::Status plan();
+    void place(const Qwen35Config& config, const ParamSet& adapters, float scale);
+    void bind();
 
     DeviceContext& dev_;
     std::vector<Slot> slots_;                           // in the adapter set's order
     std::vector<std::array<GpuLora, kNumProj>> pairs_;  // per layer
+    std::vector<std::unique_ptr<GpuLoraGroup>> groups_;
+    // place()'s offsets, for bind(): each group's first A, each pair's B.
+    std::vector<std::pair<GpuLoraGroup*, int64_t>> group_at_;
+    std::vector<std::pair<GpuLora*, int64_t>> b_at_;
+    int64_t capacity_ = 0;  // tokens the activation buffers hold
+    DeviceMemory activations_;
     int64_t total_ = 0;
     DeviceMemory master_, half_, grad_, moments_, scalars_;
     DeviceMemory adamw_tensor_, norm_tensor_, norm_work_;

@@ -7,35 +7,45 @@
 
 namespace deltatune {
 
-namespace {
-
-// xa (T, r) = scale in A^T, bf16: the adapter's first product, scaled once here so that both
-// the output's product and dB read it as is.
-absl::StatusOr<DeviceMemory> lora_down(const GpuCtx& x, const GpuLora& l, const void* in,
-                                       int64_t in_dim) {
-    const int64_t T = x.b.tokens;
-    DT_ASSIGN_OR_RETURN(DeviceMemory xa, x.dev.allocate(sizeof(bf16) * T * l.rank));
-    GemmArgs g;
-    g.a = in, g.lda = in_dim, g.b = l.A, g.trans_b = true, g.ldb = in_dim;
-    g.c = xa.get(), g.ldc = l.rank, g.m = T, g.n = l.rank, g.k = in_dim, g.alpha = l.scale;
-    DT_RETURN_IF_ERROR(x.gemm().run(g, x.stream()));
-    return xa;
-}
-
-}  // namespace
-
 absl::Status proj_forward(const GpuCtx& x, const GpuParam& p, void* y, const void* in,
                           int64_t in_dim, int64_t out_dim) {
     const int64_t T = x.b.tokens;
     DT_RETURN_IF_ERROR(linear_forward(x.gemm(), y, in, p.w, T, in_dim, out_dim, x.stream()));
     if (!p.lora) return absl::OkStatus();
     const GpuLora& l = *p.lora;
-    DT_ASSIGN_OR_RETURN(DeviceMemory xa, lora_down(x, l, in, in_dim));
-    GemmArgs g;  // y += xa B^T
-    g.a = xa.get(), g.lda = l.rank, g.b = l.B, g.trans_b = true, g.ldb = l.rank;
-    g.c = y, g.ldc = out_dim, g.m = T, g.n = out_dim, g.k = l.rank, g.beta = 1.0f;
-    return x.gemm().run(g, x.stream());
+    GpuLoraGroup& grp = *l.group;
+    if (l.first) {  // xa = scale x A^T for every member of the group at once
+        GemmArgs d;
+        d.a = in, d.lda = in_dim, d.b = grp.A, d.trans_b = true, d.ldb = in_dim;
+        d.c = grp.xa, d.ldc = grp.rank, d.m = T, d.n = grp.rank, d.k = in_dim, d.alpha = l.scale;
+        DT_RETURN_IF_ERROR(x.gemm().run(d, x.stream()));
+        grp.pending = 0;
+    }
+    GemmArgs u;  // y += xa B^T, this member's columns of xa
+    u.a = grp.xa + l.column, u.lda = grp.rank, u.b = l.B, u.trans_b = true, u.ldb = l.rank;
+    u.c = y, u.ldc = out_dim, u.m = T, u.n = out_dim, u.k = l.rank, u.beta = 1.0f;
+    return x.gemm().run(u, x.stream());
 }
+
+namespace {
+
+// Once every member's scale dy B is in the group's dyb: dx += dyb A and dA += dyb^T x, one GEMM
+// each for the whole group.
+absl::Status lora_group_backward(const GpuCtx& x, const GpuLoraGroup& grp, void* dx, const void* in,
+                                 int64_t in_dim) {
+    const int64_t T = x.b.tokens;
+    GemmArgs d;
+    d.a = grp.dyb, d.lda = grp.rank, d.b = grp.A, d.ldb = in_dim, d.c = dx, d.ldc = in_dim;
+    d.m = T, d.n = in_dim, d.k = grp.rank, d.beta = 1.0f;
+    DT_RETURN_IF_ERROR(x.gemm().run(d, x.stream()));
+    GemmArgs a;
+    a.a = grp.dyb, a.trans_a = true, a.lda = grp.rank, a.b = in, a.ldb = in_dim;
+    a.c = grp.dA, a.c_type = GemmOut::kF32, a.ldc = in_dim;
+    a.m = grp.rank, a.n = in_dim, a.k = T, a.beta = 1.0f;
+    return x.gemm().run(a, x.stream());
+}
+
+}  // namespace
 
 absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, const void* dy,
                               const void* in, int64_t in_dim, int64_t out_dim, bool accumulate) {
@@ -45,22 +55,19 @@ absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, cons
         linear_backward_dx(gemm, dx, dy, p.w, T, in_dim, out_dim, accumulate, x.stream()));
     if (!p.lora) return absl::OkStatus();
     const GpuLora& l = *p.lora;
-    // g (T, r) = scale dy B: dx += g A, dA += g^T in.
-    DT_ASSIGN_OR_RETURN(DeviceMemory dyb, x.dev.allocate(sizeof(bf16) * T * l.rank));
-    GemmArgs g;
-    g.a = dy, g.lda = out_dim, g.b = l.B, g.ldb = l.rank, g.c = dyb.get(), g.ldc = l.rank;
-    g.m = T, g.n = l.rank, g.k = out_dim, g.alpha = l.scale;
+    GpuLoraGroup& grp = *l.group;
+    GemmArgs g;  // this member's columns of dyb = scale dy B
+    g.a = dy, g.lda = out_dim, g.b = l.B, g.ldb = l.rank, g.c = grp.dyb + l.column;
+    g.ldc = grp.rank, g.m = T, g.n = l.rank, g.k = out_dim, g.alpha = l.scale;
     DT_RETURN_IF_ERROR(gemm.run(g, x.stream()));
-    GemmArgs d;
-    d.a = dyb.get(), d.lda = l.rank, d.b = l.A, d.ldb = in_dim, d.c = dx, d.ldc = in_dim;
-    d.m = T, d.n = in_dim, d.k = l.rank, d.beta = 1.0f;
-    DT_RETURN_IF_ERROR(gemm.run(d, x.stream()));
-    DT_RETURN_IF_ERROR(
-        linear_backward_dw(gemm, l.dA, dyb.get(), in, T, in_dim, l.rank, x.stream()));
-    // dB += dy^T xa, the forward's scaled product recomputed (T r values: cheaper than keeping
-    // one per projection through the step).
-    DT_ASSIGN_OR_RETURN(DeviceMemory xa, lora_down(x, l, in, in_dim));
-    return linear_backward_dw(gemm, l.dB, dy, xa.get(), T, l.rank, out_dim, x.stream());
+    GemmArgs b;  // dB += dy^T xa, the forward's scaled product kept in the group's xa
+    b.a = dy, b.trans_a = true, b.lda = out_dim, b.b = grp.xa + l.column, b.ldb = grp.rank;
+    b.c = l.dB, b.c_type = GemmOut::kF32, b.ldc = l.rank;
+    b.m = out_dim, b.n = l.rank, b.k = T, b.beta = 1.0f;
+    DT_RETURN_IF_ERROR(gemm.run(b, x.stream()));
+    if (++grp.pending < grp.members) return absl::OkStatus();
+    grp.pending = 0;
+    return lora_group_backward(x, grp, dx, in, in_dim);
 }
 
 absl::Status proj_backward_dw(const GpuCtx& x, const GpuParam& p, const void* dy, const void* in,

@@ -9,11 +9,14 @@
 
 namespace deltatune {
 
-// y (T, out) = in (T, in) W^T, plus the adapter's branch.
+// y (T, out) = in (T, in) W^T, plus the adapter's branch. The adapted projections that share an
+// input (gpu_lora.h's groups) must run their forwards in the group's order, the first computing
+// every member's x A^T, and each member's backward once after its forward.
 absl::Status proj_forward(const GpuCtx& x, const GpuParam& p, void* y, const void* in,
                           int64_t in_dim, int64_t out_dim);
 // dx (T, in) = dy W (+= with `accumulate`), plus the adapter's branch; with an adapter also its
-// dA and dB (+=), which need the forward input `in`.
+// dB (+=), and, at the group's last member, the group's dx += (dy B) A and dA (+=), which need
+// the forward input `in`.
 absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, const void* dy,
                               const void* in, int64_t in_dim, int64_t out_dim, bool accumulate);
 // dW += dy^T in (written when GpuParam::fresh); nothing for a frozen weight.

@@ -317,6 +317,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     const cudaStream_t s = m.s();
     if (m.lora) {  // the frozen base's scratch gradients: dropped, kept from growing
         DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.sink.get(), 0, m.sink.bytes(), s));
+        DT_RETURN_IF_ERROR(m.lora->reserve(T));  // the branch's x A^T, kept for the backward
     }
     const size_t count = static_cast<size_t>(5 * T + D + 1);
     if (m.staging_count < count) {

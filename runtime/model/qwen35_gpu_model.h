@@ -97,7 +97,7 @@ class Qwen35GpuModel {
     // every projection with a pair in `adapters` gains its branch, whose gradients accumulate
     // in `adapters`. zero_grads, download_grads, grad_norm and AdamW then refuse: the adapter
     // trains (GpuLoraAdapters::step). `adapters` must outlive the model.
-    absl::Status attach_lora(const GpuLoraAdapters& adapters);
+    absl::Status attach_lora(GpuLoraAdapters& adapters);
     // The marked parameters no GEMM has written since (their gradients hold the last step's
     // values: zero them before reading); clears the marks.
     std::vector<size_t> take_unwritten_fresh_gradients();

@@ -86,7 +86,7 @@ struct Qwen35GpuModel::Impl {
     // LoRA (qwen35_gpu_model_lora.cc): the adapter, and the frozen base's scratch gradients.
     // Only the norms' and GDN weights' kernels form a frozen gradient (into `sink`, dropped);
     // per parameter its offset there, -1 for those with none (projections, embedding, head).
-    const GpuLoraAdapters* lora = nullptr;
+    GpuLoraAdapters* lora = nullptr;
     DeviceMemory sink;
     std::vector<int64_t> sink_offset;
     // adamw_step's persistent state: moments (m | v, fp32) and the planned tensor list.

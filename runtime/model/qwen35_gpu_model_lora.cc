@@ -10,7 +10,7 @@
 
 namespace deltatune {
 
-absl::Status Qwen35GpuModel::attach_lora(const GpuLoraAdapters& adapters) {
+absl::Status Qwen35GpuModel::attach_lora(GpuLoraAdapters& adapters) {
     Impl& m = *impl_;
     if (m.pending) return absl::FailedPreconditionError("attach_lora during a step");
     // The scratch for the gradients the norm and GDN kernels form anyway: every parameter but

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     MemoryPlanInput plan_in;
     plan_in.world_size = o.world_size;
     plan_in.tokens_per_batch = o.tokens_per_batch;
+    e->tokens_per_batch_ = o.tokens_per_batch;
     plan_in.sm_version = e->ctx_->sm_version();
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
@@ -68,6 +69,7 @@ absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config, ParamSet* 
                                                                  *fsdp_, recompute_policy_));
     if (adapters) {
         DT_ASSIGN_OR_RETURN(lora_, GpuLoraAdapters::create(*ctx_, config, *adapters, lora_scale));
+        DT_RETURN_IF_ERROR(lora_->reserve(tokens_per_batch_));  // no growth inside a step
         DT_RETURN_IF_ERROR(net_->attach_lora(*lora_));
         adapters_ = adapters;
     }

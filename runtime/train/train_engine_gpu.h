@@ -73,6 +73,7 @@ class GpuTrainEngine final : public TrainEngine {
     ParamSet* adapters_ = nullptr;           // the host set download() refreshes
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
+    int64_t tokens_per_batch_ = 8192;
     Recompute recompute_policy_ = Recompute::kLayer;
 };
 

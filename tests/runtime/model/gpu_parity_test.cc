@@ -19,13 +19,17 @@
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/step_runner.h"
 #include "tests/common/test_util.h"
+#include "tests/runtime/model/gpu_noise_floor.h"
 #include "tests/runtime/model/gpu_test_util.h"
 
 namespace deltatune {
 namespace {
 
+using testing::bf16_noise_floor;
 using testing::cosine;
+using testing::cosines;
 using testing::have_gpu;
+using testing::NoiseFloor;
 using testing::random_batch;
 using testing::read_grads;
 
@@ -51,63 +55,6 @@ Compare compare_grads(const ParamSet& got, const ParamSet& ref) {
     return c;
 }
 
-// Per-tensor cosines of `got` against `ref`, by parameter index.
-std::vector<double> cosines(const ParamSet& got, const ParamSet& ref) {
-    std::vector<double> out;
-    for (size_t i = 0; i < got.all().size(); ++i) {
-        out.push_back(cosine(got.all()[i].value.data<float>(), ref.all()[i].value.data<float>(),
-                             got.all()[i].value.numel()));
-    }
-    return out;
-}
-
-// The conditioning of the reference itself: the exact fp32 CPU step on the fixture's weights
-// stochastically rounded to bf16 (the precision the GPU model stores them in), for three seeds.
-// Returns, per tensor, the lowest cosine of those runs' gradients against the unperturbed ones,
-// and the largest relative change of the gradient norm. A well-conditioned fixture stays above
-// 0.999; one whose gradients swing under bf16-sized perturbations cannot be held to 0.99 by any
-// bf16 implementation, and the GPU is then held to that floor instead.
-struct NoiseFloor {
-    std::vector<double> min_cos;
-    double grad_norm_rel = 0;
-};
-
-NoiseFloor bf16_noise_floor(const std::string& dir, const StepOptions& base, const ParamSet& ref,
-                            double ref_norm, const HfModel& model) {
-    NoiseFloor f;
-    f.min_cos.assign(ref.all().size(), 2.0);
-    for (uint32_t seed = 1; seed <= 3; ++seed) {
-        testing::TempDir tmp;
-        auto m = load_hf_model(dir);
-        REQUIRE(m.ok());
-        std::mt19937 rng(seed);
-        for (auto& p : m->params.all()) {
-            if (p.stored_dtype == DType::kF32 &&
-                (p.name.find("A_log") != std::string::npos ||
-                 p.name.find("linear_attn.norm") != std::string::npos)) {
-                continue;  // kept fp32 on the GPU too
-            }
-            float* v = p.value.data<float>();
-            for (int64_t i = 0; i < p.value.numel(); ++i) {
-                uint32_t u;
-                std::memcpy(&u, &v[i], 4);
-                u = (u + (rng() & 0xFFFFu)) & 0xFFFF0000u;  // stochastic rounding to bf16
-                std::memcpy(&v[i], &u, 4);
-            }
-        }
-        REQUIRE(save_hf_model(tmp.file("m"), *m).ok());
-        StepOptions o = base;
-        o.model_dir = tmp.file("m");
-        o.grads_out = tmp.file("g.safetensors");
-        auto r = run_step(o);
-        REQUIRE(r.ok());
-        const std::vector<double> c = cosines(read_grads(o.grads_out, model), ref);
-        for (size_t i = 0; i < c.size(); ++i) f.min_cos[i] = std::min(f.min_cos[i], c[i]);
-        f.grad_norm_rel = std::max(f.grad_norm_rel, std::abs(r->grad_norm - ref_norm) / ref_norm);
-    }
-    return f;
-}
-
 TEST_CASE("deltatune step --device cuda matches the CPU reference on the parity fixtures",
           "[cuda]") {
     if (!have_gpu()) return;
@@ -123,7 +70,9 @@ TEST_CASE("deltatune step --device cuda matches the CPU reference on the parity 
         auto model = load_hf_model(dir);
         REQUIRE(model.ok());
         const ParamSet ref = read_grads(o.grads_out, *model);
-        const NoiseFloor floor = bf16_noise_floor(dir, o, ref, cpu->grad_norm, *model);
+        const NoiseFloor floor =
+            bf16_noise_floor(dir, o, ref, cpu->grad_norm,
+                             [&](const std::string& f) { return read_grads(f, *model); });
         const auto floor_at = std::min_element(floor.min_cos.begin(), floor.min_cos.end());
         std::printf("bf16 noise floor %s: min cosine %.6f (%s), grad norm moves %.2e\n",
                     name.c_str(), *floor_at,

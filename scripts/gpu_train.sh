@@ -6,27 +6,30 @@
 # on the GPUs (FSDP over NCCL, world size N), checkpoint, are paused and resumed from the
 # checkpoint, have the last rank killed mid-run (the others fail their collectives within the
 # NCCL timeout; the supervisor restarts the job from its newest checkpoint), and export. Prints
-# the job's losses and events.
-#   BUNDLE_DIR=.device-build bash scripts/gpu_train.sh
+# the job's losses and events. JOB=demo-lora runs the LoRA demo job the same way (the base frozen
+# in bf16 on the GPUs) and loads its PEFT export with peft (.carry/pylib on PYTHONPATH).
+#   BUNDLE_DIR=.device-build [JOB=demo-lora] bash scripts/gpu_train.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 PYTHONPATH=$PWD/.carry/pylib:${PYTHONPATH:-}
+JOB=${JOB:-demo}
 BIN=$PWD/$B/daemon
 N=$(nvidia-smi -L | wc -l)  # the job takes every GPU: world size N
 D=/tmp/gpu-train; rm -rf "$D"; mkdir -p "$D"/{models,data,outputs,state}
 
-echo "== [train] and [dist] tests on the GPU"
+[[ ${SKIP_TESTS:-0} == 1 ]] || echo "== [train] and [dist] tests on the GPU"
+[[ ${SKIP_TESTS:-0} == 1 ]] ||
 timeout 300 "$B/bin/runtime_tests" "[train],[dist]" 2>&1 | grep -E "GPU|resume|empty|passed|failed|FAILED|skipped|with expansion" | head -40
 
-echo "== the demo job with resources.gpus: $N through deltatuned"
+echo "== the $JOB job with resources.gpus: $N through deltatuned"
 "$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
 tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
 cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
-sed -e "s/^seed: 0/seed: 0\nresources:\n  gpus: $N/" -e 's/max_steps: 40/max_steps: 120/' configs/jobs/demo.yaml > "$D/job.yaml"
+sed -e "s/^seed: 0/seed: 0\nresources:\n  gpus: $N/" -e 's/max_steps: 40/max_steps: 120/' "configs/jobs/$JOB.yaml" > "$D/job.yaml"
 # The demo model is tiny (head dims 32 and 16): some ops have no fused kernel for it. Strict mode
 # (the default) would refuse the job; the job names those ops, as `deltatune kernels` lists them.
 allow=$("$BIN/deltatune" kernels --model "$D/models/demo-tiny" | awk '$2 == "simple" {print $1}' | paste -sd, -)
@@ -68,3 +71,15 @@ print("resumed:", [e.get("message") for e in events if e.get("type") == "RESUMED
 print("wall time %.1f s" % (time.time() - float(sys.argv[2])))
 PY
 grep -iE "error|warn" "$D/deltatuned.log" | head -5
+# A LoRA job's export is a PEFT folder: peft loads it onto the base.
+exp=$(ls -d "$D"/outputs/*/export 2>/dev/null | head -1)
+[[ -f $exp/adapter_config.json ]] && python3 - "$D/models/demo-tiny" "$exp" <<'PY'
+import sys, torch, transformers
+from peft import PeftModel
+base = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+model = PeftModel.from_pretrained(base, sys.argv[2])
+n = sum(1 for k, _ in model.named_parameters() if "lora_" in k)
+ids = torch.randint(0, base.config.vocab_size, (1, 32))
+print("PEFT loads the export:", n, "adapter tensors; logits finite:",
+      bool(torch.isfinite(model(input_ids=ids).logits).all()))
+PY

@@ -6,6 +6,7 @@
 // where A is stored (m, k) or, with trans_a, (k, m); lda/ldb/ldc are row strides in elements.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -72,6 +73,9 @@ class Gemm {
 
   private:
     struct Algo;
+    // Enqueues x with a cached algorithm and its descriptors; counts the host time from t_start.
+    absl::Status matmul(const GemmArgs& x, const Algo& algo, cudaStream_t stream,
+                        std::chrono::steady_clock::time_point t_start);
     using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int,
                            bool, int>;
     Gemm() = default;

@@ -324,13 +324,15 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     }
     plan_in.recompute =
         recompute == Recompute::kLayer ? RecomputePolicy::kLayer : RecomputePolicy::kNone;
+    if (recompute == Recompute::kLayer) plan_in.kept_layers = eng.model().kept_layers();
     const MemoryPlan plan = plan_memory(c, plan_in);
     nlohmann::json j = {
         {"workload", "27B-slice"},
         {"layers", c.num_layers},
         {"recompute", recompute_name(recompute)},
         {"recompute_requested", o.recompute},
-        {"path", "train-engine " + eng.name()},  // what daemon jobs run (runtime/train)
+        {"kept_layers", eng.model().kept_layers()},  // layers whose activations stay
+        {"path", "train-engine " + eng.name()},      // what daemon jobs run (runtime/train)
         {"world_size", o.world},
         {"rank", o.rank},
         {"micro_batches_per_rank", o.micro},

@@ -132,7 +132,7 @@ absl::Status Qwen35GpuModel::Impl::layer_backward(int64_t l, DeviceMemory& g) {
     DT_ASSIGN_OR_RETURN(GpuUnitPtrs u, source->acquire(unit, Phase::kBackward, /*grads=*/true));
     const GpuLayer w = bind_layer(l, u);
     LayerActs& A = acts[static_cast<size_t>(l)];
-    if (recompute == Recompute::kLayer) {
+    if (recomputes(l)) {
         DT_RETURN_IF_ERROR(
             layer_forward(l, w, A.x.as<bf16>(), nullptr, /*keep_for_backward=*/true));
     }
@@ -368,9 +368,10 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     m.acts.resize(static_cast<size_t>(m.c.num_layers));
     const bf16* resid = emb.as<bf16>();
     const bf16* delta = nullptr;
-    auto keep_only_input = [&](LayerActs& prev) {
+    auto keep_only_input = [&](int64_t l) {
+        LayerActs& prev = m.acts[static_cast<size_t>(l)];
         prev.mlp_out.reset();
-        if (m.recompute == Recompute::kLayer) {
+        if (m.recomputes(l)) {
             DeviceMemory keep = std::move(prev.x);
             prev = LayerActs{};
             prev.x = std::move(keep);
@@ -381,10 +382,9 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
         DT_ASSIGN_OR_RETURN(GpuUnitPtrs u, m.source->acquire(unit, Phase::kForward, false));
         // Without recomputation these activations feed the backward; with it, the backward's
         // own recomputation of the layer keeps what it needs.
-        DT_RETURN_IF_ERROR(
-            m.layer_forward(l, m.bind_layer(l, u), resid, delta, m.recompute == Recompute::kNone));
+        DT_RETURN_IF_ERROR(m.layer_forward(l, m.bind_layer(l, u), resid, delta, !m.recomputes(l)));
         DT_RETURN_IF_ERROR(m.source->release(unit, Phase::kForward));
-        if (l > 0) keep_only_input(m.acts[static_cast<size_t>(l - 1)]);
+        if (l > 0) keep_only_input(l - 1);
         resid = m.acts[static_cast<size_t>(l)].mid.as<bf16>();
         delta = m.acts[static_cast<size_t>(l)].mlp_out.as<bf16>();
     }
@@ -399,7 +399,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     DT_CUDA_RETURN_IF_ERROR(
         rmsnorm_residual_forward(hf.as<bf16>(), m.xf.as<bf16>(), m.rstdf.as<float>(), delta, resid,
                                  final_norm.w, T, H, static_cast<float>(m.c.rms_norm_eps), s));
-    keep_only_input(m.acts.back());
+    keep_only_input(m.c.num_layers - 1);
 
     DT_ASSIGN_OR_RETURN(DeviceMemory row_losses, m.dev.allocate(sizeof(float) * T));
     DT_ASSIGN_OR_RETURN(m.dhf, m.dev.allocate(th));
@@ -468,6 +468,14 @@ absl::Status Qwen35GpuModel::backward() {
     m.head = GpuUnitPtrs{};
     m.pending = false;
     return absl::OkStatus();
+}
+
+void Qwen35GpuModel::keep_activations_of_last(int64_t layers) {
+    impl_->keep_last = std::clamp<int64_t>(layers, 0, impl_->c.num_layers);
+}
+
+int64_t Qwen35GpuModel::kept_layers() const {
+    return impl_->recompute == Recompute::kLayer ? impl_->keep_last : impl_->c.num_layers;
 }
 
 const std::vector<char>& Qwen35GpuModel::mark_gemm_gradients_fresh() {

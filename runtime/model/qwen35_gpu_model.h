@@ -87,6 +87,13 @@ class Qwen35GpuModel {
     int64_t peak_device_bytes() const;
 
 #if DELTATUNE_HAVE_CUDA
+    // With per-layer recompute: the last `layers` layers keep their activations from the forward
+    // instead (the memory planner's choose_kept_layers says how many fit).
+    void keep_activations_of_last(int64_t layers);
+    int64_t kept_layers() const;  // layers whose activations the forward keeps
+#endif
+
+#if DELTATUNE_HAVE_CUDA
     // For a source that hands out every unit whole (FSDP at world size 1): marks the
     // projections' gradients, whose dW GEMMs then write their first gradient instead of adding
     // to a zeroed one (as zero_grads does on the single-device model), and returns the mask by

@@ -54,6 +54,10 @@ struct Qwen35GpuModel::Impl {
     DeviceContext& dev;
     Qwen35Config c;
     Recompute recompute;
+    int64_t keep_last = 0;  // with kLayer: the last layers that keep their activations instead
+    bool recomputes(int64_t l) const {
+        return recompute == Recompute::kLayer && l < c.num_layers - keep_last;
+    }
     GpuParamLayout layout;
     std::vector<int64_t> offset, numel;  // per parameter, elements into the flat buffers
     int64_t total = 0;

@@ -131,17 +131,20 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     const int64_t W = std::max(1, in.world_size), T = in.tokens_per_batch;
     plan.parameters = count_parameters(c);
     const int64_t shard = (plan.parameters + W - 1) / W;
-    int64_t biggest_layer = 0, biggest_act = 0, all_act = 0;
-    for (LayerType t : c.layer_types) {
+    int64_t biggest_layer = 0, biggest_act = 0, all_act = 0, kept_act = 0;
+    const int64_t L = static_cast<int64_t>(c.layer_types.size());
+    const int64_t kept = std::clamp<int64_t>(in.kept_layers, 0, L);
+    for (int64_t l = 0; l < L; ++l) {
+        const LayerType t = c.layer_types[static_cast<size_t>(l)];
         biggest_layer = std::max(biggest_layer, layer_parameters(c, t));
         const int64_t act = layer_activation_bytes_per_token(c, t, in) * T;
         biggest_act = std::max(biggest_act, act);
         all_act += act;
+        if (l >= L - kept) kept_act += act;
     }
     const int64_t embed = c.vocab_size * c.hidden_size;
     const bool none = in.recompute == RecomputePolicy::kNone;
-    const int64_t resident =
-        none ? all_act : 2 * c.hidden_size * T * static_cast<int64_t>(c.layer_types.size());
+    const int64_t resident = none ? all_act : 2 * c.hidden_size * T * (L - kept) + kept_act;
     // Two phases of the step hold the most beside the resident state, and never together: the
     // embedding and LM head (gathered with the next unit prefetched, their unsharded fp32
     // gradient, the cross-entropy chunk) and a layer's backward (it and the prefetched layer
@@ -184,14 +187,17 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
                       {"bf16 parameters (shard)", 2 * shard},
                       {"fp32 gradients (shard)", 4 * shard}};
     }
-    plan.items.insert(
-        plan.items.end(),
-        {
-            {none ? "activations (all layers)" : "layer inputs (recomputed per layer)", resident},
-            phase,
-            {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
-            {"CUDA context, workspaces, allocator slack", kFixedBytes},
-        });
+    plan.items.insert(plan.items.end(),
+                      {
+                          {none   ? "activations (all layers)"
+                           : kept ? absl::StrCat("layer inputs (recomputed per layer; the last ",
+                                                 kept, " keep their activations)")
+                                  : "layer inputs (recomputed per layer)",
+                           resident},
+                          phase,
+                          {"hidden states and their gradient", 2 * 4 * c.hidden_size * T},
+                          {"CUDA context, workspaces, allocator slack", kFixedBytes},
+                      });
     for (const auto& item : plan.items) plan.peak_bytes += item.bytes;
     return plan;
 }
@@ -239,6 +245,37 @@ absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen3
     (void)c, (void)in;
     return absl::FailedPreconditionError("recompute auto: built without CUDA");
 #endif
+}
+
+absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, const Qwen35Config& c,
+                                            const MemoryPlanInput& in) {
+    if (name != "auto") return 0;
+#if DELTATUNE_HAVE_CUDA
+    size_t free_now = 0, device_total = 0;
+    DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
+    const auto total = static_cast<int64_t>(device_total);
+    if (choose_recompute(c, in, total) == RecomputePolicy::kNone) return 0;
+    return choose_kept_layers(c, in, total);
+#else
+    (void)c, (void)in;
+    return absl::FailedPreconditionError("recompute auto: built without CUDA");
+#endif
+}
+
+int64_t choose_kept_layers(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,
+                           double headroom) {
+    in.recompute = RecomputePolicy::kLayer;
+    int64_t lo = 0, hi = static_cast<int64_t>(c.layer_types.size());
+    while (lo < hi) {  // the most that fit: plans grow with the count
+        const int64_t mid = (lo + hi + 1) / 2;
+        in.kept_layers = mid;
+        if (check_fits(c, in, device_bytes, headroom).ok()) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
 }
 
 RecomputePolicy choose_recompute(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,

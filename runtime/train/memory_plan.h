@@ -38,6 +38,8 @@ struct MemoryPlanInput {
     // LoRA (count_lora_parameters): the base frozen in bf16 (no master, moments or gradient),
     // the adapter's fp32 state replicated. 0: full fine-tuning.
     int64_t adapter_parameters = 0;
+    // With per-layer recompute: the last `kept_layers` layers keep their activations instead.
+    int64_t kept_layers = 0;
 };
 
 struct MemoryPlan {
@@ -67,11 +69,20 @@ absl::Status check_fits(const Qwen35Config& config, const MemoryPlanInput& input
 RecomputePolicy choose_recompute(const Qwen35Config& config, MemoryPlanInput input,
                                  int64_t device_bytes, double headroom = 0.05);
 
+// With per-layer recompute, how many of the last layers can keep their activations instead (the
+// most that still fit `device_bytes` with `headroom`; 0 when none do).
+int64_t choose_kept_layers(const Qwen35Config& config, MemoryPlanInput input, int64_t device_bytes,
+                           double headroom = 0.05);
+
 // The GPU model's policy for the name a job or `deltatune bench` gives: "layer", "none", or
 // "auto" (choose_recompute for the memory of the current CUDA device, at input's world size and
 // tokens per batch). InvalidArgument for another name; FailedPrecondition for "auto" without CUDA.
 enum class Recompute : uint8_t;  // runtime/model/qwen35_gpu_model.h
 absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& config,
+                                            const MemoryPlanInput& input);
+// For "auto" resolved to per-layer recompute: choose_kept_layers for the current CUDA device;
+// 0 for any other name.
+absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, const Qwen35Config& config,
                                             const MemoryPlanInput& input);
 
 }  // namespace deltatune

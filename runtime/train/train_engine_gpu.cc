@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
+    DT_ASSIGN_OR_RETURN(e->kept_layers_, resolve_kept_layers(o.recompute, config, plan_in));
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
     n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
@@ -67,6 +68,7 @@ absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config, ParamSet* 
                                           float lora_scale) {
     DT_ASSIGN_OR_RETURN(net_, Qwen35GpuModel::create_with_source(*ctx_, config, fsdp_->layout(),
                                                                  *fsdp_, recompute_policy_));
+    net_->keep_activations_of_last(kept_layers_);
     if (adapters) {
         DT_ASSIGN_OR_RETURN(lora_, GpuLoraAdapters::create(*ctx_, config, *adapters, lora_scale));
         DT_RETURN_IF_ERROR(lora_->reserve(tokens_per_batch_));  // no growth inside a step

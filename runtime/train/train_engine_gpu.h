@@ -74,6 +74,7 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
     int64_t tokens_per_batch_ = 8192;
+    int64_t kept_layers_ = 0;  // with per-layer recompute: the last layers that keep activations
     Recompute recompute_policy_ = Recompute::kLayer;
 };
 

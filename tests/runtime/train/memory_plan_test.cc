@@ -86,6 +86,16 @@ TEST_CASE("LoRA on the frozen bf16 base fits the full 27B on one H200", "[memory
     const MemoryPlan plan = plan_memory(c, in);
     CHECK(plan.describe().find("bf16 frozen base") != std::string::npos);
     CHECK(plan.describe().find("fp32 master weights") == std::string::npos);
+    // With the room left, the last layers keep their activations instead of recomputing.
+    const int64_t kept = choose_kept_layers(c, in, kH200);
+    CHECK(kept > 8);
+    CHECK(kept < 64);
+    MemoryPlanInput more = in;
+    more.kept_layers = kept;
+    CHECK(check_fits(c, more, kH200).ok());
+    more.kept_layers = kept + 1;
+    CHECK_FALSE(check_fits(c, more, kH200).ok());
+    WARN("LoRA 27B on one H200: the last " << kept << " of 64 layers keep their activations");
     // The base in bf16 is most of it: 2 bytes a parameter.
     CHECK(plan.peak_bytes < 2 * count_parameters(c) + 60 * (int64_t{1} << 30));
     WARN(plan.describe());

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/service/metrics_history.h"
 #include "deltatune/v1/service.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -347,6 +348,20 @@ void AdminHttpServer::routes() {
             out.set_next_page_token(page->next_page_token);
             reply_json(res, out);
         });
+    // ?since_step=N: the steps after N only (a poller's next request passes its last step).
+    server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+)/metrics)",
+                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
+                     if (!authorized(req, res)) return;
+                     int64_t since = 0;
+                     if (req.has_param("since_step") &&
+                         !absl::SimpleAtoi(req.get_param_value("since_step"), &since)) {
+                         return reply_error(
+                             res, absl::InvalidArgumentError("since_step must be an integer"));
+                     }
+                     auto body = metrics_history_json(*manager_, req.matches[1].str(), since);
+                     if (!body.ok()) return reply_error(res, body.status());
+                     res.set_content(*body, "application/json");
+                 });
     server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+))",
                  [this, authorized](const httplib::Request& req, httplib::Response& res) {
                      if (!authorized(req, res)) return;

@@ -278,6 +278,24 @@ def test_admin_http():
         check(False, "unknown job must be 404")
     except urllib.error.HTTPError as e:
         check(e.code == 404, f"unknown job: {e.code}")
+    # The per-step history a poller plots, and its continuation after a given step.
+    with urllib.request.urlopen(D.http("/v1/jobs?state=SUCCEEDED&page_size=1")) as r:
+        done = json.loads(r.read())["jobs"][0]["name"]
+    with urllib.request.urlopen(D.http("/v1/" + done + "/metrics")) as r:
+        hist = json.loads(r.read())
+    steps = [int(x["step"]) for x in hist["steps"]]
+    check(len(steps) >= 2 and steps == sorted(set(steps)), f"history steps: {steps}")
+    check(all("loss" in x and "lr" in x and x["time"] > 0 for x in hist["steps"]),
+          f"history rows: {hist['steps'][:1]}")
+    with urllib.request.urlopen(D.http(f"/v1/{done}/metrics?since_step={steps[-2]}")) as r:
+        tail = json.loads(r.read())["steps"]
+    check([int(x["step"]) for x in tail] == [steps[-1]], f"since_step: {tail}")
+    for path, code in (("/v1/jobs/nope/metrics", 404), (f"/v1/{done}/metrics?since_step=x", 400)):
+        try:
+            urllib.request.urlopen(D.http(path))
+            check(False, f"{path} must fail")
+        except urllib.error.HTTPError as e:
+            check(e.code == code, f"{path}: {e.code}")
 
 
 def test_sigterm_checkpoints_and_restart_resumes():

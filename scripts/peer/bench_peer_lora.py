@@ -1,7 +1,7 @@
-# A copy of the shared peer benchmark (../shared/bench/bench_peer.py) with a --lora option:
+# A copy of the team's shared PyTorch peer benchmark (bench_peer.py) with a --lora option:
 # transformers + peft + FLA training LoRA adapters on a frozen bf16 base, the peer of
 # `deltatune bench --adapter lora`. Everything else is the shared script's.
-"""Peer: PyTorch + transformers training step on a Qwen3.8-27B-shaped slice (see benchmark.md).
+"""Peer: PyTorch + transformers training step on a Qwen3.8-27B-shaped slice.
 
 Runs on the GPU machine's stock image (torch 2.11, transformers 5.17). Without
 flash-linear-attention installed it measures the seed's baseline path (reference kernels);

@@ -5,13 +5,14 @@ list with pagination and filters, watch, events resumed from a sequence, pause, 
 each state, delete, the admin HTTP endpoints, and hostile requests."""
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from harness import CLI, Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
+from harness import CLI, SOURCE, Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
 
 STUBS = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
 D = Daemon()
@@ -278,6 +279,15 @@ def test_admin_http():
         check(False, "unknown job must be 404")
     except urllib.error.HTTPError as e:
         check(e.code == 404, f"unknown job: {e.code}")
+    # Every series the Grafana dashboard (deploy/grafana) plots is one this daemon exports.
+    with open(os.path.join(SOURCE, "deploy/grafana/deltatune.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    exported = set(re.findall(r"^(?:# TYPE )?(deltatune_\w+)", text, re.M))  # declared or sampled
+    named = {n for e in exprs for n in re.findall(r"deltatune_\w+", e)}
+    check(len(named) >= 10 and named <= exported,
+          f"dashboard series not exported: {sorted(named - exported)}")
     # The per-step history a poller plots, and its continuation after a given step.
     with urllib.request.urlopen(D.http("/v1/jobs?state=SUCCEEDED&page_size=1")) as r:
         done = json.loads(r.read())["jobs"][0]["name"]

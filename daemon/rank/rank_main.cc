@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
+#include "daemon/rank/tensorboard_writer.h"
 #include "deltatune/v1/rank.grpc.pb.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/dist/gloo_communicator.h"
@@ -309,11 +310,16 @@ int rank_main(int argc, char** argv) {
     }
     if (config.ok()) {
         TrainerHooks hooks;
+        TensorBoardLog tensorboard(config->output_dir + "/tensorboard");
         hooks.on_event = [&](const TrainerEvent& e) {
             // Rank 0 speaks for the job; the others report only what is theirs alone (warnings,
             // errors) and the end of the export, which the exit contract needs from every rank.
             if (args.rank != 0 && e.level == "INFO" && e.type != "EXPORT_COMPLETED") return;
             reporter.event(e, e.type != "STEP_METRICS");
+            if (args.rank != 0) return;
+            if (std::optional<TrainerEvent> warning = tensorboard.add(e)) {
+                reporter.event(*warning, true);
+            }
         };
         hooks.on_progress = [&](const TrainProgress& p) { reporter.progress(p); };
         hooks.poll = [&] { return reporter.directive(); };

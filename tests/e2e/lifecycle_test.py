@@ -300,6 +300,21 @@ def test_admin_http():
     with urllib.request.urlopen(D.http(f"/v1/{done}/metrics?since_step={steps[-2]}")) as r:
         tail = json.loads(r.read())["steps"]
     check([int(x["step"]) for x in tail] == [steps[-1]], f"since_step: {tail}")
+    # The job's scalars as TensorBoard's own reader sees them: the losses its events reported.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    with urllib.request.urlopen(D.http("/v1/" + done)) as r:
+        out = json.loads(r.read())["spec"]["outputDir"]
+    out = out if os.path.isabs(out) else os.path.join(D.root, "outputs", out)
+    ea = EventAccumulator(os.path.join(out, "tensorboard"))
+    ea.Reload()
+    tags = set(ea.Tags()["scalars"])
+    check({"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second"} <= tags,
+          f"tensorboard tags: {sorted(tags)}")
+    board = {e.step: e.value for e in ea.Scalars("train/loss")}
+    want = {int(x["step"]): x["loss"] for x in hist["steps"]}
+    check(set(board) == set(want) and
+          all(abs(board[k] - want[k]) <= 1e-6 * abs(want[k]) for k in want),
+          f"tensorboard losses {board} vs events {want}")
     for path, code in (("/v1/jobs/nope/metrics", 404), (f"/v1/{done}/metrics?since_step=x", 400)):
         try:
             urllib.request.urlopen(D.http(path))

@@ -228,7 +228,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     const auto t_init = std::chrono::steady_clock::now();
     ParamSet adapters;  // --adapter lora: outlives the engine
     DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> engine, make_engine(o, c, adapters));
-    const int64_t adapter_params = o.lora ? count_lora_parameters(c, *o.lora) : 0;
+    const int64_t adapter_params = adapters.numel();  // 0 without --adapter
     GpuTrainEngine& eng = *engine;
     const double init_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
@@ -296,7 +296,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         tok_s.push_back(tokens / (ms * 1e-3));
         mfu.push_back(flops / (ms * 1e-3) / 989.4e12);
     }
-    if (!o.sample_out.empty() && !o.lora) {
+    if (!o.sample_out.empty()) {
         DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp().download_sample(o.sample_stride));
         if (o.rank == 0) {
             std::FILE* f = std::fopen(o.sample_out.c_str(), "wb");
@@ -466,6 +466,9 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
             absl::StrCat("--max-grad-norm must be >= 0 (0: no clipping), got ", o.max_grad_norm));
     }
     DT_ASSIGN_OR_RETURN(o.lora, parse_bench_lora(f));
+    if (o.lora && !o.sample_out.empty()) {  // the sample reads the base's fp32 masters
+        return absl::InvalidArgumentError("--sample-out: not with --adapter (the base is frozen)");
+    }
     o.world = static_cast<int64_t>(world), o.rank = static_cast<int64_t>(rank);
     o.micro = static_cast<int64_t>(micro), o.timeout_ms = static_cast<int64_t>(timeout);
     o.sample_stride = static_cast<int64_t>(stride);

@@ -158,7 +158,7 @@ GpuLoraAdapters::~GpuLoraAdapters() {
 absl::Status GpuLoraAdapters::plan() {
     AdamWTensorArgs t{master_.as<float>(),
                       moments_.as<float>(),
-                      moments_.as<float>() + (moments_.bytes() / sizeof(float) / 2),
+                      second_moment(),
                       grad_.as<float>(),
                       half_.as<bf16>(),
                       total_,
@@ -262,11 +262,9 @@ absl::Status GpuLoraAdapters::save_state(std::vector<float>& master, std::vector
     const cudaStream_t s = dev_.compute_stream();
     const size_t n = static_cast<size_t>(total_);
     master.resize(n), m.resize(n), v.resize(n);
-    const float* mom = moments_.as<float>();
-    const int64_t half = static_cast<int64_t>(moments_.bytes() / sizeof(float) / 2);
     DT_RETURN_IF_ERROR(copy_to_host(master.data(), master_.as<float>(), total_, s));
-    DT_RETURN_IF_ERROR(copy_to_host(m.data(), mom, total_, s));
-    DT_RETURN_IF_ERROR(copy_to_host(v.data(), mom + half, total_, s));
+    DT_RETURN_IF_ERROR(copy_to_host(m.data(), moments_.as<float>(), total_, s));
+    DT_RETURN_IF_ERROR(copy_to_host(v.data(), second_moment(), total_, s));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     return absl::OkStatus();
 }
@@ -279,10 +277,9 @@ absl::Status GpuLoraAdapters::load_state(const std::vector<float>& master,
             absl::StrCat("LoRA state: ", master.size(), " elements, the adapter has ", n));
     }
     const cudaStream_t s = dev_.compute_stream();
-    float* mom = moments_.as<float>();
-    const int64_t half = static_cast<int64_t>(moments_.bytes() / sizeof(float) / 2);
-    const std::pair<float*, const float*> copies[] = {
-        {master_.as<float>(), master.data()}, {mom, m.data()}, {mom + half, v.data()}};
+    const std::pair<float*, const float*> copies[] = {{master_.as<float>(), master.data()},
+                                                      {moments_.as<float>(), m.data()},
+                                                      {second_moment(), v.data()}};
     for (const auto& [dst, src] : copies) {
         DT_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyHostToDevice, s));

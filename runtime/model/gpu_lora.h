@@ -90,6 +90,10 @@ class GpuLoraAdapters {
     GpuLoraAdapters(DeviceContext& dev) : dev_(dev) {}
     absl::Status copy_out(const DeviceMemory& from, ParamSet& to) const;
     absl::Status refresh_half();
+    // AdamW's v: the second half of moments_ (m | v, each as long as the flat buffers).
+    float* second_moment() const {
+        return moments_.as<float>() + moments_.bytes() / sizeof(float) / 2;
+    }
     absl::Status plan();
     void place(const Qwen35Config& config, const ParamSet& adapters, float scale);
     void bind();

@@ -232,34 +232,34 @@ absl::Status check_fits(const Qwen35Config& c, const MemoryPlanInput& in, int64_
                      ", ", in.tokens_per_batch, " tokens per batch; ", hint));
 }
 
-absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& c,
-                                            const MemoryPlanInput& in) {
-    if (name != "auto") return parse_recompute(name);
+namespace {
+
+// The current CUDA device's memory, for the "auto" policy.
+absl::StatusOr<int64_t> device_bytes_for_auto() {
 #if DELTATUNE_HAVE_CUDA
     size_t free_now = 0, device_total = 0;
     DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
-    return choose_recompute(c, in, static_cast<int64_t>(device_total)) == RecomputePolicy::kNone
-               ? Recompute::kNone
-               : Recompute::kLayer;
+    return static_cast<int64_t>(device_total);
 #else
-    (void)c, (void)in;
     return absl::FailedPreconditionError("recompute auto: built without CUDA");
 #endif
 }
 
-absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, const Qwen35Config& c,
+}  // namespace
+
+absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& c,
                                             const MemoryPlanInput& in) {
-    if (name != "auto") return 0;
-#if DELTATUNE_HAVE_CUDA
-    size_t free_now = 0, device_total = 0;
-    DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_now, &device_total));
-    const auto total = static_cast<int64_t>(device_total);
-    if (choose_recompute(c, in, total) == RecomputePolicy::kNone) return 0;
-    return choose_kept_layers(c, in, total);
-#else
-    (void)c, (void)in;
-    return absl::FailedPreconditionError("recompute auto: built without CUDA");
-#endif
+    if (name != "auto") return parse_recompute(name);
+    DT_ASSIGN_OR_RETURN(const int64_t device, device_bytes_for_auto());
+    return choose_recompute(c, in, device) == RecomputePolicy::kNone ? Recompute::kNone
+                                                                     : Recompute::kLayer;
+}
+
+absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, Recompute resolved,
+                                            const Qwen35Config& c, const MemoryPlanInput& in) {
+    if (name != "auto" || resolved != Recompute::kLayer) return 0;
+    DT_ASSIGN_OR_RETURN(const int64_t device, device_bytes_for_auto());
+    return choose_kept_layers(c, in, device);
 }
 
 int64_t choose_kept_layers(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,

@@ -80,9 +80,10 @@ int64_t choose_kept_layers(const Qwen35Config& config, MemoryPlanInput input, in
 enum class Recompute : uint8_t;  // runtime/model/qwen35_gpu_model.h
 absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& config,
                                             const MemoryPlanInput& input);
-// For "auto" resolved to per-layer recompute: choose_kept_layers for the current CUDA device;
-// 0 for any other name.
-absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, const Qwen35Config& config,
+// For "auto" that resolve_recompute resolved to per-layer recompute: choose_kept_layers for
+// the current CUDA device; 0 for any other name or policy.
+absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, Recompute resolved,
+                                            const Qwen35Config& config,
                                             const MemoryPlanInput& input);
 
 }  // namespace deltatune

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
-    DT_ASSIGN_OR_RETURN(e->kept_layers_, resolve_kept_layers(o.recompute, config, plan_in));
+    DT_ASSIGN_OR_RETURN(e->kept_layers_,
+                        resolve_kept_layers(o.recompute, e->recompute_policy_, config, plan_in));
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
     n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;

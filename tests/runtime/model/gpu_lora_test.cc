@@ -50,18 +50,36 @@ double largest_norm(const ParamSet& set) {
     return m;
 }
 
+// A parity fixture's model and its LoRA fixture's adapter.
+struct LoraFixture {
+    std::string dir, adapter_dir;
+    HfModel model;
+    PeftAdapter adapter;
+};
+
+LoraFixture load_lora_fixture(const std::string& name) {
+    LoraFixture f;
+    f.dir = testing::source_path("tests/fixtures/parity/" + name);
+    f.adapter_dir = testing::source_path("tests/fixtures/parity/lora/" + name);
+    auto model = load_hf_model(f.dir);
+    REQUIRE(model.ok());
+    f.model = *std::move(model);
+    auto adapter = load_peft_adapter(f.adapter_dir, f.model);
+    REQUIRE(adapter.ok());
+    f.adapter = *std::move(adapter);
+    return f;
+}
+
 TEST_CASE("the LoRA step on the GPU matches the CPU reference on the LoRA fixtures",
           "[cuda][lora]") {
     if (!testing::have_gpu()) return;
     for (const std::string name : {"tiny-a", "tiny-b", "tiny-c"}) {
-        const std::string dir = testing::source_path("tests/fixtures/parity/" + name);
-        const std::string adapter_dir = testing::source_path("tests/fixtures/parity/lora/" + name);
-        auto model = load_hf_model(dir);
-        REQUIRE(model.ok());
-        auto adapter = load_peft_adapter(adapter_dir, *model);
-        REQUIRE(adapter.ok());
+        const LoraFixture fx = load_lora_fixture(name);
+        const std::string &dir = fx.dir, &adapter_dir = fx.adapter_dir;
+        const HfModel& model = fx.model;
+        const PeftAdapter& adapter = fx.adapter;
         const auto read = [&](const std::string& f) {
-            return read_adapter(f, *adapter, *model, "grad.");
+            return read_adapter(f, adapter, model, "grad.");
         };
         testing::TempDir tmp;
         StepOptions o;
@@ -98,10 +116,10 @@ TEST_CASE("the LoRA step on the GPU matches the CPU reference on the LoRA fixtur
                 }
             }
             // The update: AdamW from fresh moments on the GPU's own gradients.
-            ParamSet expect = adapter->params.clone();
+            ParamSet expect = adapter.params.clone();
             AdamWState state = make_adamw_state(expect);
             adamw_update(expect, got, state, o.adamw);
-            const ParamSet update = read_adapter(o.update_out, *adapter, *model, "");
+            const ParamSet update = read_adapter(o.update_out, adapter, model, "");
             const double update_err = testing::param_rel_diff(update, expect);
             const double rel = std::abs(gpu->loss - cpu->loss) / cpu->loss;
             std::printf(
@@ -163,16 +181,14 @@ ParamSet projected_grads(const PeftAdapter& adapter, const ParamSet& full) {
 TEST_CASE("LoRA gradients are the merged model's weight gradients projected", "[cuda][lora]") {
     const bool gpu = testing::have_gpu();  // the CPU reference holds the identity too
     for (const std::string name : {"tiny-a", "tiny-b", "tiny-c"}) {
-        const std::string dir = testing::source_path("tests/fixtures/parity/" + name);
-        const std::string adapter_dir = testing::source_path("tests/fixtures/parity/lora/" + name);
-        auto model = load_hf_model(dir);
-        REQUIRE(model.ok());
-        auto adapter = load_peft_adapter(adapter_dir, *model);
-        REQUIRE(adapter.ok());
+        const LoraFixture fx = load_lora_fixture(name);
+        const std::string &dir = fx.dir, &adapter_dir = fx.adapter_dir;
+        const HfModel& model = fx.model;
+        const PeftAdapter& adapter = fx.adapter;
         testing::TempDir tmp;
-        HfModel merged = *model;
-        merged.params = model->params.clone();
-        merge_lora(model->config, merged.params, adapter->params, adapter->spec.scale());
+        HfModel merged = model;
+        merged.params = model.params.clone();
+        merge_lora(model.config, merged.params, adapter.params, adapter.spec.scale());
         // Saved in fp32: a bf16 file (tiny-b's) would round the merged update away.
         for (auto& p : merged.params.all()) p.stored_dtype = DType::kF32;
         REQUIRE(save_hf_model(tmp.file("merged"), merged).ok());
@@ -189,8 +205,8 @@ TEST_CASE("LoRA gradients are the merged model's weight gradients projected", "[
             o.adapter_dir = adapter_dir;
             o.grads_out = tmp.file(device + "_lora.safetensors");
             REQUIRE(run_step(o).ok());
-            const ParamSet got = read_adapter(o.grads_out, *adapter, *model, "grad.");
-            const ParamSet want = projected_grads(*adapter, full);
+            const ParamSet got = read_adapter(o.grads_out, adapter, model, "grad.");
+            const ParamSet want = projected_grads(adapter, full);
             const std::vector<double> cs = testing::cosines(got, want);
             size_t worst = 0;
             for (size_t i = 0; i < cs.size(); ++i) {

@@ -147,12 +147,7 @@ TEST_CASE("GPU stop and resume through the sharded checkpoint equals the straigh
 
     TrainConfig interrupted = gpu_config(tmp, "interrupted");
     interrupted.checkpoint_every = 0;  // only the stop request checkpoints
-    int steps = 0;
-    TrainerHooks stop_at_3;
-    stop_at_3.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
-    stop_at_3.poll = [&] {
-        return steps == 3 ? StopRequest::kCheckpointAndExit : StopRequest::kNone;
-    };
+    const TrainerHooks stop_at_3 = testing::stop_at_step(3);
     const Run first = run(interrupted, stop_at_3);
     REQUIRE(first.result.ok());
     CHECK(first.result->step == 3);
@@ -252,12 +247,7 @@ TEST_CASE("a LoRA job on the GPU matches the CPU job, resumes exactly, keeps sma
     // Stopped at step 3 and resumed from the adapter checkpoint: the straight run's adapter.
     TrainConfig interrupted = lora("lora-gpu-interrupted");
     interrupted.checkpoint_every = 0;
-    int steps = 0;
-    TrainerHooks stop_at_3;
-    stop_at_3.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
-    stop_at_3.poll = [&] {
-        return steps == 3 ? StopRequest::kCheckpointAndExit : StopRequest::kNone;
-    };
+    const TrainerHooks stop_at_3 = testing::stop_at_step(3);
     REQUIRE(run(interrupted, stop_at_3).result.ok());
     const Run second = run(interrupted);
     REQUIRE(second.result.ok());

@@ -108,12 +108,7 @@ TEST_CASE("stop and resume equals the uninterrupted run bit for bit", "[train]")
 
     TrainConfig interrupted = config(tmp, "interrupted");
     interrupted.checkpoint_every = 0;  // only the stop request checkpoints
-    TrainerHooks stop_at_3;
-    int steps = 0;
-    stop_at_3.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
-    stop_at_3.poll = [&] {
-        return steps == 3 ? StopRequest::kCheckpointAndExit : StopRequest::kNone;
-    };
+    const TrainerHooks stop_at_3 = testing::stop_at_step(3);
     auto first = train(interrupted, stop_at_3);
     REQUIRE(first.ok());
     CHECK_FALSE(first->completed);
@@ -175,12 +170,7 @@ TEST_CASE("LoRA: the adapter trains on the frozen base, resumes exactly, exports
     // Stopped at step 3 and resumed: the same adapter bit for bit.
     TrainConfig interrupted = lora("lora-interrupted");
     interrupted.checkpoint_every = 0;
-    TrainerHooks stop_at_3;
-    int steps = 0;
-    stop_at_3.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
-    stop_at_3.poll = [&] {
-        return steps == 3 ? StopRequest::kCheckpointAndExit : StopRequest::kNone;
-    };
+    const TrainerHooks stop_at_3 = testing::stop_at_step(3);
     REQUIRE(train(interrupted, stop_at_3).ok());
     auto second = train(interrupted, TrainerHooks{});
     REQUIRE(second.ok());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -39,6 +40,17 @@ inline TrainConfig config(const TempDir& tmp, const std::string& out) {
     c.output_dir = tmp.file(out);
     c.seed = 7;
     return c;
+}
+
+// Hooks that ask the trainer to checkpoint and exit once it reports step `step`.
+inline TrainerHooks stop_at_step(int step) {
+    auto seen = std::make_shared<int>(0);
+    TrainerHooks h;
+    h.on_progress = [seen](const TrainProgress& p) { *seen = static_cast<int>(p.step); };
+    h.poll = [seen, step] {
+        return *seen == step ? StopRequest::kCheckpointAndExit : StopRequest::kNone;
+    };
+    return h;
 }
 
 }  // namespace deltatune::testing

@@ -18,6 +18,7 @@
 #include "daemon/service/admin_http.h"
 #include "daemon/service/auth.h"
 #include "daemon/service/fine_tuning_service.h"
+#include "daemon/service/grpc_metrics.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ using deltatune::daemon::AdminHttpServer;
 using deltatune::daemon::Authenticator;
 using deltatune::daemon::DaemonConfig;
 using deltatune::daemon::FineTuningService;
+using deltatune::daemon::GrpcServerMetrics;
 using deltatune::daemon::job_manager_options;
 using deltatune::daemon::JobManager;
 using deltatune::daemon::JobManagerOptions;
@@ -85,14 +87,17 @@ int serve(const std::string& config_path, const std::string& listen) {
     (*manager)->start();
     const Authenticator http_auth = *auth;
     auto service = std::make_unique<FineTuningService>(manager->get(), std::move(*auth));
-    auto server = start_public_server(service.get(), *config);
+    GrpcServerMetrics grpc_metrics;  // outlives the server (declared before it)
+    auto server = start_public_server(service.get(), *config, nullptr, &grpc_metrics);
     if (!server.ok()) return fail(server.status());
     absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin;
     if (!config->http_address.empty()) {
         FineTuningService* svc = service.get();
-        admin = AdminHttpServer::start(manager->get(), {config->http_address, http_auth, [svc] {
-                                                            return svc->stream_subscribers();
-                                                        }});
+        AdminHttpServer::Options admin_options{config->http_address, http_auth,
+                                               [svc] { return svc->stream_subscribers(); }};
+        admin_options.gpus = options.gpus;
+        admin_options.grpc = &grpc_metrics;
+        admin = AdminHttpServer::start(manager->get(), std::move(admin_options));
         if (!admin.ok()) return fail(admin.status());
         (*admin)->set_ready(true);
     }

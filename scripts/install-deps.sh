@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
   libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev clang-format
+  prometheus  # the monitoring tests: a real Prometheus scrapes a daemon; promtool checks /metrics
 )
 
 missing=()

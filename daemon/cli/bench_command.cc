@@ -45,6 +45,7 @@
 #include "runtime/device/device_context.h"
 #include "runtime/device/gemm.h"
 #include "runtime/model/lora.h"
+#include "runtime/model/model_flops.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_gpu_model.h"
@@ -96,41 +97,6 @@ std::vector<std::vector<int64_t>> make_batches(int64_t count, int64_t budget,
         cur.push_back(len), sum += len;
     }
     return out;
-}
-
-// Model FLOPs per step (recomputation not counted):
-//   6 * N_mm * T                     N_mm = every linear weight incl. the LM head, not the
-//   embedding
-//   + per full-attention layer 12 * n_q * d_h * s_bar * T,   s_bar = sum s_i^2 / (2 sum s_i)
-//   + per GDN layer HV * T * [(6KV + 5.25CK + 4CV) + (16KV + 18CK + 10CV + 4C^2)],  C = 64
-double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs, int64_t adapter_params) {
-    const double H = static_cast<double>(c.hidden_size),
-                 I = static_cast<double>(c.intermediate_size);
-    double T = 0, sq = 0;
-    for (int64_t s : docs) T += static_cast<double>(s), sq += static_cast<double>(s) * s;
-    const double s_bar = sq / (2 * T);
-    const double D = static_cast<double>(c.head_dim),
-                 nq = static_cast<double>(c.num_attention_heads);
-    const double nkv = static_cast<double>(c.num_key_value_heads);
-    const double K = static_cast<double>(c.linear_key_head_dim);
-    const double V = static_cast<double>(c.linear_value_head_dim);
-    const double HV = static_cast<double>(c.linear_num_value_heads), C = 64;
-    double n_mm = static_cast<double>(c.vocab_size) * H, extra = 0;
-    for (LayerType t : c.layer_types) {
-        n_mm += 3 * I * H;
-        if (t == LayerType::kLinearAttention) {
-            n_mm += static_cast<double>(c.conv_dim()) * H +
-                    2 * static_cast<double>(c.value_dim()) * H + 2 * HV * H;
-            extra += HV * ((6 * K * V + 5.25 * C * K + 4 * C * V) +
-                           (16 * K * V + 18 * C * K + 10 * C * V + 4 * C * C));
-        } else {
-            n_mm += (2 * nq * D + 2 * nkv * D) * H + nq * D * H;
-            extra += 12 * nq * D * s_bar;
-        }
-    }
-    // A frozen base: forward and input gradient only (4N); the adapter's weights train (6N).
-    const double base = adapter_params > 0 ? 4 : 6;
-    return (base * n_mm + 6 * static_cast<double>(adapter_params) + extra) * T;
 }
 
 double median(std::vector<double> v) {
@@ -294,7 +260,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         // forward's loss and the gradient norm); close to step_ms means the GPU waits for it.
         enqueue_ms.push_back(std::chrono::duration<double, std::milli>(t_enqueued - t0).count());
         tok_s.push_back(tokens / (ms * 1e-3));
-        mfu.push_back(flops / (ms * 1e-3) / 989.4e12);
+        mfu.push_back(flops / (ms * 1e-3) / dense_bf16_peak_flops(eng.device().sm_version()));
     }
     if (!o.sample_out.empty()) {
         DT_ASSIGN_OR_RETURN(std::vector<float> sample, eng.fsdp().download_sample(o.sample_stride));

@@ -4,6 +4,9 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -35,8 +38,12 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
     auto& details = *e.mutable_details();
     if (!details.count("rank")) details["rank"] = std::to_string(rank);
     if (e.type() == "EXPORT_COMPLETED" && details.count("path")) a.export_path = details["path"];
-    if (e.type() == "DATA_LOADED") {  // what the data holds stays on the job's status
-        for (const char* key : {"skipped_lines", "trained_tokens"}) {
+    // What the data holds, and the last evaluation (the final one comes after the last
+    // progress report), stay on the job's status.
+    static const std::map<std::string, std::vector<std::string>> kKept = {
+        {"DATA_LOADED", {"skipped_lines", "trained_tokens"}}, {"EVAL_METRICS", {"eval_loss"}}};
+    if (auto kept = kKept.find(e.type()); kept != kKept.end()) {
+        for (const std::string& key : kept->second) {
             auto m = e.metrics().find(key);
             if (m != e.metrics().end()) (*c.next.job.mutable_latest_metrics())[key] = m->second;
         }

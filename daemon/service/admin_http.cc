@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/service/metrics_history.h"
+#include "daemon/service/metrics_text.h"
 #include "deltatune/v1/service.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -23,33 +24,6 @@ namespace deltatune::daemon {
 namespace {
 
 constexpr double kCheckpointBuckets[] = {0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600};
-
-// Prometheus label values escape backslash, quote and newline.
-std::string label(std::string_view v) {
-    std::string out;
-    for (char c : v) {
-        if (c == '\\') {
-            out += "\\\\";
-        } else if (c == '"') {
-            out += "\\\"";
-        } else if (c == '\n') {
-            out += "\\n";
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
-
-// The shortest text that reads back as v, as Prometheus' own clients print (0.1, not
-// 0.10000000000000001).
-std::string number(double v) {
-    if (std::isnan(v)) return "NaN";
-    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-    return std::string(buf, r.ptr);
-}
 
 // Every job, paging through the store.
 std::vector<v1::Job> all_jobs(JobManager* manager) {
@@ -120,6 +94,9 @@ void MetricsCollector::consume_events(const std::string& name, JobCounters& c) {
                 auto it = e.details().find("kind");
                 ++c.restarts[it == e.details().end() ? "UNKNOWN" : it->second];
             } else if (e.type() == "CHECKPOINT_COMMITTED") {
+                auto step = e.metrics().find("step");
+                if (step != e.metrics().end()) c.last_checkpoint_step = step->second;
+                c.last_checkpoint_time = double(e.time().seconds()) + e.time().nanos() * 1e-9;
                 auto sec = e.metrics().find("seconds");
                 if (sec != e.metrics().end()) c.checkpoint_seconds.push_back(sec->second);
                 auto bytes = e.metrics().find("bytes");
@@ -129,52 +106,75 @@ void MetricsCollector::consume_events(const std::string& name, JobCounters& c) {
     }
 }
 
-std::string MetricsCollector::render(size_t subscribers, bool per_job) {
-    const std::vector<v1::Job> jobs = all_jobs(manager_);
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string out;
-    auto help = [&](const char* name, const char* type, const char* text) {
-        absl::StrAppend(&out, "# HELP ", name, " ", text, "\n# TYPE ", name, " ", type, "\n");
-    };
-    help("deltatune_build_info", "gauge", "Build of this daemon.");
-    absl::StrAppend(&out, "deltatune_build_info{version=\"", DT_VERSION, "\"} 1\n");
+namespace {
 
-    help("deltatune_jobs", "gauge", "Jobs by state.");
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+double seconds_of(const google::protobuf::Timestamp& t) {
+    return double(t.seconds()) + t.nanos() * 1e-9;
+}
+
+// A latest_metrics value of the job; NaN until reported (e.g. eval loss before an evaluation,
+// MFU on CPU ranks).
+double latest(const v1::Job& j, const char* key) {
+    auto it = j.latest_metrics().find(key);
+    return it == j.latest_metrics().end() ? NAN : it->second;
+}
+
+void help(std::string& out, const char* name, const char* type, const char* text) {
+    absl::StrAppend(&out, "# HELP ", name, " ", text, "\n# TYPE ", name, " ", type, "\n");
+}
+
+}  // namespace
+
+// Build, jobs by state, the queue and the GPUs: no job names.
+void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::string& out) const {
+    help(out, "deltatune_build_info", "gauge", "Build of this daemon.");
+    absl::StrAppend(&out, "deltatune_build_info{version=\"", DT_VERSION, "\"} 1\n");
+    help(out, "deltatune_jobs", "gauge", "Jobs by state.");
     std::map<std::string, int> by_state;
     for (int s = v1::Job::State_MIN; s <= v1::Job::State_MAX; ++s) {
         if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED) {
             by_state[v1::Job::State_Name(static_cast<v1::Job::State>(s))] = 0;
         }
     }
-    for (const auto& j : jobs) ++by_state[v1::Job::State_Name(j.state())];
+    int gpus_held = 0;
+    for (const auto& j : jobs) {
+        ++by_state[v1::Job::State_Name(j.state())];
+        const v1::Job::State s = j.state();
+        if (s == v1::Job::PENDING || s == v1::Job::RUNNING || s == v1::Job::RECOVERING ||
+            s == v1::Job::PAUSING || s == v1::Job::CANCELLING) {
+            gpus_held += j.spec().resources().gpus();
+        }
+    }
     for (const auto& [state, n] : by_state) {
         absl::StrAppend(&out, "deltatune_jobs{state=\"", state, "\"} ", n, "\n");
     }
+    help(out, "deltatune_queue_length", "gauge", "Jobs waiting for a slot (QUEUED).");
+    absl::StrAppend(&out, "deltatune_queue_length ", by_state["QUEUED"], "\n");
+    help(out, "deltatune_gpus", "gauge", "GPUs this daemon schedules jobs onto.");
+    absl::StrAppend(&out, "deltatune_gpus ", gpus_, "\n");
+    help(out, "deltatune_gpus_free", "gauge", "GPUs no admitted job holds.");
+    absl::StrAppend(&out, "deltatune_gpus_free ", std::max(0, gpus_ - gpus_held), "\n");
+}
 
-    if (!per_job) {
-        help("deltatune_event_stream_subscribers", "gauge",
-             "Live StreamJobEvents/WatchJob streams.");
-        absl::StrAppend(&out, "deltatune_event_stream_subscribers ", subscribers, "\n");
-        return out;
-    }
+// One gauge per job from its row: progress, the last step's metrics, the device.
+void MetricsCollector::render_job_gauges(const std::vector<v1::Job>& jobs, std::string& out) const {
     struct Gauge {
         const char* name;
         const char* type;
         const char* help;
         std::function<double(const v1::Job&)> value;
     };
-    auto metric = [](const v1::Job& j, const char* key) {
-        auto it = j.latest_metrics().find(key);
-        return it == j.latest_metrics().end() ? NAN : it->second;
-    };
+    auto key = [](const char* k) { return [k](const v1::Job& j) { return latest(j, k); }; };
     const Gauge gauges[] = {
         {"deltatune_job_step", "gauge", "Last completed optimizer step.",
          [](const v1::Job& j) { return double(j.progress().step()); }},
         {"deltatune_job_last_step_timestamp_seconds", "gauge", "Wall time of the last step.",
-         [](const v1::Job& j) {
-             const auto& t = j.progress().last_step_time();
-             return double(t.seconds()) + t.nanos() * 1e-9;
-         }},
+         [](const v1::Job& j) { return seconds_of(j.progress().last_step_time()); }},
         {"deltatune_job_tokens_total", "counter", "Real (non-padding) tokens trained.",
          [](const v1::Job& j) { return double(j.progress().tokens()); }},
         {"deltatune_job_tokens_per_second", "gauge",
@@ -182,78 +182,109 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
          [](const v1::Job& j) {
              return j.state() == v1::Job::RUNNING ? j.progress().tokens_per_second() : 0.0;
          }},
-        {"deltatune_job_loss", "gauge", "Training loss of the last step.",
-         [&](const v1::Job& j) { return metric(j, "loss"); }},
+        {"deltatune_job_loss", "gauge", "Training loss of the last step.", key("loss")},
         {"deltatune_job_eval_loss", "gauge", "Loss on the eval files at the last evaluation.",
-         [&](const v1::Job& j) { return metric(j, "eval_loss"); }},
-        {"deltatune_job_learning_rate", "gauge", "Learning rate of the last step.",
-         [&](const v1::Job& j) { return metric(j, "lr"); }},
+         key("eval_loss")},
+        {"deltatune_job_learning_rate", "gauge", "Learning rate of the last step.", key("lr")},
         {"deltatune_job_grad_norm", "gauge",
-         "Global gradient norm of the last step (before clipping).",
-         [&](const v1::Job& j) { return metric(j, "grad_norm"); }},
-        {"deltatune_job_step_seconds", "gauge", "Wall time of the last step.",
-         [&](const v1::Job& j) { return metric(j, "step_seconds"); }},
+         "Global gradient norm of the last step (before clipping).", key("grad_norm")},
+        {"deltatune_job_step_seconds", "gauge", "Wall time of the last step.", key("step_seconds")},
+        {"deltatune_job_mfu", "gauge",
+         "Model FLOPs utilisation of the last step (GPU jobs; dense bf16 peak; recomputation "
+         "not counted).",
+         key("mfu")},
+        {"deltatune_job_gpu_memory_bytes", "gauge",
+         "Most GPU memory rank 0 has held (its allocator's peak).", key("gpu_memory_peak_bytes")},
+        {"deltatune_job_gpu_memory_planned_bytes", "gauge",
+         "GPU memory per rank the memory planner predicted.", key("gpu_memory_planned_bytes")},
         {"deltatune_job_total_steps", "gauge", "Optimizer steps the job runs (max_steps).",
          [](const v1::Job& j) { return double(j.progress().total_steps()); }},
         {"deltatune_job_eta_seconds", "gauge",
          "Estimated seconds to the last step; 0 unless RUNNING.",
          [](const v1::Job& j) {
              if (j.state() != v1::Job::RUNNING) return 0.0;
-             const auto& t = j.progress().estimated_end_time();
-             const double end = double(t.seconds()) + t.nanos() * 1e-9;
-             const double now =
-                 std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                     .count();
-             return std::max(0.0, end - now);
+             return std::max(0.0, seconds_of(j.progress().estimated_end_time()) - now_seconds());
          }},
     };
     for (const Gauge& g : gauges) {
-        help(g.name, g.type, g.help);
+        help(out, g.name, g.type, g.help);
         for (const auto& j : jobs) {
-            absl::StrAppend(&out, g.name, "{job_id=\"", label(j.name()), "\"} ", number(g.value(j)),
-                            "\n");
+            absl::StrAppend(&out, g.name, "{job_id=\"", metric_label(j.name()), "\"} ",
+                            metric_number(g.value(j)), "\n");
         }
     }
+}
 
-    for (const auto& j : jobs) consume_events(j.name(), jobs_[j.name()]);
-    help("deltatune_job_restarts_total", "counter", "Faults that restarted a job, by kind.");
+// What the event logs add up to: restarts, checkpoints.
+void MetricsCollector::render_job_counters(std::string& out) const {
+    help(out, "deltatune_job_restarts_total", "counter", "Faults that restarted a job, by kind.");
     for (const auto& [name, c] : jobs_) {
         for (const auto& [reason, n] : c.restarts) {
-            absl::StrAppend(&out, "deltatune_job_restarts_total{job_id=\"", label(name),
-                            "\",reason=\"", label(reason), "\"} ", n, "\n");
+            absl::StrAppend(&out, "deltatune_job_restarts_total{job_id=\"", metric_label(name),
+                            "\",reason=\"", metric_label(reason), "\"} ", n, "\n");
         }
     }
-    help("deltatune_checkpoint_bytes_total", "counter", "Bytes of committed checkpoints.");
+    help(out, "deltatune_job_last_checkpoint_step", "gauge",
+         "Step of the job's newest committed checkpoint (NaN: none yet).");
     for (const auto& [name, c] : jobs_) {
-        absl::StrAppend(&out, "deltatune_checkpoint_bytes_total{job_id=\"", label(name), "\"} ",
-                        number(c.checkpoint_bytes), "\n");
+        absl::StrAppend(&out, "deltatune_job_last_checkpoint_step{job_id=\"", metric_label(name),
+                        "\"} ", metric_number(c.last_checkpoint_step), "\n");
     }
-    help("deltatune_checkpoint_duration_seconds", "histogram", "Checkpoint write time.");
+    help(out, "deltatune_job_last_checkpoint_age_seconds", "gauge",
+         "Seconds since the job's newest checkpoint was committed (NaN: none yet).");
+    const double now = now_seconds();
     for (const auto& [name, c] : jobs_) {
+        absl::StrAppend(
+            &out, "deltatune_job_last_checkpoint_age_seconds{job_id=\"", metric_label(name), "\"} ",
+            metric_number(c.last_checkpoint_time > 0 ? now - c.last_checkpoint_time : NAN), "\n");
+    }
+    help(out, "deltatune_checkpoint_bytes_total", "counter", "Bytes of committed checkpoints.");
+    for (const auto& [name, c] : jobs_) {
+        absl::StrAppend(&out, "deltatune_checkpoint_bytes_total{job_id=\"", metric_label(name),
+                        "\"} ", metric_number(c.checkpoint_bytes), "\n");
+    }
+    help(out, "deltatune_checkpoint_duration_seconds", "histogram", "Checkpoint write time.");
+    for (const auto& [name, c] : jobs_) {
+        const std::string j = metric_label(name);
         double sum = 0;
         for (double s : c.checkpoint_seconds) sum += s;
         for (double le : kCheckpointBuckets) {
             int64_t n = 0;
             for (double s : c.checkpoint_seconds) n += s <= le;
-            absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job_id=\"",
-                            label(name), "\",le=\"", number(le), "\"} ", n, "\n");
+            absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job_id=\"", j,
+                            "\",le=\"", metric_number(le), "\"} ", n, "\n");
         }
-        const std::string j = label(name);
         absl::StrAppend(&out, "deltatune_checkpoint_duration_seconds_bucket{job_id=\"", j,
                         "\",le=\"+Inf\"} ", c.checkpoint_seconds.size(), "\n",
                         "deltatune_checkpoint_duration_seconds_sum{job_id=\"", j, "\"} ",
-                        number(sum), "\n", "deltatune_checkpoint_duration_seconds_count{job_id=\"",
-                        j, "\"} ", c.checkpoint_seconds.size(), "\n");
+                        metric_number(sum), "\n",
+                        "deltatune_checkpoint_duration_seconds_count{job_id=\"", j, "\"} ",
+                        c.checkpoint_seconds.size(), "\n");
     }
-    help("deltatune_event_stream_subscribers", "gauge", "Live StreamJobEvents/WatchJob streams.");
+}
+
+std::string MetricsCollector::render(size_t subscribers, bool per_job) {
+    const std::vector<v1::Job> jobs = all_jobs(manager_);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    render_daemon(jobs, out);
+    if (per_job) {
+        for (const auto& j : jobs) consume_events(j.name(), jobs_[j.name()]);
+        render_job_gauges(jobs, out);
+        render_job_counters(out);
+    }
+    help(out, "deltatune_event_stream_subscribers", "gauge",
+         "Live StreamJobEvents/WatchJob streams.");
     absl::StrAppend(&out, "deltatune_event_stream_subscribers ", subscribers, "\n");
+    if (grpc_ != nullptr) out += grpc_->render();
+    out += process_metrics();
     return out;
 }
 
 AdminHttpServer::AdminHttpServer(JobManager* manager, Options options)
     : manager_(manager),
       options_(std::move(options)),
-      metrics_(manager),
+      metrics_(manager, options_.gpus, options_.grpc),
       server_(std::make_unique<httplib::Server>()) {}
 
 AdminHttpServer::~AdminHttpServer() {

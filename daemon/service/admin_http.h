@@ -6,16 +6,19 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
+#include "daemon/service/grpc_metrics.h"
 
 namespace httplib {
 class Server;
@@ -27,7 +30,9 @@ namespace deltatune::daemon {
 // restarted daemon re-derives the same totals, and no job code has to call into metrics.
 class MetricsCollector {
   public:
-    explicit MetricsCollector(JobManager* manager) : manager_(manager) {}
+    // `gpus`: what the scheduler hands out; `grpc` (may be null): the public server's calls.
+    MetricsCollector(JobManager* manager, int gpus, const GrpcServerMetrics* grpc)
+        : manager_(manager), gpus_(gpus), grpc_(grpc) {}
     // The exposition text. `subscribers` is the live event-stream count.
     // per_job: the series labelled by job (names, losses); false gives the daemon-wide ones.
     std::string render(size_t subscribers, bool per_job = true);
@@ -38,10 +43,16 @@ class MetricsCollector {
         std::map<std::string, int64_t> restarts;  // by fault kind
         std::vector<double> checkpoint_seconds;
         double checkpoint_bytes = 0;
+        double last_checkpoint_step = NAN, last_checkpoint_time = 0;  // wall seconds
     };
     void consume_events(const std::string& name, JobCounters& counters);
+    void render_daemon(const std::vector<v1::Job>& jobs, std::string& out) const;
+    void render_job_gauges(const std::vector<v1::Job>& jobs, std::string& out) const;
+    void render_job_counters(std::string& out) const;
 
     JobManager* manager_;
+    int gpus_ = 0;
+    const GrpcServerMetrics* grpc_ = nullptr;
     std::mutex mu_;
     std::map<std::string, JobCounters> jobs_;
 };
@@ -51,7 +62,9 @@ class AdminHttpServer {
     struct Options {
         std::string address;  // host:port; port 0 picks one
         Authenticator auth;
-        std::function<size_t()> subscribers;  // live event streams
+        std::function<size_t()> subscribers;      // live event streams
+        int gpus = 0;                             // what the scheduler hands out
+        const GrpcServerMetrics* grpc = nullptr;  // the public server's call counters
     };
     // Binds and starts serving on a background thread.
     static absl::StatusOr<std::unique_ptr<AdminHttpServer>> start(JobManager* manager,

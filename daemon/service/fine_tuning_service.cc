@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
+#include "daemon/service/grpc_metrics.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
@@ -223,7 +224,8 @@ grpc::ServerWriteReactor<v1::Job>* FineTuningService::WatchJob(grpc::CallbackSer
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningService* service,
                                                                   const DaemonConfig& config,
-                                                                  int* selected_port) {
+                                                                  int* selected_port,
+                                                                  GrpcServerMetrics* metrics) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     DT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, credentials(config));
@@ -236,6 +238,11 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningServ
     // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would bind too and the
     // kernel would split clients between the two. One port, one daemon.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    if (metrics != nullptr) {
+        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> f;
+        f.push_back(metrics->interceptor_factory());
+        builder.experimental().SetInterceptorCreators(std::move(f));
+    }
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
         return absl::UnavailableError(

@@ -17,6 +17,8 @@
 
 namespace deltatune::daemon {
 
+class GrpcServerMetrics;  // grpc_metrics.h
+
 // Unary methods take the request's raw bytes and parse it here: gRPC's own parsing answers a
 // request that does not parse with UNIMPLEMENTED and no message (grpc/grpc#30454); parsed here it
 // is INVALID_ARGUMENT with the reason. The two streams still use gRPC's parsing.
@@ -86,9 +88,10 @@ class FineTuningService final : public FineTuningServiceBase {
 // Builds and starts the public server: `service`, grpc.health.v1 (serving) and reflection
 // (grpc.reflection.v1alpha from gRPC's plugin, grpc.reflection.v1 from ReflectionV1Service), TLS
 // when configured, receive limit limits.max_request_bytes. `address` overrides listen.grpc;
-// `*selected_port` gets the bound port (for ":0").
-absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningService* service,
-                                                                  const DaemonConfig& config,
-                                                                  int* selected_port = nullptr);
+// `*selected_port` gets the bound port (for ":0"). With `metrics` (outliving the server) every
+// call is counted there.
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(
+    FineTuningService* service, const DaemonConfig& config, int* selected_port = nullptr,
+    GrpcServerMetrics* metrics = nullptr);
 
 }  // namespace deltatune::daemon

@@ -48,6 +48,15 @@ class TrainEngine {
     virtual ShardedStateIo state_io() = 0;
     // Collective: the full fp32 parameters into `params` (same names and shapes) on every rank.
     virtual absl::Status download(ParamSet& params) = 0;
+
+    // What the step metrics report of the device (zeros on the CPU): the dense bf16 peak FLOP/s
+    // that MFU divides by (0: unknown GPU, no MFU), the most device memory the rank has held,
+    // and the memory planner's peak for this rank.
+    struct DeviceFigures {
+        double peak_flops = 0;
+        int64_t peak_bytes = 0, planned_bytes = 0;
+    };
+    virtual DeviceFigures device_figures() const { return {}; }
 };
 
 // `model.params` must outlive the engine: the CPU engine trains it in place. `comm` (not owned)

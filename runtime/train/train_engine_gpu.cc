@@ -11,6 +11,7 @@
 #include "runtime/dist/fsdp_gpu.h"
 #include "runtime/dist/nccl_host_communicator.h"
 #include "runtime/dist/progress_watchdog.h"
+#include "runtime/model/model_flops.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 
@@ -54,6 +55,10 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
     DT_ASSIGN_OR_RETURN(e->kept_layers_,
                         resolve_kept_layers(o.recompute, e->recompute_policy_, config, plan_in));
+    plan_in.recompute = e->recompute_policy_ == Recompute::kLayer ? RecomputePolicy::kLayer
+                                                                  : RecomputePolicy::kNone;
+    plan_in.kept_layers = e->kept_layers_;
+    e->planned_bytes_ = plan_memory(config, plan_in).peak_bytes;
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
     n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
@@ -99,6 +104,10 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create_random(
     DT_RETURN_IF_ERROR(e->fsdp_->init_random(seed));
     DT_RETURN_IF_ERROR(e->attach_model(config, adapters, lora_scale));
     return e;
+}
+
+TrainEngine::DeviceFigures GpuTrainEngine::device_figures() const {
+    return {dense_bf16_peak_flops(ctx_->sm_version()), net_->peak_device_bytes(), planned_bytes_};
 }
 
 absl::Status GpuTrainEngine::begin_step() {

@@ -44,6 +44,7 @@ class GpuTrainEngine final : public TrainEngine {
     absl::StatusOr<LossResult> evaluate(const PackedBatch& batch) override;
     ShardedStateIo state_io() override;
     absl::Status download(ParamSet& params) override;
+    DeviceFigures device_figures() const override;
 
     // For measurements.
     DeviceContext& device() { return *ctx_; }
@@ -74,7 +75,9 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
     int64_t tokens_per_batch_ = 8192;
-    int64_t kept_layers_ = 0;  // with per-layer recompute: the last layers that keep activations
+    int64_t kept_layers_ = 0;
+    int64_t planned_bytes_ = 0;  // the memory planner's peak under the resolved policy  // with
+                                 // per-layer recompute: the last layers that keep activations
     Recompute recompute_policy_ = Recompute::kLayer;
 };
 

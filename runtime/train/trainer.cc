@@ -8,12 +8,14 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/hf_model_io.h"
+#include "runtime/model/model_flops.h"
 #include "runtime/train/train_state.h"
 #include "runtime/train/trainer_inputs.h"
 
@@ -60,6 +62,7 @@ constexpr size_t kThroughputWindow = 20;  // steps
 struct StepOutcome {
     double loss = 0, lr = 0, grad_norm = 0;
     int64_t global_labels = 0, real_tokens = 0;
+    double flops = 0;     // model FLOPs of the global step (model_flops.h), for MFU
     uint64_t digest = 0;  // FNV-1a over the global step's (doc, begin, end), whatever the world
 };
 
@@ -153,6 +156,7 @@ absl::StatusOr<std::vector<PackedBatch>> next_batches(Run& run, StepOutcome& o) 
     std::vector<PackedBatch> micro;
     int64_t label_tokens = 0, real_tokens = 0;
     o.digest = 1469598103934665603ull;
+    std::vector<int64_t> pieces;  // every rank's document pieces: each attends to itself only
     for (int64_t m = 0; m < run.c.grad_accum; ++m) {
         const std::vector<PackedBin> bins = run.packer->next_step();
         for (size_t i = 0; i < bins.size(); ++i) {
@@ -160,6 +164,7 @@ absl::StatusOr<std::vector<PackedBatch>> next_batches(Run& run, StepOutcome& o) 
                 for (int64_t v : {seg.doc, seg.begin, seg.end}) {
                     o.digest = (o.digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
                 }
+                if (seg.tokens() > 0) pieces.push_back(seg.tokens());
             }
             if (static_cast<int>(i) % run.world != run.rank) continue;
             DT_ASSIGN_OR_RETURN(PackedBatch b,
@@ -168,6 +173,9 @@ absl::StatusOr<std::vector<PackedBatch>> next_batches(Run& run, StepOutcome& o) 
             real_tokens += b.tokens();
             micro.push_back(std::move(b));
         }
+    }
+    if (!pieces.empty()) {
+        o.flops = step_flops(run.in.model.config, pieces, run.c.lora ? run.in.adapters.numel() : 0);
     }
     double counts[2] = {static_cast<double>(label_tokens), static_cast<double>(real_tokens)};
     DT_RETURN_IF_ERROR(run.comm->all_reduce_sum(counts, 2));
@@ -209,6 +217,18 @@ absl::StatusOr<StepOutcome> train_step(Run& run) {
     return o;
 }
 
+// A GPU step's MFU (model FLOPs over the ranks' peak for the step's wall time) and this rank's
+// device memory: the most it has held and the planner's figure. Nothing on the CPU.
+void add_device_metrics(const Run& run, const StepOutcome& o, double step_seconds,
+                        std::map<std::string, double>& out) {
+    const TrainEngine::DeviceFigures d = run.engine->device_figures();
+    if (d.peak_flops > 0 && step_seconds > 0 && o.flops > 0) {
+        out["mfu"] = o.flops / (step_seconds * d.peak_flops * run.world);
+    }
+    if (d.peak_bytes > 0) out["gpu_memory_peak_bytes"] = static_cast<double>(d.peak_bytes);
+    if (d.planned_bytes > 0) out["gpu_memory_planned_bytes"] = static_cast<double>(d.planned_bytes);
+}
+
 // STEP_METRICS, and the progress the hooks get once evaluation and checkpoint are done.
 TrainProgress report_step(Run& run, const StepOutcome& o) {
     const TrainConfig& c = run.c;
@@ -235,25 +255,25 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
                  {"grad_norm", o.grad_norm},
                  {"step_seconds", step_seconds},
                  {"trained_tokens", double(o.global_labels)}};
+    add_device_metrics(run, o, step_seconds, p.metrics);
     const double waste =
         1.0 - static_cast<double>(o.real_tokens) /
                   static_cast<double>(c.grad_accum * run.shards * c.tokens_per_batch);
-    run.hooks.on_event({"STEP_METRICS",
-                        "INFO",
-                        "",
-                        {{"step", double(run.state.step)},
-                         {"loss", o.loss},
-                         {"trained_tokens", double(o.global_labels)},
-                         {"lr", o.lr},
-                         {"grad_norm", o.grad_norm},
-                         {"tokens_per_second", p.tokens_per_second},
-                         {"step_seconds", step_seconds},
-                         {"padding_waste", waste},
-                         // Which document pieces this step trained on (48 bits: exact in a
-                         // double), so a resumed run can be checked against an uninterrupted one.
-                         {"batch_digest", static_cast<double>(o.digest >> 16)},
-                         {"eta_seconds", p.eta_seconds}},
-                        {}});
+    std::map<std::string, double> step_event = {
+        {"step", double(run.state.step)},
+        {"loss", o.loss},
+        {"trained_tokens", double(o.global_labels)},
+        {"lr", o.lr},
+        {"grad_norm", o.grad_norm},
+        {"tokens_per_second", p.tokens_per_second},
+        {"step_seconds", step_seconds},
+        {"padding_waste", waste},
+        // Which document pieces this step trained on (48 bits: exact in a double), so a
+        // resumed run can be checked against an uninterrupted one.
+        {"batch_digest", static_cast<double>(o.digest >> 16)},
+        {"eta_seconds", p.eta_seconds}};
+    add_device_metrics(run, o, step_seconds, step_event);
+    run.hooks.on_event({"STEP_METRICS", "INFO", "", std::move(step_event), {}});
     return p;
 }
 

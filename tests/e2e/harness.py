@@ -203,6 +203,17 @@ class Client:
         return losses
 
 
+def started_daemon(train_docs=300, eval_docs=20):
+    """A started Daemon with the tiny model, data/train.jsonl and data/eval.jsonl, and a Client."""
+    stubs = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
+    d = Daemon()
+    d.init_model()
+    make_tokenized_data(d.path("data", "train.jsonl"), train_docs, seed=1)
+    make_tokenized_data(d.path("data", "eval.jsonl"), eval_docs, seed=2)
+    d.start()
+    return d, Client(d.port, stubs)
+
+
 def check(cond, message):
     if not cond:
         raise AssertionError(message)

@@ -7,20 +7,13 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from harness import CLI, SOURCE, Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
+from harness import CLI, SOURCE, check, run_tests, started_daemon
 
-STUBS = load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
-D = Daemon()
-D.init_model()
-make_tokenized_data(D.path("data", "train.jsonl"), 300, seed=1)
-make_tokenized_data(D.path("data", "eval.jsonl"), 20, seed=2)
-D.start()
-C = Client(D.port, STUBS)
+D, C = started_daemon()
 Job = C.job_pb2.Job
 GRPC = C.grpc
 

@@ -10,6 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
   libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev clang-format
   prometheus  # the monitoring tests: a real Prometheus scrapes a daemon; promtool checks /metrics
+  chromium  # the dashboard test: headless Chromium renders /ui
 )
 
 missing=()

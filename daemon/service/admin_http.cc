@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/service/metrics_history.h"
 #include "daemon/service/metrics_text.h"
+#include "daemon/service/ui_page.h"
 #include "deltatune/v1/service.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -327,6 +328,13 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManag
 }
 
 void AdminHttpServer::routes() {
+    probe_routes();
+    job_routes();
+    ui_routes();
+}
+
+// Probes and metrics: open (no job specs), per-job series only with the token.
+void AdminHttpServer::probe_routes() {
     server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
         res.set_content("ok\n", "text/plain");
     });
@@ -342,6 +350,10 @@ void AdminHttpServer::routes() {
         const bool per_job = options_.auth.check_header(req.get_header_value("Authorization")).ok();
         res.set_content(metrics_.render(subscribers, per_job), "text/plain; version=0.0.4");
     });
+}
+
+// The read-only JSON of jobs, behind the bearer token.
+void AdminHttpServer::job_routes() {
     auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
         const absl::Status s = options_.auth.check_header(req.get_header_value("Authorization"));
         if (!s.ok()) reply_error(res, s);
@@ -393,6 +405,29 @@ void AdminHttpServer::routes() {
                      if (!body.ok()) return reply_error(res, body.status());
                      res.set_content(*body, "application/json");
                  });
+    // ?min_sequence=N&page_size=M&type=T: the job's event log a page at a time (ListJobEvents).
+    server_->Get(
+        R"(/v1/jobs/([A-Za-z0-9._-]+)/events)",
+        [this, authorized](const httplib::Request& req, httplib::Response& res) {
+            if (!authorized(req, res)) return;
+            JobManager::EventsRequest r;
+            r.name = req.matches[1].str();
+            r.page_token = req.get_param_value("page_token");
+            r.type = req.get_param_value("type");
+            if ((req.has_param("min_sequence") &&
+                 !absl::SimpleAtoi(req.get_param_value("min_sequence"), &r.min_sequence)) ||
+                (req.has_param("page_size") &&
+                 !absl::SimpleAtoi(req.get_param_value("page_size"), &r.page_size))) {
+                return reply_error(
+                    res, absl::InvalidArgumentError("min_sequence and page_size are integers"));
+            }
+            auto page = manager_->list_events(r);
+            if (!page.ok()) return reply_error(res, page.status());
+            v1::ListJobEventsResponse out;
+            for (auto& e : page->events) *out.add_events() = std::move(e);
+            out.set_next_page_token(page->next_page_token);
+            reply_json(res, out);
+        });
     server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+))",
                  [this, authorized](const httplib::Request& req, httplib::Response& res) {
                      if (!authorized(req, res)) return;
@@ -400,6 +435,20 @@ void AdminHttpServer::routes() {
                      if (!job.ok()) return reply_error(res, job.status());
                      reply_json(res, *job);
                  });
+}
+
+void AdminHttpServer::ui_routes() {
+    // The dashboard page: static (it holds no data; its script fetches the JSON routes
+    // with the bearer token the user enters), so it is served without one.
+    auto page = [](const httplib::Request&, httplib::Response& res) {
+        res.set_header("Cache-Control", "no-store");
+        res.set_header("Content-Security-Policy",
+                       "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                       "img-src data:");
+        res.set_content(std::string(ui_page_html()), "text/html; charset=utf-8");
+    };
+    server_->Get("/ui", page);
+    server_->Get(R"(/ui/jobs/([A-Za-z0-9._-]+))", page);
 }
 
 }  // namespace deltatune::daemon

@@ -76,6 +76,9 @@ class AdminHttpServer {
   private:
     AdminHttpServer(JobManager* manager, Options options);
     void routes();
+    void probe_routes();
+    void job_routes();
+    void ui_routes();
 
     JobManager* manager_;
     Options options_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/hf_model_io.h"
+#include "runtime/model/kernel_registry.h"
 #include "runtime/model/model_flops.h"
 #include "runtime/train/train_state.h"
 #include "runtime/train/trainer_inputs.h"
@@ -229,6 +230,19 @@ void add_device_metrics(const Run& run, const StepOutcome& o, double step_second
     if (d.planned_bytes > 0) out["gpu_memory_planned_bytes"] = static_cast<double>(d.planned_bytes);
 }
 
+// TRAINING_STARTED's details: the engine, the recompute policy, and which implementation each
+// op of the step runs on this rank ("kernel.<op>": "fused: kernels/...", as `deltatune
+// kernels` prints), so a job's own record says what it ran.
+std::map<std::string, std::string> started_details(const Run& run) {
+    std::map<std::string, std::string> d = {{"engine", run.engine->name()},
+                                            {"recompute", run.engine->recompute()}};
+    const MachineInfo machine = run.c.gpu.enabled ? probe_machine() : MachineInfo{};
+    for (const KernelChoice& k : kernel_registry_for(machine, &run.in.model.config).ops) {
+        d["kernel." + k.op] = absl::StrCat(kernel_kind_name(k.kind), ": ", k.implementation);
+    }
+    return d;
+}
+
 // STEP_METRICS, and the progress the hooks get once evaluation and checkpoint are done.
 TrainProgress report_step(Run& run, const StepOutcome& o) {
     const TrainConfig& c = run.c;
@@ -338,7 +352,7 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
                     "INFO",
                     "",
                     {{"step", double(run->state.step)}, {"world_size", double(run->world)}},
-                    {{"engine", run->engine->name()}, {"recompute", run->engine->recompute()}}});
+                    started_details(*run)});
     const bool has_eval = !run->in.eval.files.empty() && c.eval_every > 0;
     while (run->state.step < c.max_steps) {
         DT_ASSIGN_OR_RETURN(const StepOutcome outcome, train_step(*run));

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The built-in dashboard (/ui) in a real browser: headless Chromium (Debian's `chromium`) loads the
+page of a daemon that ran the demo job (configs/jobs/demo.yaml, as scripts/demo.sh sets it up),
+waits for the curves, and the test checks the rendered DOM: the jobs table, the job's tiles, a
+loss curve with a point per step and eval points, the kernel report, the event log and the spec.
+A screenshot of the job page is kept under $DELTATUNE_BINARY_DIR/ui/ (the path is printed). The
+page itself holds no data and has no external resources; with auth on, its JSON needs the token
+and the page shows its sign-in form instead. Exits 77 (skipped) without chromium
+(scripts/install-deps.sh installs it)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.error
+import urllib.request
+
+from harness import CLI, SOURCE, Daemon, check, run_tests
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+if not BROWSER:
+    print("SKIP: chromium not installed (scripts/install-deps.sh)")
+    sys.exit(77)
+
+OUT = os.path.join(os.environ["DELTATUNE_BINARY_DIR"], "ui")
+os.makedirs(OUT, exist_ok=True)
+D = Daemon()
+JOB = None
+
+
+def set_up_demo(d):
+    """scripts/demo.sh's tree: the demo-tiny model with the Qwen3 tokenizer, the arithmetic data."""
+    model = d.path("models", "demo-tiny")
+    subprocess.run([CLI, "init-model", "--config", os.path.join(SOURCE, "configs/models/demo-tiny.json"),
+                    "--out", model, "--seed", "0"], check=True, stdout=subprocess.DEVNULL)
+    with tarfile.open(os.path.join(SOURCE, "tests/fixtures/tokenizer/tokenizers.tar.xz")) as t:
+        with t.extractfile("qwen3/tokenizer.json") as src, open(os.path.join(model, "tokenizer.json"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    for name, count, seed in (("arithmetic-train.jsonl", 2000, 0), ("arithmetic-eval.jsonl", 64, 1)):
+        subprocess.run([sys.executable, os.path.join(SOURCE, "scripts/make_demo_dataset.py"), "--out",
+                        d.path("data", name), "--count", str(count), "--seed", str(seed)], check=True)
+
+
+def browser(url, *flags):
+    """Chromium headless on `url`, JavaScript run for a (virtual) 10 s: its stdout."""
+    r = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                        "--hide-scrollbars", "--virtual-time-budget=10000", *flags, url],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"chromium: {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def test_demo_job_runs():
+    global JOB
+    set_up_demo(D)
+    D.start()
+    env = dict(os.environ, DELTATUNE_ADDRESS=f"127.0.0.1:{D.port}")
+    r = subprocess.run([CLI, "submit", os.path.join(SOURCE, "configs/jobs/demo.yaml"), "--output", "json"],
+                       capture_output=True, text=True, env=env, check=True)
+    JOB = json.loads(r.stdout)["name"]
+    r = subprocess.run([CLI, "watch", JOB], capture_output=True, text=True, env=env, timeout=600)
+    check("SUCCEEDED" in r.stdout, f"demo job: {r.stdout[-500:]} {r.stderr[-500:]}")
+
+
+def test_page_is_self_contained():
+    with urllib.request.urlopen(D.http("/ui")) as r:
+        check(r.status == 200 and r.headers["Content-Type"].startswith("text/html"), "GET /ui")
+        page = r.read().decode()
+    check(not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no external resources")
+    with urllib.request.urlopen(D.http("/ui/" + JOB)) as r:
+        check(r.read().decode() == page, "/ui/jobs/{id} serves the same page")
+
+
+def test_jobs_table():
+    dom = browser(D.http("/ui"), "--dump-dom")
+    check(f'href="/ui/{JOB}"' in dom and "SUCCEEDED" in dom, "the jobs table lists the demo job")
+
+
+def test_job_page():
+    dom = browser(D.http("/ui/" + JOB), "--dump-dom")
+    with open(os.path.join(OUT, "job.html"), "w") as f:
+        f.write(dom)
+    steps = int(re.search(r'data-series="train" data-points="(\d+)"', dom).group(1))
+    check(steps == 40, f"loss curve: {steps} points for 40 steps")
+    check(re.search(r'data-series="eval" data-points="[1-9]', dom), "eval loss points")
+    check(re.search(r'data-series="tokens/s" data-points="40"', dom), "tokens/s curve")
+    check(re.search(r'<table id="kernels">.*?cpu reference', dom, re.S), "kernel report")
+    check(re.search(r'<table id="events">.*?CHECKPOINT_COMMITTED.*?TRAINING_STARTED', dom, re.S),
+          "event log, newest first")
+    check('<pre id="spec">' in dom and "demo-arithmetic" in dom, "the spec")
+    check(re.search(r'id="tiles">.*?SUCCEEDED.*?40 / 40', dom, re.S), "tiles: state and step")
+    png = os.path.join(OUT, "job.png")
+    browser(D.http("/ui/" + JOB), f"--screenshot={png}", "--window-size=1400,1500")
+    check(os.path.getsize(png) > 20000, "screenshot written")
+    print(f"screenshot: {png}")
+
+
+def test_auth_shows_sign_in():
+    other = Daemon()
+    token = other.path("token")
+    with open(token, "w") as f:
+        f.write("s3cret-token\n")
+    os.chmod(token, 0o600)
+    with open(other.config, "a") as f:
+        f.write(f"auth:\n  token_file: {token}\n")
+    other.start()
+    try:
+        with urllib.request.urlopen(other.http("/ui")) as r:
+            check(r.status == 200, "the page needs no token")
+        try:
+            urllib.request.urlopen(other.http("/v1/jobs"))
+            check(False, "/v1/jobs without a token must fail")
+        except urllib.error.HTTPError as e:
+            check(e.code == 401, f"/v1/jobs without a token: {e.code}")
+        dom = browser(other.http("/ui"), "--dump-dom")
+        check(re.search(r'id="login" style="display: block', dom), "the sign-in form shows")
+    finally:
+        other.stop()
+
+
+try:
+    run_tests([
+        ("the demo job runs to SUCCEEDED", test_demo_job_runs),
+        ("GET /ui: one self-contained page", test_page_is_self_contained),
+        ("Chromium: the jobs table", test_jobs_table),
+        ("Chromium: the job page (curves, kernels, events, spec) and a screenshot", test_job_page),
+        ("with auth on: no data without the token, the sign-in form", test_auth_shows_sign_in),
+    ])
+finally:
+    D.stop()

@@ -6,7 +6,8 @@
 # on the GPUs (FSDP over NCCL, world size N), checkpoint, are paused and resumed from the
 # checkpoint, have the last rank killed mid-run (the others fail their collectives within the
 # NCCL timeout; the supervisor restarts the job from its newest checkpoint), and export. Prints
-# the job's losses and events. JOB=demo-lora runs the LoRA demo job the same way (the base frozen
+# the job's losses and events; between the pause and the kill `deltatune profile` traces three of
+# its steps (the kernel table, and a Chrome trace checked by category). JOB=demo-lora runs the LoRA demo job the same way (the base frozen
 # in bf16 on the GPUs) and loads its PEFT export with peft (.carry/pylib on PYTHONPATH).
 #   BUNDLE_DIR=.device-build [JOB=demo-lora] bash scripts/gpu_train.sh
 set -uo pipefail
@@ -51,6 +52,15 @@ for _ in $(seq 300); do
 done
 "$BIN/deltatune" pause "$job" && sleep 3 && "$BIN/deltatune" get "$job" | head -5
 "$BIN/deltatune" resume "$job"
+# A profile of three steps of the running job (CUPTI on rank 0): the kernel table and a trace.
+for _ in $(seq 100); do "$BIN/deltatune" get "$job" | grep -q RUNNING && break; sleep 0.2; done
+timeout 120 "$BIN/deltatune" profile "$job" --steps 3 --out "${OUT:-/tmp}/profile.trace.json" | head -12
+python3 - "${OUT:-/tmp}/profile.trace.json" <<'PY'
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+cats = collections.Counter(e.get("cat") for e in events if e["ph"] == "X")
+print("trace events by category:", dict(cats))
+PY
 # Then kill its rank mid-run: the supervisor restarts it from the newest checkpoint.
 sleep 2
 rank=$(pgrep -f "deltatuned rank .*$job" | tail -1)  # the last rank spawned

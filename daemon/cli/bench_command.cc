@@ -37,9 +37,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/cli/bench_trace.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/rank/step_trace.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
@@ -63,6 +63,14 @@
 #endif
 
 namespace deltatune::cli {
+
+using daemon::kernel_ms_by_part;
+using daemon::start_trace;
+using daemon::StepTrace;
+using daemon::stop_trace;
+using daemon::top_kernels;
+using daemon::uncovered_ms;
+using daemon::union_ms;
 
 namespace {
 

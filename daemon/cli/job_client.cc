@@ -67,7 +67,9 @@ absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
     if (!timeout.ok()) return timeout.status();
     c.timeout_seconds_ = *timeout;
     DT_ASSIGN_OR_RETURN(auto credentials, channel_credentials(flags));
-    c.channel_ = grpc::CreateChannel(address, credentials);
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(1 << 30);  // a profile's trace (GetProfile) runs to MBs
+    c.channel_ = grpc::CreateCustomChannel(address, credentials, channel_args);
     c.stub_ = v1::FineTuningService::NewStub(c.channel_);
     return c;
 }

@@ -1,12 +1,15 @@
-// deltatune submit|get|list|watch|cancel|pause|resume|events|checkpoints: the job commands.
+// deltatune submit|get|list|watch|cancel|pause|resume|events|checkpoints|profile: the job
+// commands.
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -364,6 +367,68 @@ int export_job(const std::vector<std::string>& args) {
     return 0;
 }
 
+// Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
+// where the time went.
+int profile(const std::vector<std::string>& args) {
+    auto one = one_job(args, {"steps", "out", "wait"});
+    if (!one.ok()) return fail("profile", one.status());
+    const absl::StatusOr<uint64_t> steps = one->flags.get_uint("steps", 3);
+    const absl::StatusOr<uint64_t> wait = one->flags.get_uint("wait", 600);
+    if (!steps.ok()) return fail("profile", steps.status());
+    if (!wait.ok()) return fail("profile", wait.status());
+    JobClient* client = &one->client;
+    v1::ProfileJobRequest req;
+    req.set_name(one->name);
+    req.set_steps(static_cast<int32_t>(std::min<uint64_t>(*steps, 1 << 20)));
+    v1::ProfileJobResponse ordered;
+    auto ctx = client->context();
+    if (grpc::Status s = client->stub().ProfileJob(ctx.get(), req, &ordered); !s.ok()) {
+        return report_rpc_error(s);
+    }
+    std::fprintf(stderr, "profile %s: tracing the next %llu step(s) of %s\n",
+                 ordered.profile_id().c_str(), static_cast<unsigned long long>(*steps),
+                 one->name.c_str());
+    v1::GetProfileRequest get;
+    get.set_name(one->name);
+    get.set_profile_id(ordered.profile_id());
+    v1::Profile p;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
+    for (;;) {
+        auto c = client->context();
+        const grpc::Status s = client->stub().GetProfile(c.get(), get, &p);
+        if (s.ok()) break;
+        if (s.error_code() != grpc::StatusCode::NOT_FOUND ||
+            std::chrono::steady_clock::now() > deadline) {
+            return report_rpc_error(s);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    const std::string out =
+        one->flags.get("out", absl::StrCat("profile-", p.profile_id(), ".trace.json"));
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f.write(p.trace_json().data(), static_cast<std::streamsize>(p.trace_json().size()));
+    if (!f.flush())
+        return fail("profile", absl::UnavailableError(absl::StrCat("cannot write ", out)));
+    p.clear_trace_json();
+    if (client->json()) {
+        std::printf("%s\n", to_json(p).c_str());
+        return kExitOk;
+    }
+    std::printf("steps %lld..%lld: %.1f ms per step, GPU busy %.0f%%, NCCL exposed %.1f ms\n",
+                static_cast<long long>(p.first_step()),
+                static_cast<long long>(p.first_step() + p.steps() - 1), p.wall_ms() / p.steps(),
+                p.wall_ms() > 0 ? 100 * p.gpu_busy_ms() / p.wall_ms() : 0.0, p.nccl_exposed_ms());
+    std::printf("%10s %9s %7s  %s\n", "ms", "launches", "share", "kernel");
+    for (int i = 0; i < p.kernels_size() && i < 20; ++i) {
+        const v1::Profile::Kernel& k = p.kernels(i);
+        std::printf(
+            "%10.2f %9lld %6.1f%%  %s\n", k.total_ms(), static_cast<long long>(k.launches()),
+            p.gpu_busy_ms() > 0 ? 100 * k.total_ms() / p.gpu_busy_ms() : 0.0, k.name().c_str());
+    }
+    std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", out.c_str());
+    return kExitOk;
+}
+
 }  // namespace
 
 int job_command(const std::string& command, const std::vector<std::string>& args) {
@@ -372,6 +437,7 @@ int job_command(const std::string& command, const std::vector<std::string>& args
     if (command == "list") return list(args);
     if (command == "events") return events(args);
     if (command == "checkpoints") return checkpoints(args);
+    if (command == "profile") return profile(args);
     if (command == "delete") return remove(args);
     return single(command, args);
 }

@@ -67,6 +67,8 @@ const Command kCommands[] = {
     {"events", "JOB [--since N] [--follow]   a job's events (--follow: live, until it ends)",
      nullptr},
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
+    {"profile", "JOB [--steps 3] [--out FILE] [--wait 600]   trace a running GPU job's next steps\n"
+                "       (CUPTI): a Chrome/Perfetto trace and where the GPU time went", nullptr},
     {"export", "JOB [--step N] [--out DIR]   a checkpoint as a Hugging Face folder, written here\n"
                "       (default: the newest, into OUTPUT_DIR/export-step-N)", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},

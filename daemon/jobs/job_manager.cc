@@ -503,14 +503,14 @@ void JobManager::remove_listener(int id) {
     impl_->listeners.erase(id);
 }
 
-v1::RankDirective::Action JobManager::on_rank_report(const v1::RankReport& report) {
-    v1::RankDirective::Action action;
+v1::RankDirective JobManager::on_rank_report(const v1::RankReport& report) {
+    v1::RankDirective directive;
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
-        action = impl_->report(report);
+        directive = impl_->report(report);
     }
     impl_->notify();
-    return action;
+    return directive;
 }
 
 void JobManager::shutdown(std::chrono::milliseconds grace) {

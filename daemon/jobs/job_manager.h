@@ -31,6 +31,7 @@
 #include "daemon/store/job_store.h"
 #include "deltatune/v1/job.pb.h"
 #include "deltatune/v1/rank.pb.h"
+#include "deltatune/v1/service.pb.h"
 
 namespace deltatune::daemon {
 
@@ -118,7 +119,15 @@ class JobManager {
     void remove_listener(int id);
 
     // The rank protocol: applies a report and says what the rank must do next.
-    v1::RankDirective::Action on_rank_report(const v1::RankReport& report);
+    v1::RankDirective on_rank_report(const v1::RankReport& report);
+
+    // Profiles (job_profiles.cc): orders rank 0 of a RUNNING GPU job to trace its next `steps`
+    // steps (0: 3; at most 100); returns the profile's id. FailedPrecondition for a job that is
+    // not running, trains on CPU ranks, or has a profile ordered and not yet picked up.
+    absl::StatusOr<std::string> request_profile(const std::string& name, int steps);
+    // A finished profile, read from the job's output folder (the path the daemon derives, never
+    // one a rank reported). NotFound until the job's PROFILE_COMPLETED event.
+    absl::StatusOr<v1::Profile> get_profile(const std::string& name, const std::string& id);
     // The rendezvous store of a running attempt; FailedPrecondition for any other attempt.
     absl::Status store_set(const std::string& job, int attempt, const std::string& key,
                            std::string value);

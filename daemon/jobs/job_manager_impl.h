@@ -26,6 +26,8 @@ struct Attempt {
     bool all_zero = true;                           // every rank that exited so far exited 0
     std::string export_path;                        // from an EXPORT_COMPLETED event
     std::map<std::string, std::string> rendezvous;  // the ranks' store (StoreSet/StoreGet)
+    // A ProfileJob order for rank 0 that its next report picks up: (profile id, steps).
+    std::optional<std::pair<std::string, int>> profile_order;
 };
 
 struct Record {
@@ -101,7 +103,8 @@ struct JobManager::Impl {
     void finish_attempt(Record& r);
     void check_heartbeats();
     void requeue_recovering();
-    v1::RankDirective::Action report(const v1::RankReport& report);
+    v1::RankDirective report(const v1::RankReport& report);
+    v1::RankDirective::Action action_for(Ending ending) const;  // what a live rank does next
     void shutdown(std::chrono::milliseconds grace);
 };
 

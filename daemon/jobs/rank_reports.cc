@@ -62,20 +62,41 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
     }
 }
 
+v1::RankDirective directive(v1::RankDirective::Action action) {
+    v1::RankDirective d;
+    d.set_action(action);
+    return d;
+}
+
 }  // namespace
 
-v1::RankDirective::Action JobManager::Impl::report(const v1::RankReport& rep) {
+v1::RankDirective::Action JobManager::Impl::action_for(Ending ending) const {
+    switch (ending) {
+        case Ending::kNone:
+            return shutting_down ? v1::RankDirective::CHECKPOINT_AND_EXIT
+                                 : v1::RankDirective::CONTINUE;
+        case Ending::kSucceeded:
+            return v1::RankDirective::CONTINUE;
+        case Ending::kPause:
+        case Ending::kShutdown:
+            return v1::RankDirective::CHECKPOINT_AND_EXIT;
+        default:
+            return v1::RankDirective::EXIT_NOW;
+    }
+}
+
+v1::RankDirective JobManager::Impl::report(const v1::RankReport& rep) {
     constexpr int kMaxEventsPerReport = 1000;
     const std::string& name = rep.job();
     auto it = jobs.find(name.rfind("jobs/", 0) == 0 ? name.substr(5) : name);
     // A report from a rank we do not supervise (an old attempt, a stray) tells it to exit.
-    if (it == jobs.end() || !it->second.attempt) return v1::RankDirective::EXIT_NOW;
+    if (it == jobs.end() || !it->second.attempt) return directive(v1::RankDirective::EXIT_NOW);
     Record& r = it->second;
     Attempt& a = *r.attempt;
     const int rank = rep.rank();
     if (rep.attempt() != a.number || rank < 0 || rank >= static_cast<int>(a.exited.size()) ||
         a.exited[rank]) {
-        return v1::RankDirective::EXIT_NOW;
+        return directive(v1::RankDirective::EXIT_NOW);
     }
     a.last_report[rank] = Clock::now();
     Change c(r.stored);
@@ -105,18 +126,13 @@ v1::RankDirective::Action JobManager::Impl::report(const v1::RankReport& rep) {
         !google::protobuf::util::MessageDifferencer::Equals(c.next.job, r.stored.job)) {
         log_error(commit(r, std::move(c)));
     }
-    switch (a.ending) {
-        case Ending::kNone:
-            return shutting_down ? v1::RankDirective::CHECKPOINT_AND_EXIT
-                                 : v1::RankDirective::CONTINUE;
-        case Ending::kSucceeded:
-            return v1::RankDirective::CONTINUE;
-        case Ending::kPause:
-        case Ending::kShutdown:
-            return v1::RankDirective::CHECKPOINT_AND_EXIT;
-        default:
-            return v1::RankDirective::EXIT_NOW;
+    v1::RankDirective d = directive(action_for(a.ending));
+    if (rank == 0 && a.profile_order && d.action() == v1::RankDirective::CONTINUE) {
+        d.set_profile_id(a.profile_order->first);
+        d.set_profile_steps(a.profile_order->second);
+        a.profile_order.reset();
     }
+    return d;
 }
 
 }  // namespace deltatune::daemon

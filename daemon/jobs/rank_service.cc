@@ -12,7 +12,7 @@ namespace deltatune::daemon {
 grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* ctx,
                                                   const v1::RankReport* request,
                                                   v1::RankDirective* response) {
-    response->set_action(manager_->on_rank_report(*request));
+    *response = manager_->on_rank_report(*request);
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;

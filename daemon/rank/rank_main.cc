@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
+#include "daemon/rank/job_profiler.h"
 #include "daemon/rank/spec_to_config.h"
 #include "daemon/rank/tensorboard_writer.h"
 #include "deltatune/v1/rank.grpc.pb.h"
@@ -157,6 +159,11 @@ class Reporter {
     }
 
     StopRequest directive() const { return directive_.load(); }
+    // Called (on the reporting thread) when the supervisor orders a profile.
+    void on_profile(std::function<void(const std::string& id, int steps)> fn) {
+        std::lock_guard<std::mutex> lock(mu_);
+        on_profile_ = std::move(fn);
+    }
 
     // Sends what is pending. Unreachable for 30 s: the rank stops (checkpoint and exit), since
     // a supervisor that restarts re-queues the job anyway.
@@ -187,6 +194,10 @@ class Reporter {
             return;
         }
         last_ok_ = Clock::now();
+        if (d.profile_steps() > 0) {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (on_profile_) on_profile_(d.profile_id(), d.profile_steps());
+        }
         if (d.action() == v1::RankDirective::EXIT_NOW) directive_ = StopRequest::kExitNow;
         if (d.action() == v1::RankDirective::CHECKPOINT_AND_EXIT &&
             directive_ != StopRequest::kExitNow) {
@@ -214,6 +225,7 @@ class Reporter {
     std::condition_variable cv_;
     bool stopping_ = false;
     v1::RankReport pending_;
+    std::function<void(const std::string&, int)> on_profile_;
     std::atomic<StopRequest> directive_{StopRequest::kNone};
     std::atomic<Clock::time_point> last_flush_{Clock::now()};
     Clock::time_point last_ok_ = Clock::now();
@@ -321,9 +333,18 @@ int rank_main(int argc, char** argv) {
                 reporter.event(*warning, true);
             }
         };
-        hooks.on_progress = [&](const TrainProgress& p) { reporter.progress(p); };
+        JobProfiler profiler(config->output_dir, absl::StrCat(args.job, " rank ", args.rank));
+        reporter.on_profile([&](const std::string& id, int steps) { profiler.order(id, steps); });
+        hooks.on_progress = [&](const TrainProgress& p) {
+            if (std::optional<TrainerEvent> e = profiler.after_step(p.step)) {
+                reporter.event(*e, true);
+            }
+            reporter.progress(p);
+        };
         hooks.poll = [&] { return reporter.directive(); };
         result = train(*config, hooks);
+        reporter.on_profile(nullptr);  // the profiler ends here
+        if (std::optional<TrainerEvent> e = profiler.end()) reporter.event(*e, true);
     }
     if (!result.ok()) {
         const char* reason = reason_for(result.status());

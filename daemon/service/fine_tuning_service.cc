@@ -200,6 +200,28 @@ grpc::ServerUnaryReactor* FineTuningService::ListCheckpoints(grpc::CallbackServe
         });
 }
 
+grpc::ServerUnaryReactor* FineTuningService::ProfileJob(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* in,
+                                                        grpc::ByteBuffer* out) {
+    return unary<v1::ProfileJobRequest, v1::ProfileJobResponse>(
+        ctx, in, out,
+        [&](const v1::ProfileJobRequest* req, v1::ProfileJobResponse* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp->mutable_profile_id(),
+                                manager_->request_profile(req->name(), req->steps()));
+            return absl::OkStatus();
+        });
+}
+
+grpc::ServerUnaryReactor* FineTuningService::GetProfile(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* in,
+                                                        grpc::ByteBuffer* out) {
+    return unary<v1::GetProfileRequest, v1::Profile>(
+        ctx, in, out, [&](const v1::GetProfileRequest* req, v1::Profile* resp) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(*resp, manager_->get_profile(req->name(), req->profile_id()));
+            return absl::OkStatus();
+        });
+}
+
 grpc::ServerWriteReactor<v1::JobEvent>* FineTuningService::StreamJobEvents(
     grpc::CallbackServerContext* ctx, const v1::StreamJobEventsRequest* req) {
     absl::Status s = auth_.check(*ctx);

@@ -31,7 +31,9 @@ using FineTuningServiceBase = v1::FineTuningService::WithRawCallbackMethod_Creat
                         v1::FineTuningService::WithRawCallbackMethod_DeleteJob<
                             v1::FineTuningService::WithRawCallbackMethod_ListJobEvents<
                                 v1::FineTuningService::WithRawCallbackMethod_ListCheckpoints<
-                                    v1::FineTuningService::CallbackService>>>>>>>>>;
+                                    v1::FineTuningService::WithRawCallbackMethod_ProfileJob<
+                                        v1::FineTuningService::WithRawCallbackMethod_GetProfile<
+                                            v1::FineTuningService::CallbackService>>>>>>>>>>>;
 
 // Protobuf's default is 100; no request of this API nests more than a few levels.
 inline constexpr int kMaxRequestNesting = 32;
@@ -64,6 +66,12 @@ class FineTuningService final : public FineTuningServiceBase {
     grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* in,
                                               grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* ProfileJob(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override;
+    grpc::ServerUnaryReactor* GetProfile(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override;
     grpc::ServerWriteReactor<v1::JobEvent>* StreamJobEvents(
         grpc::CallbackServerContext* ctx, const v1::StreamJobEventsRequest* req) override;
     grpc::ServerWriteReactor<v1::Job>* WatchJob(grpc::CallbackServerContext* ctx,

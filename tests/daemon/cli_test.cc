@@ -175,9 +175,9 @@ TEST_CASE("token files and DELTATUNE_TOKEN are read as the daemon reads them", "
 
 TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]") {
     std::string out;
-    for (const char* command :
-         {"init-model", "step", "bench", "kernels", "pack-stats", "tokenize", "train", "submit",
-          "get", "list", "watch", "cancel", "pause", "resume", "events", "checkpoints"}) {
+    for (const char* command : {"init-model", "step", "bench", "kernels", "pack-stats", "tokenize",
+                                "train", "submit", "get", "list", "watch", "cancel", "pause",
+                                "resume", "events", "checkpoints", "profile"}) {
         INFO(command);
         CHECK(run(std::string(command) + " --help", out) == 0);
         CHECK_THAT(out, Catch::StartsWith(std::string("usage: deltatune ") + command + " "));

@@ -7,6 +7,9 @@
 //   invalid          report an ERROR event {reason: DATASET_FORMAT_INVALID}, exit 2
 //   ignore_term      like hang, and ignoring SIGTERM (so only SIGKILL stops it)
 // "Checkpoints" are <output_dir>/fake-ckpt-<rank> holding the step, so resumes are observable.
+// A profile order (ProfileJob) is answered at once with <output_dir>/profiles/<id>.binpb and a
+// PROFILE_COMPLETED event; label fake_profile=symlink makes that file a link to one outside the
+// output folder instead (the daemon must not follow it).
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <thread>
 
 #include "deltatune/v1/rank.grpc.pb.h"
+#include "deltatune/v1/service.pb.h"
 
 namespace {
 
@@ -58,7 +62,10 @@ class Rank {
             grpc::ClientContext ctx;
             ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
             RankDirective d;
-            if (stub_->Report(&ctx, r, &d).ok()) return d.action();
+            if (stub_->Report(&ctx, r, &d).ok()) {
+                if (d.profile_steps() > 0) profile(d.profile_id(), d.profile_steps());
+                return d.action();
+            }
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         std::fprintf(stderr, "fake rank: supervisor unreachable\n");
@@ -73,6 +80,31 @@ class Rank {
         e.set_message(type);
         for (auto& [k, v] : details) (*e.mutable_details())[k] = v;
         return e;
+    }
+
+    void profile(const std::string& id, int steps) {
+        namespace fs = std::filesystem;
+        const fs::path dir = fs::path(spec_.output_dir()) / "profiles";
+        fs::create_directories(dir);
+        deltatune::v1::Profile p;
+        p.set_profile_id(id);
+        p.set_steps(steps);
+        p.set_wall_ms(10.0 * steps);
+        deltatune::v1::Profile::Kernel* k = p.add_kernels();
+        k->set_name("fake_kernel"), k->set_launches(7), k->set_total_ms(1.5);
+        p.set_trace_json("{\"traceEvents\": []}");
+        const fs::path file = dir / (id + ".binpb");
+        if (spec_.labels().count("fake_profile") &&
+            spec_.labels().at("fake_profile") == "symlink") {
+            const fs::path outside = fs::path(spec_.output_dir()).parent_path() / (id + ".outside");
+            std::ofstream(outside, std::ios::binary) << p.SerializeAsString();
+            fs::create_symlink(outside, file);
+        } else {
+            std::ofstream(file, std::ios::binary) << p.SerializeAsString();
+        }
+        RankReport r;
+        *r.add_events() = event("PROFILE_COMPLETED", {{"profile_id", id}});
+        report(r);
     }
 
     int64_t load_step() const {

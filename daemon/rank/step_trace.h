@@ -1,7 +1,9 @@
-// CUPTI activity tracing for `deltatune bench`: the kernels of one profiled step with their
-// intervals, split into compute and NCCL (communication) kernels, so the bench can report kernel
-// launches per step, GPU busy time, and how much communication is exposed (runs while no compute
-// kernel does).
+// CUPTI activity tracing of training steps, for `deltatune bench` and a running job's profile
+// (`deltatune profile`): the kernels with their intervals, split into compute and NCCL
+// (communication) kernels, so both can report kernel launches, GPU busy time, and how much
+// communication is exposed (runs while no compute kernel does). With `keep_events` also every
+// kernel, memory operation and host CUDA runtime call as a record, for a timeline
+// (chrome_trace_json).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 #include "absl/status/status.h"
 
-namespace deltatune::cli {
+namespace deltatune::daemon {
 
 struct StepTrace {
     std::vector<std::pair<uint64_t, uint64_t>> compute, comm;  // [start, end) ns
@@ -23,7 +25,23 @@ struct StepTrace {
         uint64_t ns = 0;
     };
     std::map<std::string, KernelTotal> by_kernel;  // demangled name without arguments
+
+    // The timeline, recorded when keep_events is set before start_trace.
+    enum class Kind : uint8_t { kKernel, kNccl, kMemcpy, kMemset, kRuntime };
+    struct Event {
+        Kind kind;
+        std::string name;             // kernel (short name), "memcpy HtoD", runtime API function
+        uint32_t lane = 0;            // the stream (GPU records) or host thread (runtime calls)
+        uint64_t start = 0, end = 0;  // ns, CUPTI's clock
+    };
+    bool keep_events = false;
+    std::vector<Event> events;
 };
+
+// The trace as Chrome / Perfetto trace-event JSON: one process for the GPU (a track per stream)
+// and one for the host (a track per thread), times in us from the first record. `label` names
+// the GPU process (e.g. "jobs/abc rank 0").
+std::string chrome_trace_json(const StepTrace& trace, const std::string& label);
 
 // Starts recording into `trace` (one at a time); stop() flushes and detaches. No-op result when
 // CUPTI cannot be enabled (then the trace stays empty).
@@ -45,4 +63,4 @@ double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans);
 double uncovered_ms(std::vector<std::pair<uint64_t, uint64_t>> a,
                     std::vector<std::pair<uint64_t, uint64_t>> b);
 
-}  // namespace deltatune::cli
+}  // namespace deltatune::daemon

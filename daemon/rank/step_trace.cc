@@ -1,15 +1,20 @@
-#include "daemon/cli/bench_trace.h"
+#include "daemon/rank/step_trace.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 #if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
 #include <cupti.h>
 #include <cxxabi.h>
 #endif
 
-namespace deltatune::cli {
+namespace deltatune::daemon {
 
 namespace {
 
@@ -63,23 +68,60 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
     *max_records = 0;
 }
 
+void add_event(StepTrace::Kind kind, std::string name, uint32_t lane, uint64_t start,
+               uint64_t end) {
+    if (g_trace->keep_events) g_trace->events.push_back({kind, std::move(name), lane, start, end});
+}
+
+const char* copy_kind(uint8_t k) {
+    switch (k) {
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+            return "memcpy HtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+            return "memcpy DtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+            return "memcpy DtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+            return "memcpy PtoP";
+        default:
+            return "memcpy";
+    }
+}
+
+void record(const CUpti_Activity* rec) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+        rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        // Names are mangled (_Z...ncclDevKernel...): match anywhere.
+        const bool nccl = k->name && std::strstr(k->name, "nccl") != nullptr;
+        (nccl ? g_trace->comm : g_trace->compute).emplace_back(k->start, k->end);
+        std::string name = short_name(k->name);
+        StepTrace::KernelTotal& t = g_trace->by_kernel[name];
+        ++t.launches;
+        t.ns += k->end - k->start;
+        add_event(nccl ? StepTrace::Kind::kNccl : StepTrace::Kind::kKernel, std::move(name),
+                  k->streamId, k->start, k->end);
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+        ++g_trace->memops;
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        add_event(StepTrace::Kind::kMemcpy, copy_kind(m->copyKind), m->streamId, m->start, m->end);
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+        ++g_trace->memops;
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+        add_event(StepTrace::Kind::kMemset, "memset", m->streamId, m->start, m->end);
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+        const auto* r = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
+        const char* fn = nullptr;
+        cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, r->cbid, &fn);
+        add_event(StepTrace::Kind::kRuntime, fn ? fn : "cuda runtime", r->threadId, r->start,
+                  r->end);
+    }
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-        if (!g_trace) continue;
-        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-            rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-            // Names are mangled (_Z...ncclDevKernel...): match anywhere.
-            const bool nccl = k->name && std::strstr(k->name, "nccl") != nullptr;
-            (nccl ? g_trace->comm : g_trace->compute).emplace_back(k->start, k->end);
-            StepTrace::KernelTotal& t = g_trace->by_kernel[short_name(k->name)];
-            ++t.launches;
-            t.ns += k->end - k->start;
-        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY ||
-                   rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
-            ++g_trace->memops;
-        }
+        if (g_trace) record(rec);
     }
     std::free(buffer);
 }
@@ -139,6 +181,7 @@ absl::Status start_trace(StepTrace* trace) {
     }
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+    if (trace->keep_events) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
     return absl::OkStatus();
 #else
     (void)trace;
@@ -149,12 +192,48 @@ absl::Status start_trace(StepTrace* trace) {
 void stop_trace() {
 #if DELTATUNE_HAVE_CUDA
     if (!g_trace) return;
+    cudaDeviceSynchronize();  // the traced work's last kernels have ended: their records exist
     cuptiActivityFlushAll(1);
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
     g_trace = nullptr;
 #endif
+}
+
+std::string chrome_trace_json(const StepTrace& trace, const std::string& label) {
+    uint64_t t0 = UINT64_MAX;
+    for (const StepTrace::Event& e : trace.events) t0 = std::min(t0, e.start);
+    constexpr int kGpu = 1, kHost = 2;
+    nlohmann::json events = nlohmann::json::array();
+    auto name_process = [&](int pid, const std::string& name) {
+        events.push_back(
+            {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
+    };
+    name_process(kGpu, label + " GPU");
+    name_process(kHost, label + " host");
+    std::set<std::pair<int, uint32_t>> lanes;
+    static const char* const kCategory[] = {"kernel", "nccl", "memcpy", "memset", "cuda_runtime"};
+    for (const StepTrace::Event& e : trace.events) {
+        const int pid = e.kind == StepTrace::Kind::kRuntime ? kHost : kGpu;
+        if (lanes.insert({pid, e.lane}).second) {
+            events.push_back(
+                {{"name", "thread_name"},
+                 {"ph", "M"},
+                 {"pid", pid},
+                 {"tid", e.lane},
+                 {"args", {{"name", absl::StrCat(pid == kGpu ? "stream " : "thread ", e.lane)}}}});
+        }
+        events.push_back({{"name", e.name},
+                          {"cat", kCategory[static_cast<int>(e.kind)]},
+                          {"ph", "X"},
+                          {"pid", pid},
+                          {"tid", e.lane},
+                          {"ts", static_cast<double>(e.start - t0) * 1e-3},
+                          {"dur", static_cast<double>(e.end - e.start) * 1e-3}});
+    }
+    return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}.dump();
 }
 
 double union_ms(std::vector<std::pair<uint64_t, uint64_t>> spans) {
@@ -181,4 +260,4 @@ double uncovered_ms(std::vector<std::pair<uint64_t, uint64_t>> a,
     return static_cast<double>(t) * 1e-6;
 }
 
-}  // namespace deltatune::cli
+}  // namespace deltatune::daemon

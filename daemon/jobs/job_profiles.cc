@@ -1,0 +1,140 @@
+// ProfileJob / GetProfile on the manager's side: the order rank 0 picks up with its next report
+// (rank_reports.cc), and reading a finished profile back from the job's output folder.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/jobs/job_manager_impl.h"
+#include "runtime/base/status_macros.h"
+
+namespace deltatune::daemon {
+namespace {
+
+constexpr int kDefaultSteps = 3, kMaxSteps = 100;
+constexpr int64_t kMaxProfileBytes = int64_t{1} << 30;
+
+std::string new_profile_id() {
+    static std::mutex mu;
+    static std::mt19937_64 rng(std::random_device{}());
+    std::lock_guard<std::mutex> lock(mu);
+    return absl::StrCat(absl::Hex(rng() | (uint64_t{1} << 60)));  // 16 hex digits
+}
+
+bool is_profile_id(const std::string& id) {
+    if (id.empty() || id.size() > 32) return false;
+    for (char c : id) {
+        if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The job's profile file, opened without following links and only when its folder resolves
+// inside the job's output folder: the rank process wrote it and is not trusted with a path.
+absl::StatusOr<std::string> read_profile_file(const std::string& output_dir,
+                                              const std::string& id) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path root = fs::canonical(output_dir, ec);
+    const fs::path dir = ec ? fs::path() : fs::canonical(fs::path(output_dir) / "profiles", ec);
+    const std::string r = root.string() + "/";
+    if (ec || dir.string().rfind(r, 0) != 0) {
+        return absl::NotFoundError(
+            absl::StrCat("profile ", id, ": no profiles folder in ", output_dir));
+    }
+    const std::string path = (dir / (id + ".binpb")).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return absl::NotFoundError(absl::StrCat("profile ", id, ": ", path, " missing"));
+    struct stat st {};
+    std::string bytes;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxProfileBytes) {
+        bytes.resize(static_cast<size_t>(st.st_size));
+        size_t got = 0;
+        while (got < bytes.size()) {
+            const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+            if (n <= 0) break;
+            got += static_cast<size_t>(n);
+        }
+        bytes.resize(got);
+    }
+    ::close(fd);
+    if (bytes.empty())
+        return absl::DataLossError(absl::StrCat("profile ", id, ": ", path, " unreadable"));
+    return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JobManager::request_profile(const std::string& name, int steps) {
+    if (steps == 0) steps = kDefaultSteps;
+    if (steps < 1 || steps > kMaxSteps) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("steps (", steps, ") must be in [1, ", kMaxSteps, "]"));
+    }
+    const std::string id = new_profile_id();
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
+        const v1::Job& j = r->stored.job;
+        if (j.state() != v1::Job::RUNNING || !r->attempt) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "cannot profile ", j.name(), ": it is ", v1::Job::State_Name(j.state()),
+                "; a profile traces the steps of a RUNNING job"));
+        }
+        if (j.spec().resources().gpus() <= 0) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "cannot profile ", j.name(),
+                ": it trains on CPU ranks; a profile is a CUPTI trace of the GPU's kernels"));
+        }
+        if (r->attempt->profile_order) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("cannot profile ", j.name(), ": profile ",
+                             r->attempt->profile_order->first, " is ordered and not started yet"));
+        }
+        r->attempt->profile_order = {id, steps};
+        Change c(r->stored);
+        c.add("PROFILE_REQUESTED", v1::JobEvent::INFO,
+              absl::StrCat("profile of the next ", steps, " step(s)"),
+              {{"profile_id", id}, {"steps", std::to_string(steps)}});
+        DT_RETURN_IF_ERROR(impl_->commit(*r, std::move(c)));
+    }
+    impl_->notify();
+    return id;
+}
+
+absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
+                                                    const std::string& id) {
+    if (!is_profile_id(id)) {
+        return absl::InvalidArgumentError(absl::StrCat("'", id, "' is not a profile id"));
+    }
+    DT_ASSIGN_OR_RETURN(const v1::Job job, get_job(name));
+    // The outcome, from the job's own record: the rank's PROFILE_COMPLETED or _FAILED event.
+    for (const char* type : {"PROFILE_FAILED", "PROFILE_COMPLETED"}) {
+        EventsRequest q;
+        q.name = job.name(), q.type = type, q.page_size = 1000;
+        DT_ASSIGN_OR_RETURN(EventsResult events, list_events(q));
+        for (const v1::JobEvent& e : events.events) {
+            auto it = e.details().find("profile_id");
+            if (it == e.details().end() || it->second != id) continue;
+            if (e.type() == "PROFILE_FAILED") return absl::FailedPreconditionError(e.message());
+            DT_ASSIGN_OR_RETURN(const std::string bytes,
+                                read_profile_file(job.spec().output_dir(), id));
+            v1::Profile p;
+            if (!p.ParseFromString(bytes) || p.profile_id() != id) {
+                return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));
+            }
+            return p;
+        }
+    }
+    return absl::NotFoundError(
+        absl::StrCat("profile ", id, " of ", job.name(), ": not finished (or not ordered)"));
+}
+
+}  // namespace deltatune::daemon

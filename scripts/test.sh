@@ -7,3 +7,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 ./scripts/build.sh
 ./scripts/python-env.sh
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}"
+# Artifacts worth a look after a run: the dashboard as headless Chromium rendered it (e2e.ui).
+if [[ -f $BUILD_DIR/ui/job.png ]]; then
+  echo "dashboard screenshot: $(cd "$BUILD_DIR" && pwd)/ui/job.png"
+fi

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
+#include "daemon/rank/spec_to_config.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/kernel_registry.h"
 #include "runtime/model/lora.h"
@@ -409,12 +410,7 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
     in.attention_core = machine.attention_core;
     if (spec.adapter().type() == "lora") {  // the base frozen: the plan counts the adapter
-        LoraSpec lora;
-        lora.rank = spec.adapter().rank();
-        const auto& modules = spec.adapter().target_modules();
-        lora.targets =
-            parse_lora_targets({modules.begin(), modules.end()}).value_or(std::vector<Proj>{});
-        in.adapter_parameters = count_lora_parameters(*config, lora);
+        in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
     // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.

@@ -3,6 +3,16 @@
 
 namespace deltatune {
 
+LoraSpec lora_spec_from(const v1::AdapterSpec& a) {
+    LoraSpec lora;
+    lora.rank = a.rank();
+    lora.alpha = a.alpha();
+    lora.use_rslora = a.use_rslora();
+    lora.targets = parse_lora_targets({a.target_modules().begin(), a.target_modules().end()})
+                       .value_or(std::vector<Proj>{});
+    return lora;
+}
+
 TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     TrainConfig c;
     c.model_dir = spec.model();
@@ -44,15 +54,8 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.keep_last_n = spec.checkpoint().keep_last_n();
     c.seed = spec.seed();
     if (spec.adapter().type() == "lora") {  // validated: known modules
-        const auto& a = spec.adapter();
-        LoraSpec lora;
-        lora.rank = a.rank();
-        lora.alpha = a.alpha();
-        lora.use_rslora = a.use_rslora();
-        lora.targets = parse_lora_targets({a.target_modules().begin(), a.target_modules().end()})
-                           .value_or(std::vector<Proj>{});
-        c.lora = lora;
-        c.lora_merged_export = a.export_() == "merged";
+        c.lora = lora_spec_from(spec.adapter());
+        c.lora_merged_export = spec.adapter().export_() == "merged";
     }
     // "jobs/ID" hands over that job's output_dir (its checkpoints are this job's now); a folder
     // is a checkpoint to start from.

@@ -232,7 +232,13 @@ TEST_CASE("LoRA gradients are the merged model's weight gradients projected", "[
             std::printf("lora vs merged %s %s: min cosine %.6f (%s), grad rel diff %.2e\n",
                         name.c_str(), device.c_str(), cs[worst], got.all()[worst].name.c_str(),
                         testing::param_rel_diff(got, want));
-            CHECK(cs[worst] > (device == "cpu" ? 0.9999 : 0.99));
+            // On the GPU the merged weight W + sBA is rounded to bf16 once, the adapted run
+            // rounds W and adds the branch: a bf16-sized difference of the weights, which moves
+            // these tiny models' gradients about as far as the base's own rounding does
+            // (gpu_noise_floor.h). Measured on an H200: min cosine 0.991 / 0.982 / 0.972
+            // (tiny-a / b / c), where a pair bound to the wrong projection or input would not
+            // correlate at all.
+            CHECK(cs[worst] > (device == "cpu" ? 0.9999 : 0.95));
         }
     }
 }

@@ -78,9 +78,13 @@ print("engines:", engines, " events:", {t: types.count(t) for t in dict.fromkeys
 if steps:
     print(f"steps reported {len(steps)}: first loss {steps[0][1]:.4f}, final {steps[-1][1]:.4f}")
 print("resumed:", [e.get("message") for e in events if e.get("type") == "RESUMED"])
+last = [e["metrics"] for e in events if e.get("type") == "STEP_METRICS"][-1]
+print("last step: mfu", last.get("mfu"), " gpu memory peak", last.get("gpu_memory_peak_bytes"),
+      "planned", last.get("gpu_memory_planned_bytes"))
 print("wall time %.1f s" % (time.time() - float(sys.argv[2])))
 PY
 grep -iE "error|warn" "$D/deltatuned.log" | head -5
+python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9091/metrics").read().decode())' | grep -E "^deltatune_job_(mfu|gpu_memory_bytes|gpu_memory_planned_bytes|last_checkpoint_step)\{" | head -4
 # A LoRA job's export is a PEFT folder: peft loads it onto the base.
 exp=$(ls -d "$D"/outputs/*/export 2>/dev/null | head -1)
 [[ -f $exp/adapter_config.json ]] && python3 - "$D/models/demo-tiny" "$exp" <<'PY'

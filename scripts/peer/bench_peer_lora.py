@@ -152,7 +152,10 @@ res = dict(info, tag=args.tag, cu=args.cu, layers=args.layers, packed=args.packe
            fused_adam=args.fused_adam, lora=args.lora, warm_all=args.warm_all, steps=args.steps, real_tokens=real, computed_tokens=padded, seconds=round(dt, 3),
            real_tok_s=round(real / dt, 1), computed_tok_s=round(padded / dt, 1),
            batches_for_4000_samples=len(bl), peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
-           loss=float(loss))
+           loss=float(loss.detach()),
+           # What ran, not a probe: transformers 5.17 lacks the attribute fla_available reads.
+           fla_modules_loaded=sorted({m.split(".")[1] for m in sys.modules
+                                      if m.startswith("fla.") and m.count(".") >= 1}))
 if args.profile:
     from torch.profiler import profile, ProfilerActivity
     b = make_batch(bl[args.warmup + args.steps])[0]

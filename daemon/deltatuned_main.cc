@@ -11,6 +11,9 @@
 #include <cstring>
 #include <string>
 
+#include "daemon/agents/agent_main.h"
+#include "daemon/agents/agent_registry.h"
+#include "daemon/agents/agent_service.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/jobs/rank_service.h"
@@ -23,6 +26,8 @@
 namespace {
 
 using deltatune::daemon::AdminHttpServer;
+using deltatune::daemon::AgentRegistry;
+using deltatune::daemon::AgentServiceImpl;
 using deltatune::daemon::Authenticator;
 using deltatune::daemon::DaemonConfig;
 using deltatune::daemon::FineTuningService;
@@ -46,6 +51,8 @@ int usage(bool asked = false) {
                  "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT] [--check]\n"
                  "       (--check: validate the config, print it resolved, and exit)\n"
                  "       deltatuned --version | --help\n"
+                 "       deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H] "
+                 "[--address A] [--cpu-ranks N]\n"
                  "       deltatuned rank --supervisor ADDR --job jobs/ID --attempt N --rank R "
                  "--world W --spec FILE\n");
     return asked ? 0 : 2;
@@ -88,7 +95,14 @@ int serve(const std::string& config_path, const std::string& listen) {
     const Authenticator http_auth = *auth;
     auto service = std::make_unique<FineTuningService>(manager->get(), std::move(*auth));
     GrpcServerMetrics grpc_metrics;  // outlives the server (declared before it)
-    auto server = start_public_server(service.get(), *config, nullptr, &grpc_metrics);
+    // Node agents (docs/multinode.md) beat a third of the rank heartbeat timeout apart and are
+    // LOST after the whole of it.
+    const auto beat_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config->heartbeat_timeout_seconds * 1000));
+    AgentRegistry agents(beat_timeout / 3, beat_timeout);
+    AgentServiceImpl agent_service(&agents, http_auth);
+    auto server =
+        start_public_server(service.get(), *config, nullptr, &grpc_metrics, {&agent_service});
     if (!server.ok()) return fail(server.status());
     absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin;
     if (!config->http_address.empty()) {
@@ -97,6 +111,7 @@ int serve(const std::string& config_path, const std::string& listen) {
                                                [svc] { return svc->stream_subscribers(); }};
         admin_options.gpus = options.gpus;
         admin_options.grpc = &grpc_metrics;
+        admin_options.agents = &agents;
         admin = AdminHttpServer::start(manager->get(), std::move(admin_options));
         if (!admin.ok()) return fail(admin.status());
         (*admin)->set_ready(true);
@@ -129,6 +144,9 @@ int serve(const std::string& config_path, const std::string& listen) {
 
 int main(int argc, char** argv) {
     if (argc >= 2 && std::strcmp(argv[1], "rank") == 0) return deltatune::rank_main(argc, argv);
+    if (argc >= 2 && std::strcmp(argv[1], "agent") == 0) {
+        return deltatune::daemon::agent_main(argc, argv);
+    }
     std::string config, listen;
     bool check = false;
     for (int i = 1; i < argc; ++i) {

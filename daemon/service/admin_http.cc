@@ -160,6 +160,15 @@ void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::stri
     absl::StrAppend(&out, "deltatune_gpus ", gpus_, "\n");
     help(out, "deltatune_gpus_free", "gauge", "GPUs no admitted job holds.");
     absl::StrAppend(&out, "deltatune_gpus_free ", std::max(0, gpus_ - gpus_held), "\n");
+    if (agents_ != nullptr) {
+        std::map<std::string, int> by_agent_state = {{"ALIVE", 0}, {"LOST", 0}};
+        for (const v1::Agent& a : agents_->list())
+            ++by_agent_state[v1::Agent::State_Name(a.state())];
+        help(out, "deltatune_agents", "gauge", "Registered node agents by state.");
+        for (const auto& [state, n] : by_agent_state) {
+            absl::StrAppend(&out, "deltatune_agents{state=\"", state, "\"} ", n, "\n");
+        }
+    }
 }
 
 // One gauge per job from its row: progress, the last step's metrics, the device.
@@ -285,7 +294,7 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
 AdminHttpServer::AdminHttpServer(JobManager* manager, Options options)
     : manager_(manager),
       options_(std::move(options)),
-      metrics_(manager, options_.gpus, options_.grpc),
+      metrics_(manager, options_.gpus, options_.grpc, options_.agents),
       server_(std::make_unique<httplib::Server>()) {}
 
 AdminHttpServer::~AdminHttpServer() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/agents/agent_registry.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
 #include "daemon/service/grpc_metrics.h"
@@ -31,8 +32,9 @@ namespace deltatune::daemon {
 class MetricsCollector {
   public:
     // `gpus`: what the scheduler hands out; `grpc` (may be null): the public server's calls.
-    MetricsCollector(JobManager* manager, int gpus, const GrpcServerMetrics* grpc)
-        : manager_(manager), gpus_(gpus), grpc_(grpc) {}
+    MetricsCollector(JobManager* manager, int gpus, const GrpcServerMetrics* grpc,
+                     const AgentRegistry* agents)
+        : manager_(manager), gpus_(gpus), grpc_(grpc), agents_(agents) {}
     // The exposition text. `subscribers` is the live event-stream count.
     // per_job: the series labelled by job (names, losses); false gives the daemon-wide ones.
     std::string render(size_t subscribers, bool per_job = true);
@@ -53,6 +55,7 @@ class MetricsCollector {
     JobManager* manager_;
     int gpus_ = 0;
     const GrpcServerMetrics* grpc_ = nullptr;
+    const AgentRegistry* agents_ = nullptr;
     std::mutex mu_;
     std::map<std::string, JobCounters> jobs_;
 };
@@ -65,6 +68,7 @@ class AdminHttpServer {
         std::function<size_t()> subscribers;      // live event streams
         int gpus = 0;                             // what the scheduler hands out
         const GrpcServerMetrics* grpc = nullptr;  // the public server's call counters
+        const AgentRegistry* agents = nullptr;    // registered node agents
     };
     // Binds and starts serving on a background thread.
     static absl::StatusOr<std::unique_ptr<AdminHttpServer>> start(JobManager* manager,

@@ -244,10 +244,9 @@ grpc::ServerWriteReactor<v1::Job>* FineTuningService::WatchJob(grpc::CallbackSer
     return start_job_watch(manager_, &hub_, req->name());
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningService* service,
-                                                                  const DaemonConfig& config,
-                                                                  int* selected_port,
-                                                                  GrpcServerMetrics* metrics) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(
+    FineTuningService* service, const DaemonConfig& config, int* selected_port,
+    GrpcServerMetrics* metrics, const std::vector<grpc::Service*>& more) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     DT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, credentials(config));
@@ -256,6 +255,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(FineTuningServ
     builder.AddListeningPort(config.grpc_address, creds, &port);
     builder.RegisterService(service);
     builder.RegisterService(service->reflection_v1());
+    for (grpc::Service* extra : more) builder.RegisterService(extra);
     builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_request_bytes));
     // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would bind too and the
     // kernel would split clients between the two. One port, one daemon.

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_config.h"
@@ -97,9 +98,9 @@ class FineTuningService final : public FineTuningServiceBase {
 // (grpc.reflection.v1alpha from gRPC's plugin, grpc.reflection.v1 from ReflectionV1Service), TLS
 // when configured, receive limit limits.max_request_bytes. `address` overrides listen.grpc;
 // `*selected_port` gets the bound port (for ":0"). With `metrics` (outliving the server) every
-// call is counted there.
+// call is counted there. `more` are served beside it (the agents' service).
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(
     FineTuningService* service, const DaemonConfig& config, int* selected_port = nullptr,
-    GrpcServerMetrics* metrics = nullptr);
+    GrpcServerMetrics* metrics = nullptr, const std::vector<grpc::Service*>& more = {});
 
 }  // namespace deltatune::daemon

@@ -85,6 +85,16 @@ scheduler:
     def path(self, *parts):
         return os.path.join(self.root, *parts)
 
+    def require_token(self, token):
+        """Before start(): the daemon takes `token` only (auth.token_file); returns the file."""
+        path = self.path("token")
+        with open(path, "w") as f:
+            f.write(token + "\n")
+        os.chmod(path, 0o600)
+        with open(self.config, "a") as f:
+            f.write(f"auth:\n  token_file: {path}\n")
+        return path
+
     def init_model(self, name="tiny", config="configs/models/tiny-a.json", seed=0):
         subprocess.run([CLI, "init-model", "--config", os.path.join(SOURCE, config), "--out",
                         self.path("models", name), "--seed", str(seed)], check=True,

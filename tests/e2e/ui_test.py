@@ -99,12 +99,7 @@ def test_job_page():
 
 def test_auth_shows_sign_in():
     other = Daemon()
-    token = other.path("token")
-    with open(token, "w") as f:
-        f.write("s3cret-token\n")
-    os.chmod(token, 0o600)
-    with open(other.config, "a") as f:
-        f.write(f"auth:\n  token_file: {token}\n")
+    other.require_token("s3cret-token")
     other.start()
     try:
         with urllib.request.urlopen(other.http("/ui")) as r:

@@ -1,0 +1,177 @@
+#include "daemon/agents/agent_main.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/service/auth.h"
+#include "deltatune/v1/agent.grpc.pb.h"
+#include "runtime/device/device_context.h"
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace deltatune::daemon {
+namespace {
+
+volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends between beats
+
+const char kUsage[] =
+    "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
+    "       [--address A] [--cpu-ranks N]\n"
+    "  registers this machine with a supervisor deltatuned and heartbeats (docs/multinode.md)\n";
+
+struct AgentArgs {
+    std::string supervisor, token_file, hostname, address;
+    int cpu_ranks = 0;
+};
+
+bool parse(int argc, char** argv, AgentArgs* a) {
+    std::map<std::string, std::string> flags;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (std::strncmp(argv[i], "--", 2) != 0) return false;
+        flags[argv[i] + 2] = argv[i + 1];
+    }
+    if (argc % 2 != 0) return false;
+    for (const auto& [k, v] : flags) {
+        if (k == "supervisor")
+            a->supervisor = v;
+        else if (k == "token-file")
+            a->token_file = v;
+        else if (k == "hostname")
+            a->hostname = v;
+        else if (k == "address")
+            a->address = v;
+        else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
+        } else {
+            return false;
+        }
+    }
+    return !a->supervisor.empty();
+}
+
+// This machine as the supervisor needs to know it.
+v1::AgentInfo describe(const AgentArgs& a) {
+    v1::AgentInfo info;
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    info.set_hostname(a.hostname.empty() ? host : a.hostname);
+    info.set_address(a.address.empty() ? info.hostname() : a.address);
+    info.set_cpu_ranks(a.cpu_ranks);
+    info.set_version(DT_VERSION);
+#if DELTATUNE_HAVE_CUDA
+    const int n = cuda_device_count();
+    for (int d = 0; d < n; ++d) {
+        cudaDeviceProp p{};
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
+        v1::AgentGpu* g = info.add_gpus();
+        g->set_index(d), g->set_name(p.name);
+        g->set_memory_bytes(static_cast<int64_t>(p.totalGlobalMem));
+    }
+#endif
+    return info;
+}
+
+class Agent {
+  public:
+    Agent(const AgentArgs& args, std::string token)
+        : info_(describe(args)),
+          token_(std::move(token)),
+          stub_(v1::AgentService::NewStub(
+              grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials()))) {}
+
+    // Registers, then beats until SIGTERM; 1 when the supervisor refuses the token.
+    int run() {
+        while (!g_stop) {
+            if (id_.empty() && !register_once()) {
+                if (refused_) return 1;
+                sleep_for(std::chrono::seconds(1));
+                continue;
+            }
+            sleep_for(interval_);
+            v1::AgentHeartbeatRequest req;
+            req.set_agent_id(id_);
+            v1::AgentHeartbeatResponse resp;
+            auto ctx = context();
+            const grpc::Status s = stub_->AgentHeartbeat(ctx.get(), req, &resp);
+            if (s.ok() && resp.register_again()) id_.clear();
+        }
+        return 0;
+    }
+
+  private:
+    std::unique_ptr<grpc::ClientContext> context() const {
+        auto ctx = std::make_unique<grpc::ClientContext>();
+        ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+        return ctx;
+    }
+
+    bool register_once() {
+        v1::RegisterAgentRequest req;
+        *req.mutable_info() = info_;
+        v1::RegisterAgentResponse resp;
+        auto ctx = context();
+        const grpc::Status s = stub_->RegisterAgent(ctx.get(), req, &resp);
+        if (!s.ok()) {
+            refused_ = s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                       s.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+            std::fprintf(stderr, "deltatuned agent: register: %s\n", s.error_message().c_str());
+            return false;
+        }
+        id_ = resp.agent_id();
+        interval_ = std::chrono::seconds(std::max(1, resp.heartbeat_seconds()));
+        std::fprintf(stderr, "deltatuned agent: registered %s as %s (%d GPUs, %d CPU ranks)\n",
+                     info_.hostname().c_str(), id_.c_str(), info_.gpus_size(), info_.cpu_ranks());
+        return true;
+    }
+
+    template <typename D>
+    static void sleep_for(D d) {  // in slices, so SIGTERM ends the wait
+        const auto end = std::chrono::steady_clock::now() + d;
+        while (!g_stop && std::chrono::steady_clock::now() < end) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    }
+
+    v1::AgentInfo info_;
+    std::string token_, id_;
+    bool refused_ = false;
+    std::chrono::seconds interval_{1};
+    std::unique_ptr<v1::AgentService::Stub> stub_;
+};
+
+}  // namespace
+
+int agent_main(int argc, char** argv) {
+    AgentArgs args;
+    if (!parse(argc, argv, &args)) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    std::string token;
+    if (!args.token_file.empty()) {
+        auto tokens = read_token_file(args.token_file, "--token-file");
+        if (!tokens.ok()) {
+            std::fprintf(stderr, "deltatuned agent: %s\n",
+                         std::string(tokens.status().message()).c_str());
+            return 2;
+        }
+        token = tokens->front();
+    }
+    signal(SIGTERM, [](int) { g_stop = 1; });
+    signal(SIGINT, [](int) { g_stop = 1; });
+    return Agent(args, std::move(token)).run();
+}
+
+}  // namespace deltatune::daemon

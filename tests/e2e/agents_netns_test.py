@@ -6,11 +6,9 @@ bridge, a cut link (the agent's veth taken down) turning the agent LOST within t
 timeout, and the agent registered again once the link is back. Exits 77 (skipped) where network
 namespaces cannot be made (no root or no CAP_NET_ADMIN)."""
 import os
-import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 from harness import DELTATUNED, Daemon, check, run_tests
 
@@ -65,21 +63,6 @@ with open(D.config, "w") as f:
 AGENTS = []
 
 
-def counts():
-    with urllib.request.urlopen(D.http("/metrics")) as r:
-        text = r.read().decode()
-    return {s: int(n) for s, n in re.findall(r'^deltatune_agents\{state="(\w+)"\} (\d+)$', text, re.M)}
-
-
-def wait_counts(want, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if counts() == want:
-            return time.time()
-        time.sleep(0.2)
-    raise AssertionError(f"agents {counts()}, want {want}")
-
-
 def test_agents_register_over_the_bridge():
     D.start()
     for i, ns in enumerate(NAMESPACES):
@@ -87,7 +70,7 @@ def test_agents_register_over_the_bridge():
             ["ip", "netns", "exec", ns, DELTATUNED, "agent", "--supervisor", f"{NET}.1:{D.port}",
              "--token-file", TOKEN, "--hostname", f"node-{i}", "--address", f"{NET}.{10 + i}",
              "--cpu-ranks", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    wait_counts({"ALIVE": 3, "LOST": 0})
+    D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
     # Inside a namespace the supervisor is not on loopback: the bridge carried the registrations.
     probe = ("import socket, sys\n"
              "try:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\n"
@@ -100,11 +83,11 @@ def test_agents_register_over_the_bridge():
 def test_cut_link_is_lost_and_heals():
     t0 = time.time()
     ip("link", "set", VETHS[1], "down")
-    lost = wait_counts({"ALIVE": 2, "LOST": 1})
+    lost = D.wait_agent_counts({"ALIVE": 2, "LOST": 1})
     print(f"  node-1 LOST {lost - t0:.1f} s after its link was cut (heartbeat timeout 3 s)")
     t1 = time.time()
     ip("link", "set", VETHS[1], "up")
-    back = wait_counts({"ALIVE": 3, "LOST": 0})
+    back = D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
     print(f"  node-1 ALIVE again {back - t1:.1f} s after the link came back")
 
 

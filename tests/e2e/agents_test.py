@@ -3,11 +3,9 @@
 with a supervisor deltatuned that requires a token, heartbeat, are LOST when killed, register
 again when restarted (one entry per host) and when the supervisor restarts; an agent with a
 wrong token is refused and exits. Observed through the supervisor's deltatune_agents series."""
-import re
 import signal
 import subprocess
 import time
-import urllib.request
 
 from harness import DELTATUNED, Daemon, check, run_tests
 
@@ -23,26 +21,10 @@ def agent(host, token=TOKEN):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def counts():
-    with urllib.request.urlopen(D.http("/metrics")) as r:
-        text = r.read().decode()
-    return {s: int(n) for s, n in re.findall(r'^deltatune_agents\{state="(\w+)"\} (\d+)$', text, re.M)}
-
-
-def wait_counts(want, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = counts()
-        if got == want:
-            return time.time()
-        time.sleep(0.2)
-    raise AssertionError(f"agents {counts()}, want {want}")
-
-
 def test_register():
     for host in ("node-a", "node-b"):
         AGENTS[host] = agent(host)
-    wait_counts({"ALIVE": 2, "LOST": 0})
+    D.wait_agent_counts({"ALIVE": 2, "LOST": 0})
 
 
 def test_wrong_token_refused():
@@ -52,24 +34,24 @@ def test_wrong_token_refused():
     p = agent("node-x", bad)
     out, _ = p.communicate(timeout=20)
     check(p.returncode == 1 and "register" in out, f"exit {p.returncode}: {out}")
-    check(counts() == {"ALIVE": 2, "LOST": 0}, f"refused agent counted: {counts()}")
+    check(D.agent_counts() == {"ALIVE": 2, "LOST": 0}, f"refused agent counted: {D.agent_counts()}")
 
 
 def test_killed_agent_is_lost_and_comes_back():
     AGENTS["node-b"].send_signal(signal.SIGKILL)
     AGENTS["node-b"].wait()
     t0 = time.time()
-    lost_at = wait_counts({"ALIVE": 1, "LOST": 1})
+    lost_at = D.wait_agent_counts({"ALIVE": 1, "LOST": 1})
     print(f"  node-b LOST {lost_at - t0:.1f} s after the kill (heartbeat timeout 3 s)")
     AGENTS["node-b"] = agent("node-b")
-    wait_counts({"ALIVE": 2, "LOST": 0})  # the host's new entry replaces the lost one
+    D.wait_agent_counts({"ALIVE": 2, "LOST": 0})  # the host's new entry replaces the lost one
 
 
 def test_supervisor_restart():
     D.stop()
     D.start()
     t0 = time.time()
-    back = wait_counts({"ALIVE": 2, "LOST": 0})
+    back = D.wait_agent_counts({"ALIVE": 2, "LOST": 0})
     print(f"  both agents registered again {back - t0:.1f} s after the restart")
 
 

@@ -6,6 +6,7 @@ Environment: DELTATUNE_BINARY_DIR (the CMake build folder), DELTATUNE_SOURCE_DIR
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -117,6 +118,22 @@ scheduler:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("deltatuned did not become ready")
+
+    def agent_counts(self):
+        """deltatune_agents by state, from /metrics."""
+        with urllib.request.urlopen(self.http("/metrics")) as r:
+            text = r.read().decode()
+        return {s: int(n) for s, n in
+                re.findall(r'^deltatune_agents\{state="(\w+)"\} (\d+)$', text, re.M)}
+
+    def wait_agent_counts(self, want, timeout=20):
+        """Polls agent_counts until it equals `want`; returns the time it did."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.agent_counts() == want:
+                return time.time()
+            time.sleep(0.2)
+        raise AssertionError(f"agents {self.agent_counts()}, want {want}")
 
     def http(self, route):
         return f"http://127.0.0.1:{self.http_port}{route}"

@@ -414,6 +414,17 @@ void AdminHttpServer::job_routes() {
                      if (!body.ok()) return reply_error(res, body.status());
                      res.set_content(*body, "application/json");
                  });
+    // The node agents (docs/multinode.md) and their state, as ListAgents returns them.
+    server_->Get("/v1/agents",
+                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
+                     if (!authorized(req, res)) return;
+                     v1::ListAgentsResponse out;
+                     if (options_.agents != nullptr) {
+                         for (v1::Agent& a : options_.agents->list())
+                             *out.add_agents() = std::move(a);
+                     }
+                     reply_json(res, out);
+                 });
     // ?min_sequence=N&page_size=M&type=T: the job's event log a page at a time (ListJobEvents).
     server_->Get(
         R"(/v1/jobs/([A-Za-z0-9._-]+)/events)",

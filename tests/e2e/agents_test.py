@@ -3,9 +3,14 @@
 with a supervisor deltatuned that requires a token, heartbeat, are LOST when killed, register
 again when restarted (one entry per host) and when the supervisor restarts; an agent with a
 wrong token is refused and exits. Observed through the supervisor's deltatune_agents series."""
+import json
+import re
+import shutil
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 from harness import DELTATUNED, Daemon, check, run_tests
 
@@ -25,6 +30,46 @@ def test_register():
     for host in ("node-a", "node-b"):
         AGENTS[host] = agent(host)
     D.wait_agent_counts({"ALIVE": 2, "LOST": 0})
+
+
+def test_agents_json():
+    req = urllib.request.Request(D.http("/v1/agents"),
+                                 headers={"Authorization": "Bearer agent-secret"})
+    with urllib.request.urlopen(req) as r:
+        agents = json.loads(r.read())["agents"]
+    got = sorted((a["info"]["hostname"], a["state"], a["info"]["cpuRanks"]) for a in agents)
+    check(got == [("node-a", "ALIVE", 2), ("node-b", "ALIVE", 2)], f"/v1/agents: {got}")
+    try:
+        urllib.request.urlopen(D.http("/v1/agents"))
+        check(False, "/v1/agents without the token must fail")
+    except urllib.error.HTTPError as e:
+        check(e.code == 401, f"/v1/agents without the token: {e.code}")
+
+
+def test_dashboard_lists_agents():
+    """/ui's jobs page shows an Agents table once agents exist (headless Chromium, when present)."""
+    browser = shutil.which("chromium")
+    if not browser:
+        print("  skipped: no chromium")
+        return
+    # The page asks for the token this daemon requires: render one without auth instead.
+    other = Daemon(heartbeat_timeout=3)
+    other.start()
+    a = subprocess.Popen([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{other.port}",
+                          "--hostname", "node-ui", "--cpu-ranks", "2"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        other.wait_agent_counts({"ALIVE": 1, "LOST": 0})
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                              "--virtual-time-budget=5000", "--dump-dom", other.http("/ui")],
+                             capture_output=True, text=True, timeout=120).stdout
+        table = re.search(r'<table id="agents">.*?</table>', dom, re.S)
+        check(table and "node-ui" in table.group(0) and "ALIVE" in table.group(0),
+              "the agents table on /ui")
+    finally:
+        a.terminate()
+        a.wait(timeout=10)
+        other.stop()
 
 
 def test_wrong_token_refused():
@@ -58,6 +103,8 @@ def test_supervisor_restart():
 try:
     run_tests([
         ("agents register with the token", test_register),
+        ("GET /v1/agents lists them, with the token only", test_agents_json),
+        ("the dashboard lists the agents", test_dashboard_lists_agents),
         ("an agent with a wrong token is refused and exits", test_wrong_token_refused),
         ("a killed agent turns LOST; restarted, it registers again", test_killed_agent_is_lost_and_comes_back),
         ("after a supervisor restart the agents register again", test_supervisor_restart),

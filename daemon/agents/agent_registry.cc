@@ -1,21 +1,9 @@
 #include "daemon/agents/agent_registry.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
+#include "daemon/random_hex.h"
 
 namespace deltatune::daemon {
-namespace {
-
-std::string new_agent_id() {
-    static std::mutex mu;
-    static std::mt19937_64 rng(std::random_device{}());
-    std::lock_guard<std::mutex> lock(mu);
-    return absl::StrCat("agent-", absl::Hex(rng() | (uint64_t{1} << 60)));
-}
-
-}  // namespace
-
 absl::StatusOr<v1::RegisterAgentResponse> AgentRegistry::register_agent(const v1::AgentInfo& info) {
     if (info.hostname().empty()) {
         return absl::InvalidArgumentError("agent info: hostname is required");
@@ -25,7 +13,7 @@ absl::StatusOr<v1::RegisterAgentResponse> AgentRegistry::register_agent(const v1
             absl::StrCat("agent info: cpu_ranks (", info.cpu_ranks(), ") must be >= 0"));
     }
     v1::RegisterAgentResponse out;
-    out.set_agent_id(new_agent_id());
+    out.set_agent_id("agent-" + random_hex(16));
     out.set_heartbeat_seconds(static_cast<int32_t>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(interval_).count())));
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,7 +7,6 @@
 #include <optional>
 
 #include <algorithm>
-#include <random>
 #include <regex>
 
 #include "absl/strings/match.h"
@@ -17,6 +16,7 @@
 #include "daemon/config/job_yaml.h"
 #include "daemon/jobs/job_manager_impl.h"
 #include "daemon/jobs/output_claim.h"
+#include "daemon/random_hex.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
@@ -24,15 +24,6 @@ namespace {
 
 using v1::Job;
 using v1::JobEvent;
-
-std::string random_hex(int digits) {
-    static std::mutex mu;
-    static std::mt19937_64 rng(std::random_device{}());
-    std::lock_guard<std::mutex> lock(mu);
-    std::string out;
-    while (static_cast<int>(out.size()) < digits) absl::StrAppend(&out, absl::Hex(rng() >> 4));
-    return out.substr(0, digits);
-}
 
 // Page tokens are "<last create_seq or sequence>.<hash of the filter>": a token replayed with a
 // different filter is refused (AIP-158), and a token never grants access to anything by itself.
@@ -161,6 +152,11 @@ absl::StatusOr<Job> create_locked(JobManager::Impl& m, v1::JobSpec spec,
 
 bool is_terminal(Job::State s) {
     return s == Job::SUCCEEDED || s == Job::FAILED || s == Job::CANCELLED;
+}
+
+bool holds_resources(Job::State s) {
+    return s == Job::PENDING || s == Job::RUNNING || s == Job::RECOVERING || s == Job::PAUSING ||
+           s == Job::CANCELLING;
 }
 
 std::string job_dir(const JobManagerOptions& opt, const std::string& id) {

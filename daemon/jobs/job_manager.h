@@ -146,6 +146,9 @@ class JobManager {
 };
 
 bool is_terminal(v1::Job::State state);
+// The states of an admitted job: it holds a scheduler slot and the GPUs it asked for while its
+// ranks start, run, recover or are being stopped.
+bool holds_resources(v1::Job::State state);
 
 // The wall clock to the microsecond (protobuf 3.21's TimeUtil::GetCurrentTime has whole seconds).
 inline google::protobuf::Timestamp now_timestamp() {

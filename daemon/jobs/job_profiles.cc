@@ -2,15 +2,15 @@
 // (rank_reports.cc), and reading a finished profile back from the job's output folder.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/jobs/job_manager_impl.h"
+#include "daemon/random_hex.h"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
@@ -18,13 +18,6 @@ namespace {
 
 constexpr int kDefaultSteps = 3, kMaxSteps = 100;
 constexpr int64_t kMaxProfileBytes = int64_t{1} << 30;
-
-std::string new_profile_id() {
-    static std::mutex mu;
-    static std::mt19937_64 rng(std::random_device{}());
-    std::lock_guard<std::mutex> lock(mu);
-    return absl::StrCat(absl::Hex(rng() | (uint64_t{1} << 60)));  // 16 hex digits
-}
 
 bool is_profile_id(const std::string& id) {
     if (id.empty() || id.size() > 32) return false;
@@ -36,38 +29,31 @@ bool is_profile_id(const std::string& id) {
     return true;
 }
 
-// The job's profile file, opened without following links and only when its folder resolves
-// inside the job's output folder: the rank process wrote it and is not trusted with a path.
-absl::StatusOr<std::string> read_profile_file(const std::string& output_dir,
+// The job's profile file, opened through the daemon's outputs sandbox without following a link
+// in its last component, and only when its folder resolves inside the job's own output folder:
+// the rank process wrote it and is not trusted with a path.
+absl::StatusOr<std::string> read_profile_file(const PathSandbox& outputs,
+                                              const std::string& output_dir,
                                               const std::string& id) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::path root = fs::canonical(output_dir, ec);
     const fs::path dir = ec ? fs::path() : fs::canonical(fs::path(output_dir) / "profiles", ec);
-    const std::string r = root.string() + "/";
-    if (ec || dir.string().rfind(r, 0) != 0) {
+    if (ec || dir.string().rfind(root.string() + "/", 0) != 0) {
         return absl::NotFoundError(
             absl::StrCat("profile ", id, ": no profiles folder in ", output_dir));
     }
     const std::string path = (dir / (id + ".binpb")).string();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return absl::NotFoundError(absl::StrCat("profile ", id, ": ", path, " missing"));
-    struct stat st {};
-    std::string bytes;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxProfileBytes) {
-        bytes.resize(static_cast<size_t>(st.st_size));
-        size_t got = 0;
-        while (got < bytes.size()) {
-            const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-            if (n <= 0) break;
-            got += static_cast<size_t>(n);
-        }
-        bytes.resize(got);
+    absl::StatusOr<UniqueFd> fd = outputs.open(path, O_RDONLY | O_NOFOLLOW);
+    if (!fd.ok()) {
+        return absl::NotFoundError(
+            absl::StrCat("profile ", id, ": ", path, " missing (", fd.status().message(), ")"));
     }
-    ::close(fd);
-    if (bytes.empty())
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxProfileBytes) {
         return absl::DataLossError(absl::StrCat("profile ", id, ": ", path, " unreadable"));
-    return bytes;
+    }
+    return read_fd(fd->get(), path);
 }
 
 }  // namespace
@@ -78,7 +64,7 @@ absl::StatusOr<std::string> JobManager::request_profile(const std::string& name,
         return absl::InvalidArgumentError(
             absl::StrCat("steps (", steps, ") must be in [1, ", kMaxSteps, "]"));
     }
-    const std::string id = new_profile_id();
+    const std::string id = random_hex(16);
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
         DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
@@ -125,7 +111,7 @@ absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
             if (it == e.details().end() || it->second != id) continue;
             if (e.type() == "PROFILE_FAILED") return absl::FailedPreconditionError(e.message());
             DT_ASSIGN_OR_RETURN(const std::string bytes,
-                                read_profile_file(job.spec().output_dir(), id));
+                                read_profile_file(*impl_->outputs, job.spec().output_dir(), id));
             v1::Profile p;
             if (!p.ParseFromString(bytes) || p.profile_id() != id) {
                 return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));

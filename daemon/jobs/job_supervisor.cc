@@ -32,9 +32,7 @@ using v1::JobEvent;
 using Action = v1::RankDirective::Action;
 
 bool holds_slot(const Record& r) {
-    const Job::State s = r.stored.job.state();
-    return r.attempt.has_value() || s == Job::PENDING || s == Job::RUNNING ||
-           s == Job::RECOVERING || s == Job::PAUSING || s == Job::CANCELLING;
+    return r.attempt.has_value() || holds_resources(r.stored.job.state());
 }
 
 std::string describe_exit(const RankExit& e) {

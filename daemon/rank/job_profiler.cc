@@ -1,10 +1,9 @@
 #include "daemon/rank/job_profiler.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "deltatune/v1/service.pb.h"
+#include "runtime/base/file_util.h"
+#include "runtime/base/path_sandbox.h"
 
 namespace deltatune {
 namespace {
@@ -15,19 +14,6 @@ TrainerEvent failed(const std::string& id, const std::string& why) {
             absl::StrCat("profile ", id, ": ", why),
             {},
             {{"profile_id", id}}};
-}
-
-// Written whole under a temporary name, then renamed: a reader never sees half a file.
-bool write_file(const std::string& path, const std::string& bytes) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        if (!out.flush()) return false;
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    return !ec;
 }
 
 }  // namespace
@@ -112,13 +98,11 @@ std::optional<TrainerEvent> JobProfiler::finish() {
     }
     const std::string trace = daemon::chrome_trace_json(*t, label_);
     p.set_trace_json(trace);
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
     const std::string base = absl::StrCat(dir_, "/", id_);
-    if (ec || !write_file(base + ".binpb", p.SerializeAsString()) ||
-        !write_file(base + ".trace.json", trace)) {
-        return failed(id_, absl::StrCat("cannot write ", base, ".*"));
-    }
+    absl::Status s = process_sandbox().make_dirs(dir_);
+    if (s.ok()) s = write_file_atomic(base + ".binpb", p.SerializeAsString());
+    if (s.ok()) s = write_file_atomic(base + ".trace.json", trace);
+    if (!s.ok()) return failed(id_, std::string(s.message()));
     return TrainerEvent{"PROFILE_COMPLETED",
                         "INFO",
                         absl::StrCat(base, ".trace.json"),

@@ -145,11 +145,7 @@ void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::stri
     int gpus_held = 0;
     for (const auto& j : jobs) {
         ++by_state[v1::Job::State_Name(j.state())];
-        const v1::Job::State s = j.state();
-        if (s == v1::Job::PENDING || s == v1::Job::RUNNING || s == v1::Job::RECOVERING ||
-            s == v1::Job::PAUSING || s == v1::Job::CANCELLING) {
-            gpus_held += j.spec().resources().gpus();
-        }
+        if (holds_resources(j.state())) gpus_held += j.spec().resources().gpus();
     }
     for (const auto& [state, n] : by_state) {
         absl::StrAppend(&out, "deltatune_jobs{state=\"", state, "\"} ", n, "\n");

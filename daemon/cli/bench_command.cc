@@ -207,12 +207,6 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     const double init_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
     const Recompute recompute = eng.recompute_policy();
-    MemoryPlanInput plan_in;
-    plan_in.world_size = static_cast<int>(o.world);
-    plan_in.tokens_per_batch = o.tokens;
-    plan_in.sm_version = eng.device().sm_version();
-    plan_in.attention_core = eng.device().attention_core();
-    plan_in.adapter_parameters = adapter_params;
     // A failed collective aborted the communicator: report at once and end the process, as
     // tearing down streams that hold never-ending collectives may block.
     auto fail_fast = [&](const absl::Status& s) {
@@ -296,10 +290,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             tokens_total +=
                 static_cast<double>(batches[static_cast<size_t>(i * o.micro + k)].tokens());
     }
-    plan_in.recompute =
-        recompute == Recompute::kLayer ? RecomputePolicy::kLayer : RecomputePolicy::kNone;
-    if (recompute == Recompute::kLayer) plan_in.kept_layers = eng.model().kept_layers();
-    const MemoryPlan plan = plan_memory(c, plan_in);
+    const MemoryPlan& plan = eng.memory_plan();  // the engine's, at its world size and tokens
     nlohmann::json j = {
         {"workload", "27B-slice"},
         {"layers", c.num_layers},

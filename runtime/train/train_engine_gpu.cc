@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.recompute = e->recompute_policy_ == Recompute::kLayer ? RecomputePolicy::kLayer
                                                                   : RecomputePolicy::kNone;
     plan_in.kept_layers = e->kept_layers_;
-    e->planned_bytes_ = plan_memory(config, plan_in).peak_bytes;
+    e->plan_ = plan_memory(config, plan_in);
     NcclOptions n;
     n.rank = o.rank, n.world_size = o.world_size, n.device = o.device;
     n.store = o.store, n.store_dir = o.store_dir, n.prefix = o.prefix, n.timeout = o.timeout;
@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create_random(
 }
 
 TrainEngine::DeviceFigures GpuTrainEngine::device_figures() const {
-    return {dense_bf16_peak_flops(ctx_->sm_version()), net_->peak_device_bytes(), planned_bytes_};
+    return {dense_bf16_peak_flops(ctx_->sm_version()), net_->peak_device_bytes(), plan_.peak_bytes};
 }
 
 absl::Status GpuTrainEngine::begin_step() {

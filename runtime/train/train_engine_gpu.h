@@ -53,6 +53,8 @@ class GpuTrainEngine final : public TrainEngine {
     NcclCommunicator& nccl() { return *nccl_; }
     GpuLoraAdapters* lora() { return lora_.get(); }  // null: full fine-tuning
     Recompute recompute_policy() const { return recompute_policy_; }
+    // What the memory planner predicts for this rank under the resolved recompute policy.
+    const MemoryPlan& memory_plan() const { return plan_; }
 
   private:
     GpuTrainEngine();
@@ -75,9 +77,8 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<Qwen35GpuModel> net_;
     int64_t adam_step_ = 0;
     int64_t tokens_per_batch_ = 8192;
-    int64_t kept_layers_ = 0;
-    int64_t planned_bytes_ = 0;  // the memory planner's peak under the resolved policy  // with
-                                 // per-layer recompute: the last layers that keep activations
+    int64_t kept_layers_ = 0;  // with per-layer recompute: the last layers that keep activations
+    MemoryPlan plan_;          // the memory planner's, under the resolved policy
     Recompute recompute_policy_ = Recompute::kLayer;
 };
 

@@ -220,14 +220,16 @@ absl::StatusOr<StepOutcome> train_step(Run& run) {
 
 // A GPU step's MFU (model FLOPs over the ranks' peak for the step's wall time) and this rank's
 // device memory: the most it has held and the planner's figure. Nothing on the CPU.
-void add_device_metrics(const Run& run, const StepOutcome& o, double step_seconds,
-                        std::map<std::string, double>& out) {
+std::map<std::string, double> device_metrics(const Run& run, const StepOutcome& o,
+                                             double step_seconds) {
+    std::map<std::string, double> out;
     const TrainEngine::DeviceFigures d = run.engine->device_figures();
     if (d.peak_flops > 0 && step_seconds > 0 && o.flops > 0) {
         out["mfu"] = o.flops / (step_seconds * d.peak_flops * run.world);
     }
     if (d.peak_bytes > 0) out["gpu_memory_peak_bytes"] = static_cast<double>(d.peak_bytes);
     if (d.planned_bytes > 0) out["gpu_memory_planned_bytes"] = static_cast<double>(d.planned_bytes);
+    return out;
 }
 
 // TRAINING_STARTED's details: the engine, the recompute policy, and which implementation each
@@ -269,7 +271,8 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
                  {"grad_norm", o.grad_norm},
                  {"step_seconds", step_seconds},
                  {"trained_tokens", double(o.global_labels)}};
-    add_device_metrics(run, o, step_seconds, p.metrics);
+    const std::map<std::string, double> device = device_metrics(run, o, step_seconds);
+    p.metrics.insert(device.begin(), device.end());
     const double waste =
         1.0 - static_cast<double>(o.real_tokens) /
                   static_cast<double>(c.grad_accum * run.shards * c.tokens_per_batch);
@@ -286,7 +289,7 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
         // resumed run can be checked against an uninterrupted one.
         {"batch_digest", static_cast<double>(o.digest >> 16)},
         {"eta_seconds", p.eta_seconds}};
-    add_device_metrics(run, o, step_seconds, step_event);
+    step_event.insert(device.begin(), device.end());
     run.hooks.on_event({"STEP_METRICS", "INFO", "", std::move(step_event), {}});
     return p;
 }

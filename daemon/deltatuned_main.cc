@@ -85,22 +85,24 @@ int serve(const std::string& config_path, const std::string& listen) {
     }
     absl::StatusOr<Authenticator> auth = Authenticator::from_token_file(config->auth_token_file);
     if (!auth.ok()) return fail(auth.status());
+    // Node agents (docs/multinode.md) beat a third of the rank heartbeat timeout apart and are
+    // LOST after the whole of it. The registry outlives the manager, whose scheduler places
+    // ranks on it.
+    const auto beat_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config->heartbeat_timeout_seconds * 1000));
+    AgentRegistry agents(beat_timeout / 3, beat_timeout);
     const JobManagerOptions options = job_manager_options(*config);
     absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::open(options);
     if (!manager.ok()) return fail(manager.status());
     RankServiceImpl rank_service(manager->get());
     auto rank_server = start_rank_server(&rank_service, config->state_dir + "/rank.sock");
     if (!rank_server.ok()) return fail(rank_server.status());
+    (*manager)->set_remote_ranks(&agents);
     (*manager)->start();
     const Authenticator http_auth = *auth;
     auto service = std::make_unique<FineTuningService>(manager->get(), std::move(*auth));
     GrpcServerMetrics grpc_metrics;  // outlives the server (declared before it)
-    // Node agents (docs/multinode.md) beat a third of the rank heartbeat timeout apart and are
-    // LOST after the whole of it.
-    const auto beat_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config->heartbeat_timeout_seconds * 1000));
-    AgentRegistry agents(beat_timeout / 3, beat_timeout);
-    AgentServiceImpl agent_service(&agents, http_auth);
+    AgentServiceImpl agent_service(&agents, manager->get(), http_auth);
     auto server =
         start_public_server(service.get(), *config, nullptr, &grpc_metrics, {&agent_service});
     if (!server.ok()) return fail(server.status());

@@ -7,12 +7,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/agents/agent_ranks.h"
+#include "daemon/agents/rank_relay.h"
+#include "daemon/jobs/rank_service.h"
 #include "daemon/service/auth.h"
 #include "deltatune/v1/agent.grpc.pb.h"
 #include "runtime/device/device_context.h"
@@ -28,11 +33,13 @@ volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends bet
 
 const char kUsage[] =
     "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
-    "       [--address A] [--cpu-ranks N]\n"
-    "  registers this machine with a supervisor deltatuned and heartbeats (docs/multinode.md)\n";
+    "       [--address A] [--cpu-ranks N] [--state-dir D]\n"
+    "  registers this machine with a supervisor deltatuned, heartbeats, and runs the ranks it\n"
+    "  is given (docs/multinode.md); rank logs and specs go under D\n"
+    "  (default /tmp/deltatune-agent-<hostname>)\n";
 
 struct AgentArgs {
-    std::string supervisor, token_file, hostname, address;
+    std::string supervisor, token_file, hostname, address, state_dir;
     int cpu_ranks = 0;
 };
 
@@ -52,6 +59,8 @@ bool parse(int argc, char** argv, AgentArgs* a) {
             a->hostname = v;
         else if (k == "address")
             a->address = v;
+        else if (k == "state-dir")
+            a->state_dir = v;
         else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
         } else {
             return false;
@@ -87,34 +96,80 @@ class Agent {
     Agent(const AgentArgs& args, std::string token)
         : info_(describe(args)),
           token_(std::move(token)),
-          stub_(v1::AgentService::NewStub(
-              grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials()))) {}
+          channel_(grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials())),
+          stub_(v1::AgentService::NewStub(channel_)),
+          state_dir_(args.state_dir.empty() ? "/tmp/deltatune-agent-" + info_.hostname()
+                                            : args.state_dir),
+          relay_(channel_, token_, [this] { return id(); }) {}
 
-    // Registers, then beats until SIGTERM; 1 when the supervisor refuses the token.
+    // Registers, then polls (a poll is a heartbeat) until SIGTERM; 1 when the supervisor refuses
+    // the token, 2 when the rank socket cannot be served.
     int run() {
+        std::error_code ec;
+        std::filesystem::create_directories(state_dir_, ec);
+        const std::string socket = state_dir_ + "/rank.sock";
+        auto server = start_rank_server(&relay_, socket);
+        if (ec || !server.ok()) {
+            std::fprintf(
+                stderr, "deltatuned agent: state dir %s: %s\n", state_dir_.c_str(),
+                ec ? ec.message().c_str() : std::string(server.status().message()).c_str());
+            return 2;
+        }
+        std::error_code self_ec;
+        const std::string exe = std::filesystem::read_symlink("/proc/self/exe", self_ec).string();
+        AgentRanks ranks(state_dir_, socket, info_.address(), exe);
         while (!g_stop) {
-            if (id_.empty() && !register_once()) {
-                if (refused_) return 1;
+            if (id().empty() && !register_once()) {
+                if (refused_) break;
                 sleep_for(std::chrono::seconds(1));
                 continue;
             }
-            sleep_for(interval_);
-            v1::AgentHeartbeatRequest req;
-            req.set_agent_id(id_);
-            v1::AgentHeartbeatResponse resp;
-            auto ctx = context();
-            const grpc::Status s = stub_->AgentHeartbeat(ctx.get(), req, &resp);
-            if (s.ok() && resp.register_again()) id_.clear();
+            poll(ranks);
+            sleep_for(std::chrono::milliseconds(200));
         }
-        return 0;
+        ranks.kill_all();
+        (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        return refused_ ? 1 : 0;
     }
 
   private:
+    std::string id() const {
+        std::lock_guard<std::mutex> lock(mu_);
+        return id_;
+    }
+    void set_id(std::string id) {
+        std::lock_guard<std::mutex> lock(mu_);
+        id_ = std::move(id);
+    }
+
     std::unique_ptr<grpc::ClientContext> context() const {
         auto ctx = std::make_unique<grpc::ClientContext>();
         ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
         if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
         return ctx;
+    }
+
+    // Exits up, orders down. Terminations first: a relaunch after a fault may follow them.
+    void poll(AgentRanks& ranks) {
+        v1::AgentPollRequest req;
+        req.set_agent_id(id());
+        std::vector<v1::RemoteRankExit> exits = ranks.take_exits();
+        for (const v1::RemoteRankExit& e : exits) *req.add_exits() = e;
+        v1::AgentPollResponse resp;
+        auto ctx = context();
+        const grpc::Status s = stub_->AgentPoll(ctx.get(), req, &resp);
+        if (!s.ok()) {
+            ranks.give_back(std::move(exits));
+            return;
+        }
+        if (resp.register_again()) {
+            // The supervisor restarted or forgot this agent: the attempts it ran are over.
+            set_id("");
+            ranks.kill_all();
+            return;
+        }
+        for (const v1::TerminateOrder& t : resp.terminates()) ranks.terminate(t);
+        for (const v1::LaunchOrder& l : resp.launches()) ranks.launch(l);
     }
 
     bool register_once() {
@@ -129,10 +184,10 @@ class Agent {
             std::fprintf(stderr, "deltatuned agent: register: %s\n", s.error_message().c_str());
             return false;
         }
-        id_ = resp.agent_id();
-        interval_ = std::chrono::seconds(std::max(1, resp.heartbeat_seconds()));
+        set_id(resp.agent_id());
         std::fprintf(stderr, "deltatuned agent: registered %s as %s (%d GPUs, %d CPU ranks)\n",
-                     info_.hostname().c_str(), id_.c_str(), info_.gpus_size(), info_.cpu_ranks());
+                     info_.hostname().c_str(), resp.agent_id().c_str(), info_.gpus_size(),
+                     info_.cpu_ranks());
         return true;
     }
 
@@ -140,15 +195,19 @@ class Agent {
     static void sleep_for(D d) {  // in slices, so SIGTERM ends the wait
         const auto end = std::chrono::steady_clock::now() + d;
         while (!g_stop && std::chrono::steady_clock::now() < end) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
     }
 
     v1::AgentInfo info_;
-    std::string token_, id_;
-    bool refused_ = false;
-    std::chrono::seconds interval_{1};
+    std::string token_;
+    std::shared_ptr<grpc::Channel> channel_;
     std::unique_ptr<v1::AgentService::Stub> stub_;
+    std::string state_dir_;
+    mutable std::mutex mu_;
+    std::string id_;  // guarded by mu_: the relay reads it from gRPC threads
+    bool refused_ = false;
+    RankRelay relay_;
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "daemon/agents/agent_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/random_hex.h"
 
@@ -20,7 +22,7 @@ absl::StatusOr<v1::RegisterAgentResponse> AgentRegistry::register_agent(const v1
     for (auto it = agents_.begin(); it != agents_.end();) {  // one entry per host
         it = it->second.info.hostname() == info.hostname() ? agents_.erase(it) : std::next(it);
     }
-    agents_[out.agent_id()] = Entry{info, Clock::now()};
+    agents_[out.agent_id()] = Entry{info, Clock::now(), {}};
     return out;
 }
 
@@ -45,6 +47,53 @@ std::vector<v1::Agent> AgentRegistry::list() const {
         a.set_state(silent > timeout_ ? v1::Agent::LOST : v1::Agent::ALIVE);
     }
     return out;
+}
+
+std::optional<v1::AgentPollResponse> AgentRegistry::poll(const std::string& agent_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    if (it == agents_.end()) return std::nullopt;
+    it->second.last_beat = Clock::now();
+    v1::AgentPollResponse out;
+    out.Swap(&it->second.orders);
+    return out;
+}
+
+std::vector<AgentOffer> AgentRegistry::alive_agents() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<AgentOffer> out;
+    const auto now = Clock::now();
+    for (const auto& [id, e] : agents_) {
+        if (now - e.last_beat > timeout_) continue;
+        out.push_back({id, e.info.hostname(), e.info.gpus_size(), e.info.cpu_ranks()});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const AgentOffer& a, const AgentOffer& b) { return a.hostname < b.hostname; });
+    return out;
+}
+
+bool AgentRegistry::is_alive(const std::string& agent_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    return it != agents_.end() && Clock::now() - it->second.last_beat <= timeout_;
+}
+
+std::string AgentRegistry::hostname(const std::string& agent_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    return it == agents_.end() ? "" : it->second.info.hostname();
+}
+
+void AgentRegistry::order_launch(const std::string& agent_id, v1::LaunchOrder order) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    if (it != agents_.end()) *it->second.orders.add_launches() = std::move(order);
+}
+
+void AgentRegistry::order_terminate(const std::string& agent_id, v1::TerminateOrder order) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    if (it != agents_.end()) *it->second.orders.add_terminates() = std::move(order);
 }
 
 }  // namespace deltatune::daemon

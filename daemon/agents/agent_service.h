@@ -1,10 +1,12 @@
-// AgentService (agent.proto) on the supervisor's public port: node agents register and
-// heartbeat into the AgentRegistry, behind the same bearer tokens as the job API.
+// AgentService (agent.proto) on the supervisor's public port: node agents register, heartbeat
+// and poll for orders through the AgentRegistry, report their ranks' exits to the JobManager and
+// relay their ranks' protocol, behind the same bearer tokens as the job API.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/agents/agent_registry.h"
+#include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
 #include "deltatune/v1/agent.grpc.pb.h"
 
@@ -12,8 +14,8 @@ namespace deltatune::daemon {
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
   public:
-    AgentServiceImpl(AgentRegistry* registry, Authenticator auth)
-        : registry_(registry), auth_(std::move(auth)) {}
+    AgentServiceImpl(AgentRegistry* registry, JobManager* manager, Authenticator auth)
+        : registry_(registry), manager_(manager), auth_(std::move(auth)) {}
     grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                             const v1::RegisterAgentRequest* request,
                                             v1::RegisterAgentResponse* response) override;
@@ -23,9 +25,22 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
     grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx,
                                          const v1::ListAgentsRequest* request,
                                          v1::ListAgentsResponse* response) override;
+    grpc::ServerUnaryReactor* AgentPoll(grpc::CallbackServerContext* ctx,
+                                        const v1::AgentPollRequest* request,
+                                        v1::AgentPollResponse* response) override;
+    grpc::ServerUnaryReactor* RelayReport(grpc::CallbackServerContext* ctx,
+                                          const v1::RelayReportRequest* request,
+                                          v1::RankDirective* response) override;
+    grpc::ServerUnaryReactor* RelayStoreSet(grpc::CallbackServerContext* ctx,
+                                            const v1::RelayStoreSetRequest* request,
+                                            v1::StoreSetResponse* response) override;
+    grpc::ServerUnaryReactor* RelayStoreGet(grpc::CallbackServerContext* ctx,
+                                            const v1::RelayStoreGetRequest* request,
+                                            v1::StoreGetResponse* response) override;
 
   private:
     AgentRegistry* registry_;
+    JobManager* manager_;
     Authenticator auth_;
 };
 

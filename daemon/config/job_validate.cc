@@ -343,6 +343,15 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
         return invalid(
             absl::StrCat("resources.cpu_ranks (", r.cpu_ranks(), ") must be in [1, 64]"));
     }
+    const int ranks = r.gpus() > 0 ? r.gpus() : r.cpu_ranks();
+    if (r.nodes() < 0 || r.nodes() > 64) {
+        return invalid(absl::StrCat("resources.nodes (", r.nodes(), ") must be in [0, 64]"));
+    }
+    if (r.nodes() > 0 && ranks % r.nodes() != 0) {
+        return invalid(absl::StrCat("resources.", r.gpus() > 0 ? "gpus (" : "cpu_ranks (", ranks,
+                                    ") must be a multiple of resources.nodes (", r.nodes(),
+                                    "): every node runs the same number of ranks"));
+    }
     if (spec.eval_every_n_steps() < 0) {
         return invalid(
             absl::StrCat("eval_every_n_steps (", spec.eval_every_n_steps(), ") must be >= 0"));
@@ -413,8 +422,9 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
         in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
-    // Never a silent CPU fallback: a GPU job this daemon cannot place is refused.
-    if (spec.resources().gpus() > gpus_available) {
+    // Never a silent CPU fallback: a GPU job this daemon cannot place is refused (one placed on
+    // node agents waits for them instead).
+    if (spec.resources().nodes() == 0 && spec.resources().gpus() > gpus_available) {
         return absl::FailedPreconditionError(
             absl::StrCat("GPUS_UNAVAILABLE: resources.gpus (", spec.resources().gpus(),
                          ") exceeds the ", gpus_available,
@@ -469,7 +479,7 @@ CpuBudget cpu_budget(int cores, double memory_gib, double rank_memory_gib) {
 }
 
 absl::Status check_cpu_admission(const v1::JobSpec& spec, const CpuBudget& budget) {
-    if (spec.resources().gpus() > 0) return absl::OkStatus();
+    if (spec.resources().gpus() > 0 || spec.resources().nodes() > 0) return absl::OkStatus();
     const int ranks = spec.resources().cpu_ranks();
     if (ranks > budget.cores) {
         return absl::FailedPreconditionError(

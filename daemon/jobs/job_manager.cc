@@ -354,7 +354,7 @@ absl::StatusOr<Job> JobManager::cancel_job(const std::string& name) {
             // Ranks get SIGTERM now and SIGKILL after the grace period, so GPU memory is freed
             // within seconds even when a rank is stuck.
             r.attempt->ending = Ending::kCancel;
-            impl_->launcher->terminate(r.attempt->ranks, impl_->opt.rank_term_grace);
+            impl_->terminate_ranks(r, impl_->opt.rank_term_grace);
             c.set_state(Job::CANCELLING, "CANCELLED_BY_USER");
         } else {
             c.set_state(Job::CANCELLED, "CANCELLED_BY_USER", "cancelled by the user");

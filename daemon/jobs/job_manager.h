@@ -28,6 +28,7 @@
 #include "daemon/config/daemon_config.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/jobs/rank_launcher.h"
+#include "daemon/jobs/remote_ranks.h"
 #include "daemon/store/job_store.h"
 #include "deltatune/v1/job.pb.h"
 #include "deltatune/v1/rank.pb.h"
@@ -120,6 +121,16 @@ class JobManager {
 
     // The rank protocol: applies a report and says what the rank must do next.
     v1::RankDirective on_rank_report(const v1::RankReport& report);
+
+    // Node agents (remote_placement.cc). Set before start(): jobs with resources.nodes are placed
+    // on `remote`'s live agents; without it they fail at launch.
+    void set_remote_ranks(RemoteRanks* remote);
+    // A rank that ended on an agent; ignored unless that agent runs that rank of the attempt.
+    void on_remote_rank_exit(const std::string& agent_id, const v1::RemoteRankExit& exit);
+    // True when the job's current attempt has `rank` (any rank: -1) on the agent: the relay
+    // answers only for those.
+    bool placed_on(const std::string& agent_id, const std::string& job, int attempt,
+                   int rank) const;
 
     // Profiles (job_profiles.cc): orders rank 0 of a RUNNING GPU job to trace its next `steps`
     // steps (0: 3; at most 100); returns the profile's id. FailedPrecondition for a job that is

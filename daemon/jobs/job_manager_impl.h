@@ -23,9 +23,10 @@ struct Attempt {
     std::vector<Clock::time_point> last_report;
     int alive = 0;
     Ending ending = Ending::kNone;
-    bool all_zero = true;                           // every rank that exited so far exited 0
-    std::string export_path;                        // from an EXPORT_COMPLETED event
-    std::map<std::string, std::string> rendezvous;  // the ranks' store (StoreSet/StoreGet)
+    bool all_zero = true;                            // every rank that exited so far exited 0
+    std::string export_path;                         // from an EXPORT_COMPLETED event
+    std::map<std::string, std::string> rendezvous;   // the ranks' store (StoreSet/StoreGet)
+    std::map<std::string, std::string> agent_hosts;  // agent id -> hostname, of its ranks
     // A ProfileJob order for rank 0 that its next report picks up: (profile id, steps).
     std::optional<std::pair<std::string, int>> profile_order;
 };
@@ -37,6 +38,7 @@ struct Record {
     int queue_position = 0;
     std::string last_error_reason;  // details["reason"] of the latest ERROR event
     std::string last_error_message;
+    std::string waiting_for;  // why a job with resources.nodes cannot be placed yet (said once)
 };
 
 // A pending mutation of one job: the next row plus the events and checkpoints committed with it.
@@ -65,6 +67,7 @@ struct JobManager::Impl {
     std::unique_ptr<PathSandbox> outputs;
     std::unique_ptr<JobStore> store;
     std::unique_ptr<RankLauncher> launcher;
+    RemoteRanks* remote = nullptr;  // node agents; null: no remote placement
     int lock_fd = -1;
 
     std::mutex mu;
@@ -99,6 +102,19 @@ struct JobManager::Impl {
     int active_count() const;
     absl::Status launch(Record& r);
     void on_rank_exit(const RankExit& e);
+    void rank_exited(Record& r, const RankExit& e);  // mu held
+
+    // remote_placement.cc
+    // The ranks placed on agents (orders sent), or nullopt while too few agents have room (an
+    // event says why, once).
+    absl::StatusOr<std::optional<std::vector<RankPid>>> place_remote(Record& r,
+                                                                     const LaunchSpec& spec);
+    // SIGTERM (SIGKILL after grace; at once for 0) to local ranks, the same order to agents.
+    void terminate_ranks(Record& r, std::chrono::milliseconds grace);
+    // Every rank on an agent that stopped heartbeating has ended: AGENT_LOST.
+    void check_agents();
+    // "node-0: ranks 0-1; node-1: ranks 2-3" for ranks on agents; "" for local ones.
+    std::string describe_placement(const std::vector<RankPid>& ranks) const;
     void fault(Record& r, Change& c, const std::string& kind, int rank, const std::string& why);
     void finish_attempt(Record& r);
     void check_heartbeats();

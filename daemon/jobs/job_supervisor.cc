@@ -45,13 +45,13 @@ std::string describe_exit(const RankExit& e) {
 // relaunch does not race them for GPU memory.
 void kill_orphans(const std::vector<RankPid>& ranks) {
     for (const RankPid& r : ranks) {
-        if (!rank_process_alive(r)) continue;
+        if (!r.agent_id.empty() || !rank_process_alive(r)) continue;  // agents stop their own
         ::kill(-r.pid, SIGKILL);
         ::kill(r.pid, SIGKILL);
     }
     const auto deadline = Clock::now() + std::chrono::seconds(5);
     for (const RankPid& r : ranks) {
-        while (rank_process_alive(r) && Clock::now() < deadline) {
+        while (r.agent_id.empty() && rank_process_alive(r) && Clock::now() < deadline) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     }
@@ -206,6 +206,7 @@ void JobManager::Impl::scheduler_loop() {
             return v;
         }();
         check_heartbeats();
+        check_agents();
         // A recovering job keeps its slot and is relaunched before the queue is considered.
         for (auto& [id, r] : jobs) {
             if (!shutting_down && r.stored.job.state() == Job::RECOVERING && !r.attempt) {
@@ -220,6 +221,7 @@ void JobManager::Impl::scheduler_loop() {
             if (next == nullptr) break;
             log_error(launch(*next));
             reorder_queue();
+            if (!next->attempt && next->stored.job.state() == Job::QUEUED) break;  // no room yet
         }
         uint64_t after = 0;
         for (const auto& [id, r] : jobs) after += r.version;
@@ -249,8 +251,20 @@ absl::Status JobManager::Impl::launch(Record& r) {
     fs::create_directories(ls.attempt_dir, ec);
     absl::Status s = ec ? absl::InternalError(absl::StrCat(ls.attempt_dir, ": ", ec.message()))
                         : write_file_atomic(ls.spec_path, spec.SerializeAsString());
-    absl::StatusOr<std::vector<RankPid>> ranks =
-        s.ok() ? launcher->launch(ls) : absl::StatusOr<std::vector<RankPid>>(s);
+    absl::StatusOr<std::vector<RankPid>> ranks = std::vector<RankPid>{};
+    if (!s.ok()) {
+        ranks = s;
+    } else if (spec.resources().nodes() > 0) {
+        absl::StatusOr<std::optional<std::vector<RankPid>>> placed = place_remote(r, ls);
+        if (placed.ok() && !placed->has_value()) return absl::OkStatus();  // waits for agents
+        if (placed.ok()) {
+            ranks = std::move(**placed);
+        } else {
+            ranks = placed.status();
+        }
+    } else {
+        ranks = launcher->launch(ls);
+    }
     if (!ranks.ok()) {
         const std::string msg(ranks.status().message());
         c.set_state(Job::FAILED, "RANK_EXITED", msg);
@@ -260,14 +274,18 @@ absl::Status JobManager::Impl::launch(Record& r) {
     }
     c.next.rank_pids = *ranks;
     if (!c.next.job.has_start_time()) *c.next.job.mutable_start_time() = now_timestamp();
-    const std::map<std::string, std::string> details{{"world_size", std::to_string(ls.world)},
-                                                     {"attempt", std::to_string(ls.attempt)}};
+    std::map<std::string, std::string> details{{"world_size", std::to_string(ls.world)},
+                                               {"attempt", std::to_string(ls.attempt)}};
+    const std::string where = describe_placement(*ranks);
+    if (!where.empty()) details["placement"] = where;
+    const std::string on = where.empty() ? "" : " (" + where + ")";
     if (r.stored.job.state() == Job::QUEUED) {
         c.set_state(Job::PENDING);
-        c.add("ADMITTED", JobEvent::INFO, absl::StrCat(ls.world, " rank(s) started"), details);
+        c.add("ADMITTED", JobEvent::INFO, absl::StrCat(ls.world, " rank(s) started", on), details);
     } else {
         c.add("RECOVERY_STARTED", JobEvent::INFO,
-              absl::StrCat("attempt ", ls.attempt, ": ", ls.world, " rank(s) restarted"), details);
+              absl::StrCat("attempt ", ls.attempt, ": ", ls.world, " rank(s) restarted", on),
+              details);
     }
     r.last_error_reason.clear();  // errors are per attempt
     r.last_error_message.clear();
@@ -277,6 +295,10 @@ absl::Status JobManager::Impl::launch(Record& r) {
     a.exited.assign(ls.world, false);
     a.last_report.assign(ls.world, Clock::now());
     a.alive = ls.world;
+    for (const RankPid& p : a.ranks) {
+        if (!p.agent_id.empty()) a.agent_hosts[p.agent_id] = remote->hostname(p.agent_id);
+    }
+    r.waiting_for.clear();
     r.attempt = std::move(a);
     return commit(r, std::move(c));
 }
@@ -287,18 +309,19 @@ void JobManager::Impl::fault(Record& r, Change& c, const std::string& kind, int 
     a.ending = Ending::kFault;
     c.set_state(Job::RECOVERING, kind, why);
     c.add("FAULT_DETECTED", JobEvent::ERROR, why, {{"kind", kind}, {"rank", std::to_string(rank)}});
-    if (kind == "HEARTBEAT_LOST") {
-        launcher->kill_now(a.ranks);  // a silent rank may be hung: no grace
-    } else {
-        launcher->terminate(a.ranks, opt.rank_term_grace);
-    }
+    // A silent rank may be hung, and a lost agent's peers wait on it: no grace.
+    const bool now = kind == "HEARTBEAT_LOST" || kind == "AGENT_LOST";
+    terminate_ranks(r, now ? std::chrono::milliseconds(0) : opt.rank_term_grace);
 }
 
 void JobManager::Impl::on_rank_exit(const RankExit& e) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = jobs.find(e.job_id);
     if (it == jobs.end() || !it->second.attempt || it->second.attempt->number != e.attempt) return;
-    Record& r = it->second;
+    rank_exited(it->second, e);
+}
+
+void JobManager::Impl::rank_exited(Record& r, const RankExit& e) {
     Attempt& a = *r.attempt;
     if (e.rank < 0 || e.rank >= static_cast<int>(a.exited.size()) || a.exited[e.rank]) return;
     a.exited[e.rank] = true;
@@ -310,7 +333,7 @@ void JobManager::Impl::on_rank_exit(const RankExit& e) {
             a.ending = Ending::kSucceeded;  // the other ranks finish by themselves
         } else if (e.exit_code == 2) {
             a.ending = Ending::kInvalid;
-            launcher->terminate(a.ranks, opt.rank_term_grace);
+            terminate_ranks(r, opt.rank_term_grace);
         } else {
             Change c(r.stored);
             // A rank that said why it failed: its reason and words are the job's error.
@@ -377,9 +400,14 @@ void JobManager::Impl::check_heartbeats() {
             continue;  // already being killed with escalation
         }
         for (size_t i = 0; i < a.exited.size(); ++i) {
-            if (a.exited[i] || now - a.last_report[i] <= opt.heartbeat_timeout) continue;
+            // A rank on a node agent gets a second more, so that a lost agent (whose ranks all
+            // fall silent with it) is found by check_agents and said as such.
+            const auto timeout = opt.heartbeat_timeout + (a.ranks[i].agent_id.empty()
+                                                              ? std::chrono::milliseconds(0)
+                                                              : std::chrono::milliseconds(1000));
+            if (a.exited[i] || now - a.last_report[i] <= timeout) continue;
             if (a.ending != Ending::kNone) {
-                launcher->kill_now(a.ranks);  // ends as PAUSED/QUEUED from the last checkpoint
+                terminate_ranks(r, {});  // ends as PAUSED/QUEUED from the last checkpoint
                 break;
             }
             const auto secs = std::chrono::duration<double>(now - a.last_report[i]).count();
@@ -423,7 +451,7 @@ void JobManager::Impl::shutdown(std::chrono::milliseconds grace) {
         attempts_cv.wait_for(lock, grace, none_left);
         if (!none_left()) {
             for (auto& [id, r] : jobs) {
-                if (r.attempt) launcher->kill_now(r.attempt->ranks);
+                if (r.attempt) terminate_ranks(r, {});
             }
             attempts_cv.wait_for(lock, std::chrono::seconds(5), none_left);
         }

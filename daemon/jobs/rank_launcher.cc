@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 // SIGPIPE); a rank must start with all of them at their defaults and unblocked.
 constexpr int kResetSignals[] = {SIGTERM, SIGINT, SIGPIPE, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
-absl::StatusOr<pid_t> spawn_one(const LaunchSpec& spec, int rank) {
-    const std::vector<std::string> args = rank_argv(spec, rank);
+absl::StatusOr<pid_t> spawn_one(const LaunchSpec& spec, int rank, int local_rank) {
+    const std::vector<std::string> args = rank_argv(spec, rank, local_rank);
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -70,7 +70,7 @@ void signal_group(pid_t pid, int sig) {
 
 }  // namespace
 
-std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank) {
+std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank, int local_rank) {
     std::vector<std::string> argv{spec.executable, "rank",
                                   "--supervisor",  spec.supervisor,
                                   "--job",         "jobs/" + spec.job_id,
@@ -80,6 +80,8 @@ std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank) {
                                   "--spec",        spec.spec_path};
     for (const std::string& r : spec.read_roots) argv.insert(argv.end(), {"--read-root", r});
     for (const std::string& r : spec.write_roots) argv.insert(argv.end(), {"--write-root", r});
+    if (!spec.address.empty()) argv.insert(argv.end(), {"--address", spec.address});
+    if (local_rank != rank) argv.insert(argv.end(), {"--local-rank", std::to_string(local_rank)});
     return argv;
 }
 
@@ -133,14 +135,19 @@ absl::StatusOr<std::vector<RankPid>> RankLauncher::launch(const LaunchSpec& spec
         return absl::FailedPreconditionError(absl::StrCat(
             "RANK_EXITED: rank executable ", spec.executable, ": ", std::strerror(errno)));
     }
+    std::vector<int> ranks = spec.ranks;
+    if (ranks.empty()) {
+        for (int r = 0; r < spec.world; ++r) ranks.push_back(r);
+    }
     std::vector<RankPid> started;
-    for (int r = 0; r < spec.world; ++r) {
-        absl::StatusOr<pid_t> pid = spawn_one(spec, r);
+    for (size_t local = 0; local < ranks.size(); ++local) {
+        const int r = ranks[local];
+        absl::StatusOr<pid_t> pid = spawn_one(spec, r, static_cast<int>(local));
         if (!pid.ok()) {
             kill_now(started);
             return pid.status();
         }
-        started.push_back({r, *pid, process_start_ticks(*pid)});
+        started.push_back({r, *pid, process_start_ticks(*pid), {}});
         std::lock_guard<std::mutex> lock(mu_);
         Child& child = children_[*pid];
         child.job_id = spec.job_id;

@@ -39,10 +39,14 @@ struct LaunchSpec {
     // The daemon's path roots: a rank opens every job file beneath them (--read-root, and
     // --write-root for outputs).
     std::vector<std::string> read_roots, write_roots;
+    // On a node agent: the global ranks this node runs (empty: 0 .. world-1) and the address its
+    // ranks listen on for their peers (empty: loopback).
+    std::vector<int> ranks;
+    std::string address;
 };
 
-// The exact argv of one rank (argv[0] is the executable).
-std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank);
+// The exact argv of one rank (argv[0] is the executable); `local_rank` is its index on this node.
+std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank, int local_rank);
 
 // /proc/<pid>/stat start time in clock ticks; 0 when the process does not exist.
 uint64_t process_start_ticks(pid_t pid);
@@ -58,7 +62,7 @@ class RankLauncher {
     RankLauncher(const RankLauncher&) = delete;
     RankLauncher& operator=(const RankLauncher&) = delete;
 
-    // Spawns spec.world ranks. On a failure, ranks already spawned are killed.
+    // Spawns spec.ranks (default all spec.world). On a failure, ranks already spawned are killed.
     absl::StatusOr<std::vector<RankPid>> launch(const LaunchSpec& spec);
     // SIGTERM now, SIGKILL after `grace` if still running. Unknown pids are ignored.
     void terminate(const std::vector<RankPid>& ranks, std::chrono::milliseconds grace);

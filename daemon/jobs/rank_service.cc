@@ -46,7 +46,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::StoreGet(grpc::CallbackServerContext*
     return finish(ctx, value.status());
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(RankServiceImpl* service,
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(grpc::Service* service,
                                                                 const std::string& socket_path) {
     if (socket_path.size() > 107) {
         return absl::InvalidArgumentError(absl::StrCat(

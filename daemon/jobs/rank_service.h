@@ -31,9 +31,9 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
     JobManager* manager_;
 };
 
-// Starts a server for `service` on the unix socket at `socket_path` (a stale socket file is
-// replaced). The socket path must fit sockaddr_un (107 bytes).
-absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(RankServiceImpl* service,
+// Starts a server for `service` (the supervisor's, or a node agent's relay) on the unix socket at
+// `socket_path` (a stale socket file is replaced). The path must fit sockaddr_un (107 bytes).
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(grpc::Service* service,
                                                                 const std::string& socket_path);
 
 }  // namespace deltatune::daemon

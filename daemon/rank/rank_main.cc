@@ -36,7 +36,9 @@ using Clock = std::chrono::steady_clock;
 
 struct RankArgs {
     std::string supervisor, job, spec;
+    std::string address;  // where this rank listens for its peers (a node agent's address)
     int attempt = 0, rank = 0, world = 1;
+    int local_rank = 0;  // index on this node: the GPU it takes
     SandboxRoots roots;  // --read-root / --write-root, repeated: the daemon's path roots
 };
 
@@ -55,6 +57,8 @@ bool parse_args(int argc, char** argv, RankArgs& a) {
     a.attempt = kv.count("--attempt") ? std::atoi(kv["--attempt"].c_str()) : 0;
     a.rank = kv.count("--rank") ? std::atoi(kv["--rank"].c_str()) : 0;
     a.world = kv.count("--world") ? std::atoi(kv["--world"].c_str()) : 1;
+    a.local_rank = kv.count("--local-rank") ? std::atoi(kv["--local-rank"].c_str()) : a.rank;
+    if (kv.count("--address")) a.address = kv["--address"];
     return true;
 }
 
@@ -301,9 +305,9 @@ int rank_main(int argc, char** argv) {
     // attempt, so a relaunch never reads a dead attempt's addresses): no shared filesystem.
     std::unique_ptr<Communicator> comm;
     if (config.ok() && spec.resources().gpus() > 0) {
-        // One GPU per rank: rank R on the R-th device the daemon sees (CUDA_VISIBLE_DEVICES).
+        // One GPU per rank: local rank R on the R-th device its node sees (CUDA_VISIBLE_DEVICES).
         config->gpu.enabled = true;
-        config->gpu.device = args.rank;
+        config->gpu.device = args.local_rank;
         config->gpu.rank = args.rank;
         config->gpu.world_size = args.world;
         config->gpu.store = std::make_shared<SupervisorStore>(args);
@@ -312,6 +316,7 @@ int rank_main(int argc, char** argv) {
         gloo.rank = args.rank;
         gloo.world_size = args.world;
         gloo.store = std::make_shared<SupervisorStore>(args);
+        if (!args.address.empty()) gloo.host = args.address;
         auto made = make_gloo_communicator(gloo);
         if (made.ok()) {
             comm = std::move(*made);

@@ -97,6 +97,7 @@ std::string encode_pids(const std::vector<RankPid>& pids) {
     std::string out;
     for (const RankPid& p : pids) {
         absl::StrAppend(&out, out.empty() ? "" : ";", p.rank, ":", p.pid, ":", p.start_ticks);
+        if (!p.agent_id.empty()) absl::StrAppend(&out, ":", p.agent_id);
     }
     return out;
 }
@@ -106,8 +107,11 @@ std::vector<RankPid> decode_pids(const std::string& s) {
     for (absl::string_view item : absl::StrSplit(s, ';', absl::SkipEmpty())) {
         RankPid p;
         unsigned long long ticks = 0;
-        if (std::sscanf(std::string(item).c_str(), "%d:%d:%llu", &p.rank, &p.pid, &ticks) == 3) {
+        const std::string text(item);
+        if (std::sscanf(text.c_str(), "%d:%d:%llu", &p.rank, &p.pid, &ticks) == 3) {
             p.start_ticks = ticks;
+            const std::vector<std::string> parts = absl::StrSplit(text, ':');
+            if (parts.size() == 4) p.agent_id = parts[3];
             out.push_back(p);
         }
     }

@@ -25,6 +25,9 @@ struct RankPid {
     int rank = 0;
     pid_t pid = 0;
     uint64_t start_ticks = 0;
+    // Set for a rank a node agent runs: pid and start_ticks are then 0 and the rank is stopped
+    // through the agent, never by a local signal.
+    std::string agent_id;
 };
 
 struct StoredJob {

@@ -18,7 +18,7 @@ StoredJob job_row(const std::string& id, int64_t seq, const std::string& request
     j.job.set_state(v1::Job::QUEUED);
     j.job.set_request_id(request_id);
     j.job.mutable_spec()->set_model("m");
-    j.rank_pids = {{0, 1234, 99}, {1, 1235, 100}};
+    j.rank_pids = {{0, 1234, 99, {}}, {1, 1235, 100, {}}, {2, 0, 0, "agent-0f3a"}};
     return j;
 }
 
@@ -58,9 +58,11 @@ TEST_CASE("job store round trip, request_id uniqueness and cascading deletes", "
     CHECK(a.job.state() == v1::Job::RUNNING);
     CHECK(a.job.spec().model() == "m");
     CHECK(a.last_sequence == 3);
-    REQUIRE(a.rank_pids.size() == 2);
+    REQUIRE(a.rank_pids.size() == 3);
     CHECK(a.rank_pids[1].pid == 1235);
     CHECK(a.rank_pids[1].start_ticks == 100);
+    CHECK(a.rank_pids[1].agent_id.empty());
+    CHECK(a.rank_pids[2].agent_id == "agent-0f3a");  // a rank a node agent runs
     auto events = (*store)->events("a", 1, 10);
     REQUIRE(events.ok());
     REQUIRE(events->size() == 2);  // the upsert kept the earlier events

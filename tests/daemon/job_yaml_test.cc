@@ -270,6 +270,16 @@ TEST_CASE("cross-field rules quote the values", "[daemon][yaml]") {
     CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
                Catch::Contains("resources.cpu_ranks (1) applies only when resources.gpus is 0"));
     spec.mutable_resources()->set_cpu_ranks(0);
+    spec.mutable_resources()->set_nodes(4);  // 2 GPUs cannot be spread evenly over 4 nodes
+    CHECK(message(validate_job_spec(spec, InputLimits{})) ==
+          "INVALID_CONFIG: resources.gpus (2) must be a multiple of resources.nodes (4): every "
+          "node runs the same number of ranks");
+    spec.mutable_resources()->set_nodes(65);
+    CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
+               Catch::Contains("resources.nodes (65) must be in [0, 64]"));
+    spec.mutable_resources()->set_nodes(2);
+    CHECK(validate_job_spec(spec, InputLimits{}).ok());
+    spec.mutable_resources()->set_nodes(0);
     spec.set_eval_every_n_steps(10);
     CHECK_THAT(message(validate_job_spec(spec, InputLimits{})),
                Catch::Contains("eval_every_n_steps (10) needs data.eval_files"));

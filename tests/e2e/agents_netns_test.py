@@ -5,52 +5,18 @@ removed at the end), so the supervisor sees them as separate machines. Registrat
 bridge, a cut link (the agent's veth taken down) turning the agent LOST within the heartbeat
 timeout, and the agent registered again once the link is back. Exits 77 (skipped) where network
 namespaces cannot be made (no root or no CAP_NET_ADMIN)."""
-import os
 import subprocess
 import sys
 import time
 
 from harness import DELTATUNED, Daemon, check, run_tests
+from netns import Network
 
-TAG = str(os.getpid() % 100000)
-BRIDGE, NET = f"dtbr{TAG}", "10.213.0"
-NAMESPACES = [f"dt{TAG}a{i}" for i in range(3)]
-VETHS = [f"dtv{TAG}{i}" for i in range(3)]
+NET = Network(3, "10.213.0")
+NAMESPACES = NET.namespaces
 
-
-def ip(*args, ns=None):
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    return subprocess.run(cmd, capture_output=True, text=True)
-
-
-def make_network():
-    """A bridge at NET.1 and one namespace per agent at NET.(10 + i), each with a veth into it."""
-    if ip("link", "add", BRIDGE, "type", "bridge").returncode != 0:
-        return False
-    ip("addr", "add", f"{NET}.1/24", "dev", BRIDGE)
-    ip("link", "set", BRIDGE, "up")
-    for i, (ns, veth) in enumerate(zip(NAMESPACES, VETHS)):
-        for args in (["netns", "add", ns], ["link", "add", veth, "type", "veth", "peer", "name",
-                                             "eth0", "netns", ns],
-                     ["link", "set", veth, "master", BRIDGE], ["link", "set", veth, "up"]):
-            r = ip(*args)
-            if r.returncode != 0:
-                raise RuntimeError(f"ip {' '.join(args)}: {r.stderr}")
-        ip("addr", "add", f"{NET}.{10 + i}/24", "dev", "eth0", ns=ns)
-        ip("link", "set", "eth0", "up", ns=ns)
-        ip("link", "set", "lo", "up", ns=ns)
-    return True
-
-
-def remove_network():
-    for ns, veth in zip(NAMESPACES, VETHS):
-        ip("link", "del", veth)
-        ip("netns", "del", ns)
-    ip("link", "del", BRIDGE)
-
-
-if not make_network():
-    remove_network()
+if not NET.make():
+    NET.remove()
     print("SKIP: cannot create network namespaces here (needs CAP_NET_ADMIN)")
     sys.exit(77)
 
@@ -65,11 +31,12 @@ AGENTS = []
 
 def test_agents_register_over_the_bridge():
     D.start()
-    for i, ns in enumerate(NAMESPACES):
+    for i in range(len(NAMESPACES)):
         AGENTS.append(subprocess.Popen(
-            ["ip", "netns", "exec", ns, DELTATUNED, "agent", "--supervisor", f"{NET}.1:{D.port}",
-             "--token-file", TOKEN, "--hostname", f"node-{i}", "--address", f"{NET}.{10 + i}",
-             "--cpu-ranks", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            NET.run_in(i, [DELTATUNED, "agent", "--supervisor",
+                           f"{NET.supervisor_address()}:{D.port}", "--token-file", TOKEN,
+                           "--hostname", f"node-{i}", "--address", NET.address(i),
+                           "--cpu-ranks", "1", "--state-dir", D.path(f"agent-{i}")]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
     # Inside a namespace the supervisor is not on loopback: the bridge carried the registrations.
     probe = ("import socket, sys\n"
@@ -82,11 +49,11 @@ def test_agents_register_over_the_bridge():
 
 def test_cut_link_is_lost_and_heals():
     t0 = time.time()
-    ip("link", "set", VETHS[1], "down")
+    NET.cut(1)
     lost = D.wait_agent_counts({"ALIVE": 2, "LOST": 1})
     print(f"  node-1 LOST {lost - t0:.1f} s after its link was cut (heartbeat timeout 3 s)")
     t1 = time.time()
-    ip("link", "set", VETHS[1], "up")
+    NET.heal(1)
     back = D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
     print(f"  node-1 ALIVE again {back - t1:.1f} s after the link came back")
 
@@ -103,4 +70,4 @@ finally:
             p.terminate()
             p.wait(timeout=10)
     D.stop()
-    remove_network()
+    NET.remove()

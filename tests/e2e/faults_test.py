@@ -33,15 +33,6 @@ def job_id(name):
     return name.split("/")[1]
 
 
-def step_records(name):
-    """step -> set of (loss, digest) reported (a resumed run reports some steps twice)."""
-    out = {}
-    for e in C.events(name, type_="STEP_METRICS"):
-        out.setdefault(int(e.metrics["step"]), set()).add(
-            (e.metrics["loss"], e.metrics["batch_digest"]))
-    return out
-
-
 REFERENCE = {}
 
 
@@ -49,14 +40,14 @@ def reference():
     if not REFERENCE:
         name = C.create(C.spec(output="reference", max_steps=STEPS, every=4)).name
         C.wait_state(name, "SUCCEEDED", timeout=300)
-        REFERENCE.update({s: r.pop() for s, r in step_records(name).items()})
+        REFERENCE.update({s: r.pop() for s, r in C.step_records(name).items()})
         check(sorted(REFERENCE) == list(range(1, STEPS + 1)), f"reference steps {sorted(REFERENCE)}")
     return REFERENCE
 
 
 def check_matches_reference(name):
     ref = reference()
-    got = step_records(name)
+    got = C.step_records(name)
     check(sorted(got) == sorted(ref), f"steps reported {sorted(got)}")
     for step, records in got.items():
         check(records == {ref[step]}, f"step {step}: {records} != reference {ref[step]}")
@@ -177,7 +168,7 @@ def two_rank_spec(output):
 def test_two_rank_job_recovers_from_a_killed_and_a_silent_rank():
     ref = C.create(two_rank_spec("two-ref")).name
     C.wait_state(ref, "SUCCEEDED", timeout=300)
-    REFERENCE2.update({s: r.pop() for s, r in step_records(ref).items()})
+    REFERENCE2.update({s: r.pop() for s, r in C.step_records(ref).items()})
     check(sorted(REFERENCE2) == list(range(1, STEPS + 1)), f"2-rank steps {sorted(REFERENCE2)}")
     for how in (signal.SIGKILL, signal.SIGSTOP):
         name = C.create(two_rank_spec(f"two-{how.name}")).name
@@ -193,7 +184,7 @@ def test_two_rank_job_recovers_from_a_killed_and_a_silent_rank():
         C.wait_state(name, "SUCCEEDED", timeout=300)
         kinds = [e.details["kind"] for e in C.events(name) if e.type == "FAULT_DETECTED"]
         check(kinds, f"{how.name}: no FAULT_DETECTED")
-        got = step_records(name)
+        got = C.step_records(name)
         check(sorted(got) == sorted(REFERENCE2), f"{how.name}: steps {sorted(got)}")
         for step, records in got.items():
             check(records == {REFERENCE2[step]}, f"{how.name}: step {step} {records}")

@@ -29,7 +29,7 @@ def load_stubs(out_dir):
     proto_root = os.path.join(SOURCE, "proto")
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     files = [os.path.join(proto_root, "deltatune", "v1", f)
-             for f in ("job.proto", "service.proto")]
+             for f in ("job.proto", "service.proto", "rank.proto", "agent.proto")]
     files.append(os.path.join(proto_root, "google", "rpc", "status.proto"))
     rc = protoc.main(["protoc", f"-I{proto_root}", f"-I{include}", f"--python_out={out_dir}",
                       f"--grpc_python_out={out_dir}"] + files)
@@ -164,12 +164,39 @@ scheduler:
         return pids
 
 
+def bearer_channel(channel, token):
+    """`channel` with `authorization: Bearer <token>` on every call."""
+    import collections
+    import grpc
+
+    class Details(collections.namedtuple("Details", ("method", "timeout", "metadata", "credentials",
+                                                     "wait_for_ready", "compression")),
+                  grpc.ClientCallDetails):
+        pass
+
+    class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+        def _add(self, d):
+            md = list(d.metadata or []) + [("authorization", f"Bearer {token}")]
+            return Details(d.method, d.timeout, md, d.credentials, d.wait_for_ready,
+                           d.compression)
+
+        def intercept_unary_unary(self, continuation, details, request):
+            return continuation(self._add(details), request)
+
+        def intercept_unary_stream(self, continuation, details, request):
+            return continuation(self._add(details), request)
+
+    return grpc.intercept_channel(channel, Bearer())
+
+
 class Client:
-    def __init__(self, port, stubs):
+    def __init__(self, port, stubs, token=None):
         import grpc
         self.grpc = grpc
         self.job_pb2, self.service_pb2, service_pb2_grpc = stubs
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        if token:
+            self.channel = bearer_channel(self.channel, token)
         self.stub = service_pb2_grpc.FineTuningServiceStub(self.channel)
 
     def spec(self, model="tiny", train="train.jsonl", output="out", max_steps=12, every=3,
@@ -221,6 +248,14 @@ class Client:
             token = r.next_page_token
             if not token:
                 return out
+
+    def step_records(self, name):
+        """step -> set of (loss, batch digest) reported (a resumed run repeats some steps)."""
+        out = {}
+        for e in self.events(name, type_="STEP_METRICS"):
+            out.setdefault(int(e.metrics["step"]), set()).add(
+                (e.metrics["loss"], e.metrics["batch_digest"]))
+        return out
 
     def step_losses(self, name):
         """step -> every loss reported for it (a resumed run repeats steps after its checkpoint)."""

@@ -60,6 +60,19 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
         cp.set_manifest_sha256(details["sha256"]);
         c.next.job.set_latest_checkpoint(details["path"]);
     }
+    // Ranks on a node agent outlive a supervisor crash for a while and may checkpoint steps
+    // whose reports were lost with it: say so rather than leave a silent gap in the metrics.
+    // (Last: adding an event moves `e`.)
+    const int64_t reported = r.stored.job.progress().step();
+    const int64_t resumed = e.type() == "RESUMED" ? event_number(e, "step") : 0;
+    if (resumed > reported && rank == 0) {
+        c.add("STEPS_UNREPORTED", JobEvent::WARNING,
+              absl::StrCat("steps ", reported + 1, "-", resumed,
+                           " ran while the supervisor could not be reached: their metrics were "
+                           "not received; the checkpoint at step ",
+                           resumed, " holds their training"),
+              {{"from_step", std::to_string(reported + 1)}, {"to_step", std::to_string(resumed)}});
+    }
 }
 
 v1::RankDirective directive(v1::RankDirective::Action action) {

@@ -13,6 +13,10 @@ PACKAGES=(
   chromium  # the dashboard test: headless Chromium renders /ui
 )
 
+# kubectl renders the Kubernetes kustomize base in the deploy test; a kubectl already installed
+# (from any package) is kept.
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

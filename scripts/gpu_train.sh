@@ -25,18 +25,8 @@ D=/tmp/gpu-train; rm -rf "$D"; mkdir -p "$D"/{models,data,outputs,state}
 timeout 300 "$B/bin/runtime_tests" "[train],[dist]" 2>&1 | grep -E "GPU|resume|empty|passed|failed|FAILED|skipped|with expansion" | head -40
 
 echo "== the $JOB job with resources.gpus: $N through deltatuned"
-"$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
-tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
-cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
-python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
-python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
-sed -e "s/^seed: 0/seed: 0\nresources:\n  gpus: $N/" -e 's/max_steps: 40/max_steps: 120/' "configs/jobs/$JOB.yaml" > "$D/job.yaml"
-# The demo model is tiny (head dims 32 and 16): some ops have no fused kernel for it. Strict mode
-# (the default) would refuse the job; the job names those ops, as `deltatune kernels` lists them.
-allow=$("$BIN/deltatune" kernels --model "$D/models/demo-tiny" | awk '$2 == "simple" {print $1}' | paste -sd, -)
-echo "non-fused ops allowed for the tiny model: $allow"
-printf 'kernels:\n  allow_non_fused: [%s]\n' "$allow" >> "$D/job.yaml"
 source scripts/lib/daemon.sh
+prepare_demo_job "$D" "$BIN" "$JOB" "{gpus: $N}"
 start_daemon "$D" 7071 9091 "$BIN" || exit 1
 echo "-- strict mode: the same job without kernels.allow_non_fused is refused at validation"
 grep -v "allow_non_fused\|^kernels:" "$D/job.yaml" > "$D/strict.yaml"

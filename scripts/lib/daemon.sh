@@ -25,3 +25,22 @@ YAML
   done
   echo "deltatuned did not answer on $port"; return 1
 }
+
+# prepare_demo_job DIR BIN JOB RESOURCES: the demo model (with the Qwen3 tokenizer), the
+# arithmetic data and DIR/job.yaml (configs/jobs/JOB.yaml, 120 steps, the YAML RESOURCES line
+# appended, and the ops the tiny model has no fused kernel for allowed by name: strict mode would
+# refuse the job, and `deltatune kernels` lists them).
+prepare_demo_job() {
+  local dir=$1 bin=$2 job=$3 resources=$4
+  "$bin/deltatune" init-model --config configs/models/demo-tiny.json --out "$dir/models/demo-tiny" --seed 0 >/dev/null
+  tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$dir" qwen3/tokenizer.json
+  cp "$dir/qwen3/tokenizer.json" "$dir/models/demo-tiny/"
+  python3 scripts/make_demo_dataset.py --out "$dir/data/arithmetic-train.jsonl" --count 2000 --seed 0
+  python3 scripts/make_demo_dataset.py --out "$dir/data/arithmetic-eval.jsonl" --count 64 --seed 1
+  sed -e 's/max_steps: 40/max_steps: 120/' "configs/jobs/$job.yaml" > "$dir/job.yaml"
+  echo "resources: $resources" >> "$dir/job.yaml"
+  local allow
+  allow=$("$bin/deltatune" kernels --model "$dir/models/demo-tiny" | awk '$2 == "simple" {print $1}' | paste -sd, -)
+  echo "non-fused ops allowed for the tiny model: $allow"
+  printf 'kernels:\n  allow_non_fused: [%s]\n' "$allow" >> "$dir/job.yaml"
+}

@@ -50,11 +50,12 @@ class Network:
         ip("link", "del", self.bridge)
 
     def cut(self, i):
-        """Drops node i's link: nothing in or out of its namespace."""
-        ip("link", "set", self.veths[i], "down")
+        """Drops node i's traffic from inside its namespace: its interface goes down, so nothing
+        enters or leaves (the processes in it keep running)."""
+        ip("link", "set", "eth0", "down", ns=self.namespaces[i])
 
     def heal(self, i):
-        ip("link", "set", self.veths[i], "up")
+        ip("link", "set", "eth0", "up", ns=self.namespaces[i])
 
     def run_in(self, i, argv):
         """argv run inside node i's namespace."""

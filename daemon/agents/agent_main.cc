@@ -33,14 +33,16 @@ volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends bet
 
 const char kUsage[] =
     "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
-    "       [--address A] [--cpu-ranks N] [--state-dir D]\n"
+    "       [--address A] [--cpu-ranks N] [--state-dir D] [--drain-seconds S]\n"
     "  registers this machine with a supervisor deltatuned, heartbeats, and runs the ranks it\n"
     "  is given (docs/multinode.md); rank logs and specs go under D\n"
-    "  (default /tmp/deltatune-agent-<hostname>)\n";
+    "  (default /tmp/deltatune-agent-<hostname>). On SIGTERM its jobs checkpoint and move to\n"
+    "  other agents; after S seconds (default 90) ranks still running are killed.\n";
 
 struct AgentArgs {
     std::string supervisor, token_file, hostname, address, state_dir;
     int cpu_ranks = 0;
+    int drain_seconds = 90;
 };
 
 bool parse(int argc, char** argv, AgentArgs* a) {
@@ -61,7 +63,9 @@ bool parse(int argc, char** argv, AgentArgs* a) {
             a->address = v;
         else if (k == "state-dir")
             a->state_dir = v;
-        else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
+        else if (k == "drain-seconds" && absl::SimpleAtoi(v, &a->drain_seconds) &&
+                 a->drain_seconds >= 0) {
+        } else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
         } else {
             return false;
         }
@@ -100,6 +104,7 @@ class Agent {
           stub_(v1::AgentService::NewStub(channel_)),
           state_dir_(args.state_dir.empty() ? "/tmp/deltatune-agent-" + info_.hostname()
                                             : args.state_dir),
+          drain_(std::chrono::seconds(args.drain_seconds)),
           relay_(channel_, token_, [this] { return id(); }) {}
 
     // Registers, then polls (a poll is a heartbeat) until SIGTERM; 1 when the supervisor refuses
@@ -124,9 +129,10 @@ class Agent {
                 sleep_for(std::chrono::seconds(1));
                 continue;
             }
-            poll(ranks);
+            poll(ranks, false);
             sleep_for(std::chrono::milliseconds(200));
         }
+        drain(ranks);
         ranks.kill_all();
         (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
         return refused_ ? 1 : 0;
@@ -149,10 +155,26 @@ class Agent {
         return ctx;
     }
 
+    // Shutting down: the supervisor has the jobs of this agent's ranks checkpoint and move; this
+    // keeps polling (their exits go up) until they are gone or the drain time is over.
+    void drain(AgentRanks& ranks) {
+        if (id().empty() || ranks.idle()) return;
+        std::fprintf(stderr, "deltatuned agent: draining (up to %lld s)\n",
+                     static_cast<long long>(drain_.count()));
+        const auto end = std::chrono::steady_clock::now() + drain_;
+        while (!id().empty() && std::chrono::steady_clock::now() < end) {
+            const bool done = ranks.idle();
+            poll(ranks, true);  // after the last exit, once more to deliver it
+            if (done) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+
     // Exits up, orders down. Terminations first: a relaunch after a fault may follow them.
-    void poll(AgentRanks& ranks) {
+    void poll(AgentRanks& ranks, bool draining) {
         v1::AgentPollRequest req;
         req.set_agent_id(id());
+        req.set_draining(draining);
         std::vector<v1::RemoteRankExit> exits = ranks.take_exits();
         for (const v1::RemoteRankExit& e : exits) *req.add_exits() = e;
         v1::AgentPollResponse resp;
@@ -169,7 +191,13 @@ class Agent {
             return;
         }
         for (const v1::TerminateOrder& t : resp.terminates()) ranks.terminate(t);
-        for (const v1::LaunchOrder& l : resp.launches()) ranks.launch(l);
+        for (const v1::LaunchOrder& l : resp.launches()) {
+            if (draining) {
+                ranks.refuse(l, "the agent is shutting down");  // placed before it knew
+            } else {
+                ranks.launch(l);
+            }
+        }
     }
 
     bool register_once() {
@@ -204,6 +232,7 @@ class Agent {
     std::shared_ptr<grpc::Channel> channel_;
     std::unique_ptr<v1::AgentService::Stub> stub_;
     std::string state_dir_;
+    std::chrono::seconds drain_;
     mutable std::mutex mu_;
     std::string id_;  // guarded by mu_: the relay reads it from gRPC threads
     bool refused_ = false;

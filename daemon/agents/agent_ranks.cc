@@ -34,7 +34,7 @@ AgentRanks::AgentRanks(std::string state_dir, std::string rank_socket, std::stri
 
 void AgentRanks::launch(const v1::LaunchOrder& order) {
     if (!safe_job_id(order.job()) || order.world() < 1 || order.ranks().empty()) {
-        failed_to_start(order, "malformed launch order");
+        refuse(order, "malformed launch order");
         return;
     }
     LaunchSpec ls;
@@ -54,7 +54,7 @@ void AgentRanks::launch(const v1::LaunchOrder& order) {
     absl::Status s = ec ? absl::InternalError(absl::StrCat(ls.attempt_dir, ": ", ec.message()))
                         : write_file_atomic(ls.spec_path, order.spec());
     if (!s.ok()) {
-        failed_to_start(order, std::string(s.message()));
+        refuse(order, std::string(s.message()));
         return;
     }
     // Held across the launch so an exit the reaper sees at once finds the ranks recorded.
@@ -66,14 +66,14 @@ void AgentRanks::launch(const v1::LaunchOrder& order) {
     }
     lock.unlock();
     if (!pids.ok()) {
-        failed_to_start(order, std::string(pids.status().message()));
+        refuse(order, std::string(pids.status().message()));
         return;
     }
     std::fprintf(stderr, "deltatuned agent: jobs/%s attempt %d: started %d rank(s)\n",
                  ls.job_id.c_str(), ls.attempt, static_cast<int>(pids->size()));
 }
 
-void AgentRanks::failed_to_start(const v1::LaunchOrder& order, const std::string& why) {
+void AgentRanks::refuse(const v1::LaunchOrder& order, const std::string& why) {
     std::fprintf(stderr, "deltatuned agent: jobs/%s attempt %d: %s\n", order.job().c_str(),
                  order.attempt(), why.c_str());
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,6 +105,11 @@ void AgentRanks::kill_all() {
         exits_.clear();  // for attempts the supervisor no longer knows
     }
     launcher_.kill_now(pids);
+}
+
+bool AgentRanks::idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_.empty();
 }
 
 void AgentRanks::exited(const RankExit& e) {

@@ -23,8 +23,11 @@ class AgentRanks {
 
     // Starts the order's ranks. One that cannot start is reported as exited with code 127.
     void launch(const v1::LaunchOrder& order);
+    // Reports the order's ranks as exited with code 127 without starting them.
+    void refuse(const v1::LaunchOrder& order, const std::string& why);
     void terminate(const v1::TerminateOrder& order);
     void kill_all();  // the supervisor no longer knows this agent: its ranks are orphans
+    bool idle();      // no rank running
     // Exits since the last call; give back what a failed poll did not deliver.
     std::vector<v1::RemoteRankExit> take_exits();
     void give_back(std::vector<v1::RemoteRankExit> exits);
@@ -32,7 +35,6 @@ class AgentRanks {
   private:
     using AttemptKey = std::pair<std::string, int>;  // (job id, attempt)
     void exited(const RankExit& e);
-    void failed_to_start(const v1::LaunchOrder& order, const std::string& why);
 
     std::string state_dir_, rank_socket_, address_, executable_;
     std::mutex mu_;

@@ -22,7 +22,7 @@ absl::StatusOr<v1::RegisterAgentResponse> AgentRegistry::register_agent(const v1
     for (auto it = agents_.begin(); it != agents_.end();) {  // one entry per host
         it = it->second.info.hostname() == info.hostname() ? agents_.erase(it) : std::next(it);
     }
-    agents_[out.agent_id()] = Entry{info, Clock::now(), {}};
+    agents_[out.agent_id()] = Entry{info, Clock::now(), {}, false};
     return out;
 }
 
@@ -45,15 +45,18 @@ std::vector<v1::Agent> AgentRegistry::list() const {
         const auto silent = now - e.last_beat;
         a.set_seconds_since_heartbeat(std::chrono::duration<double>(silent).count());
         a.set_state(silent > timeout_ ? v1::Agent::LOST : v1::Agent::ALIVE);
+        a.set_draining(e.draining);
     }
     return out;
 }
 
-std::optional<v1::AgentPollResponse> AgentRegistry::poll(const std::string& agent_id) {
+std::optional<v1::AgentPollResponse> AgentRegistry::poll(const std::string& agent_id,
+                                                         bool draining) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = agents_.find(agent_id);
     if (it == agents_.end()) return std::nullopt;
     it->second.last_beat = Clock::now();
+    it->second.draining = it->second.draining || draining;
     v1::AgentPollResponse out;
     out.Swap(&it->second.orders);
     return out;
@@ -64,7 +67,7 @@ std::vector<AgentOffer> AgentRegistry::alive_agents() const {
     std::vector<AgentOffer> out;
     const auto now = Clock::now();
     for (const auto& [id, e] : agents_) {
-        if (now - e.last_beat > timeout_) continue;
+        if (now - e.last_beat > timeout_ || e.draining) continue;
         out.push_back({id, e.info.hostname(), e.info.gpus_size(), e.info.cpu_ranks()});
     }
     std::sort(out.begin(), out.end(),
@@ -76,6 +79,12 @@ bool AgentRegistry::is_alive(const std::string& agent_id) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = agents_.find(agent_id);
     return it != agents_.end() && Clock::now() - it->second.last_beat <= timeout_;
+}
+
+bool AgentRegistry::is_draining(const std::string& agent_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = agents_.find(agent_id);
+    return it != agents_.end() && it->second.draining;
 }
 
 std::string AgentRegistry::hostname(const std::string& agent_id) const {

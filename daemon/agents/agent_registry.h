@@ -30,11 +30,13 @@ class AgentRegistry final : public RemoteRanks {
     // False for an id the registry does not know (the agent must register again).
     bool heartbeat(const std::string& agent_id);
     std::vector<v1::Agent> list() const;
-    // A poll is a heartbeat that also takes the agent's orders; nullopt for an unknown id.
-    std::optional<v1::AgentPollResponse> poll(const std::string& agent_id);
+    // A poll is a heartbeat that also takes the agent's orders (and says whether it drains);
+    // nullopt for an unknown id.
+    std::optional<v1::AgentPollResponse> poll(const std::string& agent_id, bool draining = false);
 
     std::vector<AgentOffer> alive_agents() const override;
     bool is_alive(const std::string& agent_id) const override;
+    bool is_draining(const std::string& agent_id) const override;
     std::string hostname(const std::string& agent_id) const override;
     void order_launch(const std::string& agent_id, v1::LaunchOrder order) override;
     void order_terminate(const std::string& agent_id, v1::TerminateOrder order) override;
@@ -44,6 +46,7 @@ class AgentRegistry final : public RemoteRanks {
         v1::AgentInfo info;
         Clock::time_point last_beat;
         v1::AgentPollResponse orders;  // until the next poll
+        bool draining = false;
     };
     std::chrono::milliseconds interval_, timeout_;
     mutable std::mutex mu_;

@@ -53,7 +53,8 @@ grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContex
     for (const v1::RemoteRankExit& e : request->exits()) {
         manager_->on_remote_rank_exit(request->agent_id(), e);
     }
-    std::optional<v1::AgentPollResponse> orders = registry_->poll(request->agent_id());
+    std::optional<v1::AgentPollResponse> orders =
+        registry_->poll(request->agent_id(), request->draining());
     if (orders) {
         *response = std::move(*orders);
     } else {

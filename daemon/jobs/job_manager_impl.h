@@ -14,7 +14,8 @@ namespace deltatune::daemon {
 using Clock = std::chrono::steady_clock;
 
 // Why the current attempt is ending; decides the state once its last rank has exited.
-enum class Ending { kNone, kSucceeded, kCancel, kPause, kShutdown, kFault, kInvalid };
+// kDrain: a node agent of the attempt is shutting down; the job checkpoints and moves.
+enum class Ending { kNone, kSucceeded, kCancel, kPause, kShutdown, kDrain, kFault, kInvalid };
 
 struct Attempt {
     int number = 0;

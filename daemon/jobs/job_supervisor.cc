@@ -352,8 +352,8 @@ void JobManager::Impl::finish_attempt(Record& r) {
     r.attempt.reset();
     Change c(r.stored);
     c.next.rank_pids.clear();
-    const bool wound_down =
-        a.ending == Ending::kCancel || a.ending == Ending::kPause || a.ending == Ending::kShutdown;
+    const bool wound_down = a.ending == Ending::kCancel || a.ending == Ending::kPause ||
+                            a.ending == Ending::kShutdown || a.ending == Ending::kDrain;
     Job& j = c.next.job;
     if (!a.export_path.empty() && (a.ending == Ending::kSucceeded || (wound_down && a.all_zero))) {
         j.set_result_model(a.export_path);
@@ -370,6 +370,15 @@ void JobManager::Impl::finish_attempt(Record& r) {
         c.set_state(Job::QUEUED);
         c.add("QUEUED", JobEvent::WARNING, "daemon shutting down; resumes after restart",
               {{"reason", "DAEMON_SHUTDOWN"}});
+    } else if (a.ending == Ending::kDrain) {
+        // Not a fault: the job moves off a machine that is being taken away.
+        j.set_attempt(j.attempt() + 1);
+        const std::string from =
+            a.all_zero ? "its checkpoint " + j.latest_checkpoint()
+                       : "its last checkpoint (a rank failed while its agent drained)";
+        c.set_state(Job::RECOVERING, "AGENT_DRAINING", "moving off a draining node agent");
+        c.add("RELOCATING", JobEvent::INFO, "moving to other node agents; resumes from " + from,
+              {{"reason", "AGENT_DRAINING"}});
     } else if (a.ending == Ending::kInvalid) {
         const std::string reason =
             r.last_error_reason.empty() ? "INVALID_CONFIG" : r.last_error_reason;
@@ -396,7 +405,7 @@ void JobManager::Impl::check_heartbeats() {
         if (!r.attempt) continue;
         Attempt& a = *r.attempt;
         if (a.ending != Ending::kNone && a.ending != Ending::kPause &&
-            a.ending != Ending::kShutdown) {
+            a.ending != Ending::kShutdown && a.ending != Ending::kDrain) {
             continue;  // already being killed with escalation
         }
         for (size_t i = 0; i < a.exited.size(); ++i) {

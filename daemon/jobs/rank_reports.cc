@@ -92,6 +92,7 @@ v1::RankDirective::Action JobManager::Impl::action_for(Ending ending) const {
             return v1::RankDirective::CONTINUE;
         case Ending::kPause:
         case Ending::kShutdown:
+        case Ending::kDrain:
             return v1::RankDirective::CHECKPOINT_AND_EXIT;
         default:
             return v1::RankDirective::EXIT_NOW;

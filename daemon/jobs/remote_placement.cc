@@ -17,6 +17,25 @@ bool uses_gpus(const Record& r) {
     return r.stored.job.spec().resources().gpus() > 0;
 }
 
+// A running attempt with ranks on a draining agent checkpoints (its ranks are told
+// CHECKPOINT_AND_EXIT) and is then placed again elsewhere (finish_attempt, kDrain).
+void drain_if_agent_leaves(JobManager::Impl& m, Record& r) {
+    Attempt& a = *r.attempt;
+    if (a.ending != Ending::kNone) return;
+    for (size_t i = 0; i < a.ranks.size(); ++i) {
+        const std::string& agent = a.ranks[i].agent_id;
+        if (a.exited[i] || agent.empty() || !m.remote->is_draining(agent)) continue;
+        a.ending = Ending::kDrain;
+        Change c(r.stored);
+        c.add("AGENT_DRAINING", JobEvent::WARNING,
+              absl::StrCat("node agent ", a.agent_hosts[agent],
+                           " is shutting down: checkpointing to move to other agents"),
+              {{"agent", agent}});
+        log_error(m.commit(r, std::move(c)));
+        return;
+    }
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<std::vector<RankPid>>> JobManager::Impl::place_remote(
@@ -119,6 +138,7 @@ void JobManager::Impl::check_agents() {
     if (remote == nullptr) return;
     for (auto& [id, r] : jobs) {
         if (!r.attempt) continue;
+        drain_if_agent_leaves(*this, r);
         Attempt& a = *r.attempt;
         std::set<std::string> lost;
         for (size_t i = 0; i < a.ranks.size(); ++i) {

@@ -20,10 +20,12 @@ struct AgentOffer {
 class RemoteRanks {
   public:
     virtual ~RemoteRanks() = default;
-    // Agents heartbeating now, sorted by hostname (placement is deterministic).
+    // Agents heartbeating now and not draining, sorted by hostname (placement is deterministic).
     virtual std::vector<AgentOffer> alive_agents() const = 0;
     // False once the agent is LOST or has registered again under a new id.
     virtual bool is_alive(const std::string& agent_id) const = 0;
+    // The agent is shutting down: the jobs it runs ranks for should checkpoint and move.
+    virtual bool is_draining(const std::string& agent_id) const = 0;
     virtual std::string hostname(const std::string& agent_id) const = 0;  // "" when unknown
     virtual void order_launch(const std::string& agent_id, v1::LaunchOrder order) = 0;
     virtual void order_terminate(const std::string& agent_id, v1::TerminateOrder order) = 0;

@@ -189,5 +189,40 @@ TEST_CASE("an agent that stops heartbeating faults its jobs with AGENT_LOST", "[
     agents.poll(a);
 }
 
+TEST_CASE("a draining agent's job checkpoints and moves, without a fault", "[daemon][agents]") {
+    TempDir dir;
+    TestDaemon d(test_config(dir));
+    AgentRegistry agents(1s, 5s);
+    d.manager().set_remote_ranks(&agents);
+    const auto [a, b, job] = place_two_node_job(d, agents);
+    const std::string c = register_node(agents, "node-c", 2);
+    REQUIRE(agents.poll(b, /*draining=*/true).has_value());
+    const Job told = wait_for(d, job.name(), [&](const Job&) {
+        return !all_events(d, job.name(), "AGENT_DRAINING").empty();
+    });
+    CHECK_THAT(all_events(d, job.name(), "AGENT_DRAINING")[0].message(),
+               Catch::Contains("node agent node-b is shutting down"));
+    v1::RankReport report;
+    report.set_job(job.name());
+    report.set_attempt(0);
+    report.set_rank(3);
+    CHECK(d.manager().on_rank_report(report).action() == v1::RankDirective::CHECKPOINT_AND_EXIT);
+    for (int rank = 0; rank < 4; ++rank) {
+        d.manager().on_remote_rank_exit(rank < 2 ? a : b, exit_of(told, rank, 0));
+    }
+    // Placed again on node-a and node-c (node-b takes nothing new), as attempt 1, no fault.
+    const auto to_c = poll_until(agents, c, has_launch);
+    REQUIRE(to_c.launches_size() == 1);
+    CHECK(to_c.launches(0).attempt() == 1);
+    CHECK(std::vector<int>(to_c.launches(0).ranks().begin(), to_c.launches(0).ranks().end()) ==
+          std::vector<int>{2, 3});
+    const auto to_b = agents.poll(b, true);
+    CHECK(to_b->launches_size() == 0);
+    CHECK(all_events(d, job.name(), "FAULT_DETECTED").empty());
+    CHECK(all_events(d, job.name(), "RELOCATING").size() == 1);
+    const Job moved = wait_for(d, job.name(), [](const Job& j) { return j.attempt() == 1; });
+    CHECK(moved.attempt() == 1);
+}
+
 }  // namespace
 }  // namespace deltatune::daemon::testing

@@ -12,7 +12,7 @@ import time
 from harness import DELTATUNED, Daemon, check, run_tests
 from netns import Network
 
-NET = Network(3, "10.213.0")
+NET = Network(3, 213)
 NAMESPACES = NET.namespaces
 
 if not NET.make():

@@ -10,6 +10,8 @@ between the namespaces, every rank's protocol relayed by its agent.
   - an agent's link cut mid-job: the same, the cut agent LOST within the heartbeat timeout;
   - the supervisor SIGKILLed mid-job and restarted: the agents register again and the job
     resumes on them from its last checkpoint, with the same result;
+  - an agent given SIGTERM (a node drain): the job checkpoints, moves to the other agents without
+    a fault and trains no step twice;
   - agents need the token; a relayed call for a rank the agent does not run is refused.
 Exits 77 (skipped) where network namespaces cannot be made (no root or no CAP_NET_ADMIN)."""
 import hashlib
@@ -24,7 +26,7 @@ from harness import (DELTATUNED, Client, Daemon, bearer_channel, check, load_stu
                      make_tokenized_data, run_tests)
 from netns import Network
 
-NET = Network(3, "10.214.0")
+NET = Network(3, 214)
 if not NET.make():
     NET.remove()
     print("SKIP: cannot create network namespaces here (needs CAP_NET_ADMIN)")
@@ -195,6 +197,32 @@ def test_supervisor_restart_resumes_on_the_agents():
     check_equals_reference(name, unreported)
 
 
+def test_drained_agent_moves_the_job():
+    name = C.create(spec("agent-drained", 2)).name
+    C.wait(name, lambda j: j.progress.step >= 9, what="step 9")
+    victim = placed_agent(name, 1)
+    t0 = time.time()
+    AGENTS[victim].terminate()  # SIGTERM, as a node drain sends
+    rc = AGENTS[victim].wait(timeout=60)
+    gone = time.time() - t0
+    C.wait(name, lambda j: j.state == STUBS[0].Job.RUNNING and j.attempt >= 1, timeout=60,
+           what="running again")
+    moved = time.time() - t0
+    C.wait_state(name, "SUCCEEDED", timeout=300)
+    events = C.events(name)
+    faults = [e.message for e in events if e.type == "FAULT_DETECTED"]
+    check(not faults, f"a drain is not a fault: {faults}")
+    check(any(e.type == "AGENT_DRAINING" for e in events), "no AGENT_DRAINING event")
+    check(rc == 0, f"the drained agent exited {rc}")
+    steps = [int(e.metrics["step"]) for e in events if e.type == "STEP_METRICS"]
+    check(len(steps) == len(set(steps)), f"steps trained twice after the drain: {sorted(steps)}")
+    print(f"  node-{victim} drained (SIGTERM): agent gone {gone:.1f} s, job running elsewhere "
+          f"{moved:.1f} s after the signal; no step trained twice")
+    check_equals_reference(name)
+    start_agent(victim)
+    D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
+
+
 def test_agents_need_the_token():
     wrong = D.path("wrong-token")
     with open(wrong, "w") as f:
@@ -243,6 +271,8 @@ try:
         ("a link cut mid-job: recovered on the others", test_cut_link_recovers_on_the_others),
         ("the supervisor killed and restarted: resumed on the agents",
          test_supervisor_restart_resumes_on_the_agents),
+        ("a drained agent (SIGTERM): the job checkpoints and moves, no fault",
+         test_drained_agent_moves_the_job),
         ("agents need the token; the relay answers only for their own ranks",
          test_agents_need_the_token),
     ])

@@ -11,11 +11,12 @@ def ip(*args, ns=None):
 
 
 class Network:
-    """A bridge at `net`.1 (the supervisor's side) and `nodes` namespaces at `net`.(10 + i)."""
+    """A bridge at NET.1 (the supervisor's side) and `nodes` namespaces at NET.(10 + i), where NET
+    is 10.<from the pid>.<subnet>: concurrent test runs get different networks."""
 
-    def __init__(self, nodes, net):
+    def __init__(self, nodes, subnet):
         tag = str(os.getpid() % 100000)
-        self.net = net
+        self.net = f"10.{100 + os.getpid() % 100}.{subnet}"
         self.bridge = f"dtbr{tag}"
         self.namespaces = [f"dt{tag}n{i}" for i in range(nodes)]
         self.veths = [f"dtv{tag}{i}" for i in range(nodes)]

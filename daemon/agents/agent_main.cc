@@ -33,14 +33,15 @@ volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends bet
 
 const char kUsage[] =
     "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
-    "       [--address A] [--cpu-ranks N] [--state-dir D] [--drain-seconds S]\n"
+    "       [--address A] [--cpu-ranks N] [--state-dir D] [--drain-seconds S] [--ca-file F]\n"
     "  registers this machine with a supervisor deltatuned, heartbeats, and runs the ranks it\n"
     "  is given (docs/multinode.md); rank logs and specs go under D\n"
     "  (default /tmp/deltatune-agent-<hostname>). On SIGTERM its jobs checkpoint and move to\n"
-    "  other agents; after S seconds (default 90) ranks still running are killed.\n";
+    "  other agents; after S seconds (default 90) ranks still running are killed.\n"
+    "  TLS to the supervisor with --ca-file (its CA), $DELTATUNE_CA_FILE or $DELTATUNE_TLS=1.\n";
 
 struct AgentArgs {
-    std::string supervisor, token_file, hostname, address, state_dir;
+    std::string supervisor, token_file, hostname, address, state_dir, ca_file;
     int cpu_ranks = 0;
     int drain_seconds = 90;
 };
@@ -63,6 +64,8 @@ bool parse(int argc, char** argv, AgentArgs* a) {
             a->address = v;
         else if (k == "state-dir")
             a->state_dir = v;
+        else if (k == "ca-file")
+            a->ca_file = v;
         else if (k == "drain-seconds" && absl::SimpleAtoi(v, &a->drain_seconds) &&
                  a->drain_seconds >= 0) {
         } else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
@@ -97,10 +100,11 @@ v1::AgentInfo describe(const AgentArgs& a) {
 
 class Agent {
   public:
-    Agent(const AgentArgs& args, std::string token)
+    Agent(const AgentArgs& args, std::string token,
+          std::shared_ptr<grpc::ChannelCredentials> credentials)
         : info_(describe(args)),
           token_(std::move(token)),
-          channel_(grpc::CreateChannel(args.supervisor, grpc::InsecureChannelCredentials())),
+          channel_(grpc::CreateChannel(args.supervisor, std::move(credentials))),
           stub_(v1::AgentService::NewStub(channel_)),
           state_dir_(args.state_dir.empty() ? "/tmp/deltatune-agent-" + info_.hostname()
                                             : args.state_dir),
@@ -257,9 +261,15 @@ int agent_main(int argc, char** argv) {
         }
         token = tokens->front();
     }
+    auto credentials = client_channel_credentials(args.ca_file, false);
+    if (!credentials.ok()) {
+        std::fprintf(stderr, "deltatuned agent: %s\n",
+                     std::string(credentials.status().message()).c_str());
+        return 2;
+    }
     signal(SIGTERM, [](int) { g_stop = 1; });
     signal(SIGINT, [](int) { g_stop = 1; });
-    return Agent(args, std::move(token)).run();
+    return Agent(args, std::move(token), *std::move(credentials)).run();
 }
 
 }  // namespace deltatune::daemon

@@ -17,25 +17,8 @@ namespace deltatune::cli {
 
 namespace {
 
-// TLS when --tls, --ca-file, $DELTATUNE_TLS=1 or $DELTATUNE_CA_FILE say so: the daemon's
-// certificate checked against the CA file, or the system's roots without one.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Flags& flags) {
-    const char* env_ca = std::getenv("DELTATUNE_CA_FILE");
-    const std::string ca_file = flags.get("ca-file", env_ca ? env_ca : "");
-    const char* env_tls = std::getenv("DELTATUNE_TLS");
-    const bool tls =
-        flags.has("tls") || !ca_file.empty() || (env_tls && std::string(env_tls) == "1");
-    if (!tls) return grpc::InsecureChannelCredentials();
-    grpc::SslCredentialsOptions options;
-    if (!ca_file.empty()) {
-        absl::StatusOr<std::string> pem = read_file(ca_file);
-        if (!pem.ok()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("--ca-file ", ca_file, ": ", pem.status().message()));
-        }
-        options.pem_root_certs = *std::move(pem);
-    }
-    return grpc::SslCredentials(options);
+    return daemon::client_channel_credentials(flags.get("ca-file", ""), flags.has("tls"));
 }
 
 }  // namespace

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
@@ -101,6 +103,25 @@ absl::Status Authenticator::check_header(std::string_view value) const {
     bool ok = false;
     for (const std::string& t : tokens_) ok = same(t, presented) || ok;
     return ok ? absl::OkStatus() : absl::UnauthenticatedError("invalid bearer token");
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> client_channel_credentials(
+    std::string ca_file, bool tls, const std::string& ca_flag) {
+    const char* env_ca = std::getenv("DELTATUNE_CA_FILE");
+    if (ca_file.empty() && env_ca) ca_file = env_ca;
+    const char* env_tls = std::getenv("DELTATUNE_TLS");
+    tls = tls || !ca_file.empty() || (env_tls && std::string(env_tls) == "1");
+    if (!tls) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions options;
+    if (!ca_file.empty()) {
+        absl::StatusOr<std::string> pem = read_file(ca_file);
+        if (!pem.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(ca_flag, " ", ca_file, ": ", pem.status().message()));
+        }
+        options.pem_root_certs = *std::move(pem);
+    }
+    return grpc::SslCredentials(options);
 }
 
 }  // namespace deltatune::daemon

@@ -5,7 +5,10 @@
 // secure (TLS) credentials, and the loopback default is plaintext.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/server_context.h>
+
+#include <memory>
 
 #include <string>
 #include <string_view>
@@ -26,6 +29,13 @@ absl::Status check_token(std::string_view token, std::string_view where);
 // for a bad token or none. Warns on stderr when the file is world-readable.
 absl::StatusOr<std::vector<std::string>> read_token_file(const std::string& path,
                                                          const std::string& where);
+
+// A client's channel credentials (the CLI's, a node agent's): TLS when `tls`, a `ca_file`,
+// $DELTATUNE_TLS=1 or $DELTATUNE_CA_FILE say so, the server's certificate checked against the
+// CA file or else the system's roots; plaintext otherwise. InvalidArgument, naming `ca_flag`, for
+// a CA file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> client_channel_credentials(
+    std::string ca_file, bool tls, const std::string& ca_flag = "--ca-file");
 
 class Authenticator {
   public:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Node agents (docs/multinode.md), the part built so far: `deltatuned agent` processes register
-with a supervisor deltatuned that requires a token, heartbeat, are LOST when killed, register
-again when restarted (one entry per host) and when the supervisor restarts; an agent with a
-wrong token is refused and exits. Observed through the supervisor's deltatune_agents series."""
+"""Node agents registering (docs/multinode.md; jobs on them: multinode_test.py): `deltatuned
+agent` processes register with a supervisor deltatuned that requires a token, heartbeat, are
+LOST when killed, register again when restarted (one entry per host) and when the supervisor
+restarts; an agent with a wrong token is refused and exits; a TLS supervisor is reached with
+its CA file and not in plaintext. Observed through the supervisor's deltatune_agents series."""
 import json
 import re
 import shutil
@@ -12,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import DELTATUNED, Daemon, check, run_tests
+from harness import DELTATUNED, Daemon, check, run_tests, self_signed_cert
 
 D = Daemon(heartbeat_timeout=3)
 TOKEN = D.require_token("agent-secret")
@@ -92,6 +93,37 @@ def test_killed_agent_is_lost_and_comes_back():
     D.wait_agent_counts({"ALIVE": 2, "LOST": 0})  # the host's new entry replaces the lost one
 
 
+def test_agent_over_tls():
+    other = Daemon(heartbeat_timeout=3)
+    token = other.require_token("tls-secret")
+    cert, key = self_signed_cert(other.root)
+    other.enable_tls(cert, key)
+    other.start()
+    base = [DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{other.port}", "--token-file", token,
+            "--hostname", "node-tls", "--state-dir", other.path("agent")]
+    plain = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    secure = None
+    try:
+        time.sleep(2)  # a plaintext agent cannot talk to a TLS supervisor: it keeps trying
+        check(other.agent_counts() == {"ALIVE": 0, "LOST": 0},
+              f"plaintext agent registered: {other.agent_counts()}")
+        plain.terminate()
+        plain.wait(timeout=10)
+        secure = subprocess.Popen(base + ["--ca-file", cert], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        other.wait_agent_counts({"ALIVE": 1, "LOST": 0})
+        missing = subprocess.run(base + ["--ca-file", other.path("none.pem")],
+                                 capture_output=True, text=True, timeout=20)
+        check(missing.returncode == 2 and "--ca-file" in missing.stderr,
+              f"missing CA file: exit {missing.returncode}: {missing.stderr}")
+    finally:
+        for p in (plain, secure):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+        other.stop()
+
+
 def test_supervisor_restart():
     D.stop()
     D.start()
@@ -107,6 +139,7 @@ try:
         ("the dashboard lists the agents", test_dashboard_lists_agents),
         ("an agent with a wrong token is refused and exits", test_wrong_token_refused),
         ("a killed agent turns LOST; restarted, it registers again", test_killed_agent_is_lost_and_comes_back),
+        ("an agent reaches a TLS supervisor with its CA file", test_agent_over_tls),
         ("after a supervisor restart the agents register again", test_supervisor_restart),
     ])
 finally:

@@ -305,13 +305,9 @@ def test_metrics_without_the_token_show_no_jobs():
 
 
 def test_the_cli_talks_to_a_tls_daemon():
-    from harness import CLI, free_port
+    from harness import CLI, free_port, self_signed_cert
     certs = tempfile.mkdtemp(prefix="deltatune-tls-")
-    cert, key = os.path.join(certs, "cert.pem"), os.path.join(certs, "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                    "-out", cert, "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                   check=True, capture_output=True)
+    cert, key = self_signed_cert(certs)
     other = second_daemon(free_port(), free_port(), tls=(cert, key))
     other.start()
     try:

@@ -40,6 +40,16 @@ def load_stubs(out_dir):
     return job_pb2, service_pb2, service_pb2_grpc
 
 
+def self_signed_cert(folder):
+    """(cert, key) PEM files for localhost and 127.0.0.1 made by openssl, valid for a day."""
+    cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,6 +105,11 @@ scheduler:
         with open(self.config, "a") as f:
             f.write(f"auth:\n  token_file: {path}\n")
         return path
+
+    def enable_tls(self, cert, key):
+        """Before start(): the gRPC listener serves TLS with this certificate and key."""
+        with open(self.config, "a") as f:
+            f.write(f"tls:\n  cert_file: {cert}\n  key_file: {key}\n")
 
     def init_model(self, name="tiny", config="configs/models/tiny-a.json", seed=0):
         subprocess.run([CLI, "init-model", "--config", os.path.join(SOURCE, config), "--out",

@@ -430,8 +430,16 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                          ") exceeds the ", gpus_available,
                          " GPU(s) of this daemon (scheduler.gpus, or the visible CUDA devices)"));
     }
-    // Strict kernels: never a slow fallback the user did not ask for.
-    const KernelRegistry registry = kernel_registry_for(machine, &*config);
+    // Strict kernels, judged where the ranks run: here, or on the node agents when this machine
+    // has no GPU (each GPU rank checks its own machine again at start).
+    if (spec.resources().nodes() > 0 && machine.sm_version == 0) return absl::OkStatus();
+    return check_kernels_on(machine, *config, spec);
+}
+
+absl::Status check_kernels_on(const MachineInfo& machine, const Qwen35Config& config,
+                              const v1::JobSpec& spec) {
+    // Never a slow fallback the user did not ask for.
+    const KernelRegistry registry = kernel_registry_for(machine, &config);
     const auto& allowed = spec.kernels().allow_non_fused();
     for (int i = 0; i < allowed.size(); ++i) {
         const bool known = std::any_of(registry.ops.begin(), registry.ops.end(),

@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_config.h"
 #include "deltatune/v1/job.pb.h"
+#include "runtime/model/kernel_registry.h"
+#include "runtime/model/qwen35_config.h"
 #include "yaml-cpp/yaml.h"
 
 namespace deltatune::daemon {
@@ -59,6 +61,10 @@ std::vector<std::string> existing_resolved_roots(const std::vector<std::string>&
 // mode, runtime/model/kernel_registry.h). CPU jobs always pass.
 absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
                               int gpus_available);
+// The strict-kernel part of check_job_memory for `machine`: a GPU rank on a node agent runs it
+// on its own machine at start.
+absl::Status check_kernels_on(const MachineInfo& machine, const Qwen35Config& config,
+                              const v1::JobSpec& spec);
 
 // What CPU jobs are admitted against (scheduler.cpu_* in the daemon config).
 struct CpuBudget {

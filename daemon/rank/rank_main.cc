@@ -241,7 +241,7 @@ const char* reason_for(const absl::Status& s) {
     // A full disk stays full on a retry, a path outside the roots stays outside, and the same
     // data and hyperparameters give the same NaN.
     for (const char* reason :
-         {"DISK_FULL", "PATH_NOT_ALLOWED", "NON_FINITE", "NO_TRAINED_TOKENS"}) {
+         {"DISK_FULL", "PATH_NOT_ALLOWED", "NON_FINITE", "NO_TRAINED_TOKENS", "NON_FUSED_KERNEL"}) {
         if (absl::StrContains(s.message(), absl::StrCat(reason, ": "))) return reason;
     }
     switch (s.code()) {
@@ -304,6 +304,18 @@ int rank_main(int argc, char** argv) {
     // Data-parallel ranks meet through the supervisor's store for this attempt (a fresh one per
     // attempt, so a relaunch never reads a dead attempt's addresses): no shared filesystem.
     std::unique_ptr<Communicator> comm;
+    if (config.ok() && spec.resources().gpus() > 0 && !args.address.empty()) {
+        // Strict kernels on this machine too: a rank on a node agent (the only ranks given an
+        // address) may run where the supervisor, which checked at submission, has no GPU or
+        // another one.
+        absl::StatusOr<Qwen35Config> model = load_qwen35_config(spec.model() + "/config.json");
+        absl::Status strict =
+            model.ok() ? daemon::check_kernels_on(probe_machine(), *model, spec) : model.status();
+        if (!strict.ok()) {
+            config = strict;
+            result = strict;
+        }
+    }
     if (config.ok() && spec.resources().gpus() > 0) {
         // One GPU per rank: local rank R on the R-th device its node sees (CUDA_VISIBLE_DEVICES).
         config->gpu.enabled = true;

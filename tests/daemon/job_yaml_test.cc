@@ -403,6 +403,19 @@ TEST_CASE("GPU job admission: GPU count, then strict kernels", "[daemon][yaml]")
     const absl::Status unknown = check_job_memory(s, gpu_bytes, 2);
     CHECK(unknown.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(message(unknown), Catch::Contains("unknown op 'flash_attn'; the ops are linear, "));
+    // Placed on node agents, a GPU job is not refused for this machine's GPU count, and where
+    // this machine has no GPU its kernels are judged by the ranks on the agents' machines.
+    s.mutable_kernels()->clear_allow_non_fused();
+    s.mutable_resources()->set_nodes(2);
+    const absl::Status on_agents = check_job_memory(s, gpu_bytes, 0);
+    if (probe_machine().sm_version == 0) {
+        CHECK(on_agents.ok());
+        CHECK_THAT(message(check_kernels_on(probe_machine(), *config, s)),
+                   Catch::StartsWith("NON_FUSED_KERNEL: "));
+    } else {
+        CHECK(on_agents.ok() == slow.empty());
+    }
+    s.mutable_resources()->set_nodes(0);
     // CPU jobs are not GPU-admitted at all.
     s.mutable_resources()->set_gpus(0);
     CHECK(check_job_memory(s, gpu_bytes, 0).ok());

@@ -56,4 +56,13 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 same = a == b and len(a) > 0
 print(f"steps equal on both: {same} ({len(a)} and {len(b)} steps)")
 PY
+echo "== strict kernels judged on the agent: a supervisor without a GPU takes the job, its rank refuses"
+kill $DAEMON; wait $DAEMON 2>/dev/null
+grep -v "allow_non_fused\|^kernels:" "$D/agent-job.yaml" | sed 's/^output_dir: .*/output_dir: strict/' > "$D/strict.yaml"
+CUDA_VISIBLE_DEVICES= start_daemon "$D" 7072 9092 "$BIN" || exit 1
+trap 'kill $AGENT $DAEMON 2>/dev/null; wait $AGENT $DAEMON 2>/dev/null' EXIT
+for _ in $(seq 50); do [[ $(grep -c registered "$D/agent.log") -ge 2 ]] && break; sleep 0.2; done
+json=$("$BIN/deltatune" submit "$D/strict.yaml" --output json) && name=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$json")
+timeout 120 "$BIN/deltatune" watch "$name" > /dev/null 2>&1
+"$BIN/deltatune" get "$name" --output json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], j.get("stateReason"), j.get("errorMessage", "")[:200])'
 tail -3 "$D/agent.log"

@@ -47,6 +47,9 @@ std::vector<v1::Agent> AgentRegistry::list() const {
         a.set_state(silent > timeout_ ? v1::Agent::LOST : v1::Agent::ALIVE);
         a.set_draining(e.draining);
     }
+    std::sort(out.begin(), out.end(), [](const v1::Agent& a, const v1::Agent& b) {
+        return a.info().hostname() < b.info().hostname();
+    });
     return out;
 }
 

@@ -29,7 +29,7 @@ class AgentRegistry final : public RemoteRanks {
     absl::StatusOr<v1::RegisterAgentResponse> register_agent(const v1::AgentInfo& info);
     // False for an id the registry does not know (the agent must register again).
     bool heartbeat(const std::string& agent_id);
-    std::vector<v1::Agent> list() const;
+    std::vector<v1::Agent> list() const;  // by hostname
     // A poll is a heartbeat that also takes the agent's orders (and says whether it drains);
     // nullopt for an unknown id.
     std::optional<v1::AgentPollResponse> poll(const std::string& agent_id, bool draining = false);

@@ -18,6 +18,8 @@ int pack_stats_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 // Trains a job YAML in this process (optionally as one of several Gloo ranks).
 int train_command(const std::vector<std::string>& args);
+// The node agents registered with the supervisor (gRPC AgentService.ListAgents).
+int agents_command(const std::vector<std::string>& args);
 // submit|get|list|watch|cancel|pause|resume|events|checkpoints (gRPC to deltatuned).
 int job_command(const std::string& command, const std::vector<std::string>& args);
 

@@ -156,4 +156,14 @@ int exit_code(absl::StatusCode code) {
     }
 }
 
+int fail(const std::string& command, const absl::Status& s) {
+    std::fprintf(stderr, "deltatune %s: %s\n", command.c_str(), std::string(s.message()).c_str());
+    return exit_code(s.code());
+}
+
+std::set<std::string> with_client_flags(std::set<std::string> flags) {
+    flags.insert(kClientFlags.begin(), kClientFlags.end());
+    return flags;
+}
+
 }  // namespace deltatune::cli

@@ -22,6 +22,8 @@ class JobClient {
   public:
     static absl::StatusOr<JobClient> connect(const Flags& flags);
     v1::FineTuningService::Stub& stub() { return *stub_; }
+    // The same channel, for the daemon's other services (AgentService).
+    std::shared_ptr<grpc::Channel> channel() const { return channel_; }
     // A context with the bearer token and, unless streaming, the --timeout deadline (default 30 s).
     std::unique_ptr<grpc::ClientContext> context(bool streaming = false) const;
     bool json() const { return json_; }
@@ -57,5 +59,9 @@ int exit_code(grpc::StatusCode code);
 int exit_code(absl::StatusCode code);
 // Prints "deltatune: CODE: message" on stderr and returns exit_code(s).
 int report_rpc_error(const grpc::Status& s);
+// Prints "deltatune COMMAND: message" on stderr and returns exit_code(s.code()).
+int fail(const std::string& command, const absl::Status& s);
+// `flags` plus the client flags (kClientFlags) every daemon subcommand takes.
+std::set<std::string> with_client_flags(std::set<std::string> flags);
 
 }  // namespace deltatune::cli

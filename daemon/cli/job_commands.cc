@@ -26,16 +26,6 @@ namespace deltatune::cli {
 
 namespace {
 
-int fail(const std::string& command, const absl::Status& s) {
-    std::fprintf(stderr, "deltatune %s: %s\n", command.c_str(), std::string(s.message()).c_str());
-    return exit_code(s.code());
-}
-
-std::set<std::string> with_client_flags(std::set<std::string> flags) {
-    flags.insert(kClientFlags.begin(), kClientFlags.end());
-    return flags;
-}
-
 // What a command on one job starts with: its flags (the client's and `extra`), the job's name
 // (the one positional argument) and a client. Errors are the command's usage errors.
 struct OneJob {

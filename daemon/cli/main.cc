@@ -72,6 +72,8 @@ const Command kCommands[] = {
     {"export", "JOB [--step N] [--out DIR]   a checkpoint as a Hugging Face folder, written here\n"
                "       (default: the newest, into OUTPUT_DIR/export-step-N)", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
+    {"agents", "   the node agents registered with the daemon (jobs with resources.nodes run there)",
+     deltatune::cli::agents_command},
 };
 // clang-format on
 

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import DELTATUNED, Daemon, check, run_tests, self_signed_cert
+from harness import CLI, DELTATUNED, Daemon, check, run_tests, self_signed_cert
 
 D = Daemon(heartbeat_timeout=3)
 TOKEN = D.require_token("agent-secret")
@@ -31,6 +31,21 @@ def test_register():
     for host in ("node-a", "node-b"):
         AGENTS[host] = agent(host)
     D.wait_agent_counts({"ALIVE": 2, "LOST": 0})
+
+
+def test_cli_lists_agents():
+    base = [CLI, "agents", "--address", f"127.0.0.1:{D.port}", "--token-file", TOKEN]
+    text = subprocess.run(base, capture_output=True, text=True, timeout=20)
+    lines = text.stdout.splitlines()
+    check(text.returncode == 0 and len(lines) == 2, f"deltatune agents: {text}")
+    check(all("ALIVE" in l and "2 CPU rank(s)" in l for l in lines) and
+          lines[0].startswith("node-a") and lines[1].startswith("node-b"), f"lines {lines}")
+    listed = json.loads(subprocess.run(base + ["--output", "json"], capture_output=True,
+                                       text=True, timeout=20).stdout)
+    check(sorted(a["info"]["hostname"] for a in listed["agents"]) == ["node-a", "node-b"],
+          f"json {listed}")
+    refused = subprocess.run(base[:4], capture_output=True, text=True, timeout=20)
+    check(refused.returncode == 6, f"without the token: exit {refused.returncode}")
 
 
 def test_agents_json():
@@ -135,6 +150,7 @@ def test_supervisor_restart():
 try:
     run_tests([
         ("agents register with the token", test_register),
+        ("`deltatune agents` lists them", test_cli_lists_agents),
         ("GET /v1/agents lists them, with the token only", test_agents_json),
         ("the dashboard lists the agents", test_dashboard_lists_agents),
         ("an agent with a wrong token is refused and exits", test_wrong_token_refused),

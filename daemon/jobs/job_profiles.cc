@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -101,23 +102,32 @@ absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
         return absl::InvalidArgumentError(absl::StrCat("'", id, "' is not a profile id"));
     }
     DT_ASSIGN_OR_RETURN(const v1::Job job, get_job(name));
-    // The outcome, from the job's own record: the rank's PROFILE_COMPLETED or _FAILED event.
+    // The outcome, from the job's own record: the rank's PROFILE_COMPLETED or _FAILED event
+    // (every page of them: a long job may have profiled many times).
+    std::optional<v1::JobEvent> outcome;
     for (const char* type : {"PROFILE_FAILED", "PROFILE_COMPLETED"}) {
         EventsRequest q;
         q.name = job.name(), q.type = type, q.page_size = 1000;
-        DT_ASSIGN_OR_RETURN(EventsResult events, list_events(q));
-        for (const v1::JobEvent& e : events.events) {
-            auto it = e.details().find("profile_id");
-            if (it == e.details().end() || it->second != id) continue;
-            if (e.type() == "PROFILE_FAILED") return absl::FailedPreconditionError(e.message());
-            DT_ASSIGN_OR_RETURN(const std::string bytes,
-                                read_profile_file(*impl_->outputs, job.spec().output_dir(), id));
-            v1::Profile p;
-            if (!p.ParseFromString(bytes) || p.profile_id() != id) {
-                return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));
+        do {
+            DT_ASSIGN_OR_RETURN(EventsResult events, list_events(q));
+            for (const v1::JobEvent& e : events.events) {
+                auto it = e.details().find("profile_id");
+                if (!outcome && it != e.details().end() && it->second == id) outcome = e;
             }
-            return p;
+            q.page_token = events.next_page_token;
+        } while (!outcome && !q.page_token.empty());
+    }
+    if (outcome && outcome->type() == "PROFILE_FAILED") {
+        return absl::FailedPreconditionError(outcome->message());
+    }
+    if (outcome) {
+        DT_ASSIGN_OR_RETURN(const std::string bytes,
+                            read_profile_file(*impl_->outputs, job.spec().output_dir(), id));
+        v1::Profile p;
+        if (!p.ParseFromString(bytes) || p.profile_id() != id) {
+            return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));
         }
+        return p;
     }
     return absl::NotFoundError(
         absl::StrCat("profile ", id, " of ", job.name(), ": not finished (or not ordered)"));

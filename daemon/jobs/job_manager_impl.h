@@ -40,6 +40,7 @@ struct Record {
     std::string last_error_reason;  // details["reason"] of the latest ERROR event
     std::string last_error_message;
     std::string waiting_for;  // why a job with resources.nodes cannot be placed yet (said once)
+    std::vector<std::string> last_agents;  // the previous attempt's agents, in node order
 };
 
 // A pending mutation of one job: the next row plus the events and checkpoints committed with it.

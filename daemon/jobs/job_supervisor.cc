@@ -350,6 +350,11 @@ void JobManager::Impl::rank_exited(Record& r, const RankExit& e) {
 void JobManager::Impl::finish_attempt(Record& r) {
     const Attempt a = std::move(*r.attempt);
     r.attempt.reset();
+    r.last_agents.clear();  // a relaunch prefers the same nodes (remote_placement.cc)
+    for (const RankPid& p : a.ranks) {
+        if (!p.agent_id.empty() && (r.last_agents.empty() || r.last_agents.back() != p.agent_id))
+            r.last_agents.push_back(p.agent_id);
+    }
     Change c(r.stored);
     c.next.rank_pids.clear();
     const bool wound_down = a.ending == Ending::kCancel || a.ending == Ending::kPause ||

@@ -1,6 +1,8 @@
 // Jobs with resources.nodes: their ranks placed on node agents (node-major, the same count on
-// each), stopped through them, their exits taken from them, and an agent that stops heartbeating
-// turned into a fault of every job it ran ranks for (AGENT_LOST), which recovers as any other.
+// each, a relaunch on the previous attempt's nodes where they have room), stopped through them,
+// their exits taken from them, and an agent that stops heartbeating turned into a fault of every
+// job it ran ranks for (AGENT_LOST), which recovers as any other.
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +38,21 @@ void drain_if_agent_leaves(JobManager::Impl& m, Record& r) {
     }
 }
 
+// The agents of the previous attempt first, in their node order (a relaunch keeps each rank on
+// its node: warm caches, the same GPUs), then the others by hostname.
+void prefer_previous(const std::vector<std::string>& previous, std::vector<AgentOffer>& fit) {
+    std::vector<AgentOffer> ordered;
+    for (const std::string& id : previous) {
+        auto it = std::find_if(fit.begin(), fit.end(),
+                               [&](const AgentOffer& a) { return a.agent_id == id; });
+        if (it == fit.end()) continue;
+        ordered.push_back(*it);
+        fit.erase(it);
+    }
+    ordered.insert(ordered.end(), fit.begin(), fit.end());
+    fit = std::move(ordered);
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<std::vector<RankPid>>> JobManager::Impl::place_remote(
@@ -62,6 +79,7 @@ absl::StatusOr<std::optional<std::vector<RankPid>>> JobManager::Impl::place_remo
     for (const AgentOffer& a : alive) {
         if ((gpu ? a.gpus : a.cpu_ranks) - used[a.agent_id] >= per_node) fit.push_back(a);
     }
+    prefer_previous(r.last_agents, fit);
     if (static_cast<int>(fit.size()) < nodes) {
         const std::string why =
             absl::StrCat("waiting for ", nodes, " node agents with ", per_node,

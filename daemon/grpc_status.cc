@@ -33,4 +33,10 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
                         details.SerializeAsString());
 }
 
+grpc::ServerUnaryReactor* finish_unary(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+}
+
 }  // namespace deltatune::daemon

@@ -4,6 +4,8 @@
 // clients branch on it without parsing the message.
 #pragma once
 
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/status.h>
 
 #include <string>
@@ -16,5 +18,8 @@ namespace deltatune::daemon {
 std::string error_reason(const absl::Status& s);
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// Ends a unary callback RPC with `s` translated by ToGrpcStatus; returns its reactor.
+grpc::ServerUnaryReactor* finish_unary(grpc::CallbackServerContext* ctx, const absl::Status& s);
 
 }  // namespace deltatune::daemon

@@ -4,16 +4,6 @@
 #include "daemon/grpc_status.h"
 
 namespace deltatune::daemon {
-namespace {
-
-grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const absl::Status& s) {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                           const v1::RegisterAgentRequest* request,
                                                           v1::RegisterAgentResponse* response) {
@@ -23,7 +13,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerCo
         s = registered.status();
         if (s.ok()) *response = *std::move(registered);
     }
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentHeartbeat(grpc::CallbackServerContext* ctx,
@@ -31,7 +21,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::AgentHeartbeat(grpc::CallbackServerC
                                                            v1::AgentHeartbeatResponse* response) {
     const absl::Status s = auth_.check(*ctx);
     if (s.ok()) response->set_register_again(!registry_->heartbeat(request->agent_id()));
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::ListAgents(grpc::CallbackServerContext* ctx,
@@ -41,14 +31,14 @@ grpc::ServerUnaryReactor* AgentServiceImpl::ListAgents(grpc::CallbackServerConte
     if (s.ok()) {
         for (v1::Agent& a : registry_->list()) *response->add_agents() = std::move(a);
     }
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContext* ctx,
                                                       const v1::AgentPollRequest* request,
                                                       v1::AgentPollResponse* response) {
     const absl::Status s = auth_.check(*ctx);
-    if (!s.ok()) return finish(ctx, s);
+    if (!s.ok()) return finish_unary(ctx, s);
     // Exits first: a poll from an agent the registry lost still ends its ranks' attempts.
     for (const v1::RemoteRankExit& e : request->exits()) {
         manager_->on_remote_rank_exit(request->agent_id(), e);
@@ -60,7 +50,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContex
     } else {
         response->set_register_again(true);
     }
-    return finish(ctx, absl::OkStatus());
+    return finish_unary(ctx, absl::OkStatus());
 }
 
 namespace {
@@ -78,10 +68,10 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayReport(grpc::CallbackServerCont
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), r.rank())) {
         // A rank of an attempt that ended (or never ran here): it stops, as a local one would.
         response->set_action(v1::RankDirective::EXIT_NOW);
-        return finish(ctx, absl::OkStatus());
+        return finish_unary(ctx, absl::OkStatus());
     }
     if (s.ok()) *response = manager_->on_rank_report(r);
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreSet(grpc::CallbackServerContext* ctx,
@@ -93,7 +83,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreSet(grpc::CallbackServerCo
         s = not_placed(request->agent_id(), r.job(), r.attempt());
     }
     if (s.ok()) s = manager_->store_set(r.job(), r.attempt(), r.key(), r.value());
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreGet(grpc::CallbackServerContext* ctx,
@@ -112,7 +102,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreGet(grpc::CallbackServerCo
             response->set_value(**value);
         }
     }
-    return finish(ctx, s);
+    return finish_unary(ctx, s);
 }
 
 }  // namespace deltatune::daemon

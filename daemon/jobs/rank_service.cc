@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
 
 namespace deltatune::daemon {
 
@@ -13,26 +14,14 @@ grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* c
                                                   const v1::RankReport* request,
                                                   v1::RankDirective* response) {
     *response = manager_->on_rank_report(*request);
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return finish_unary(ctx, absl::OkStatus());
 }
-
-namespace {
-grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const absl::Status& s) {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(
-        s.ok() ? grpc::Status::OK
-               : grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
-    return reactor;
-}
-}  // namespace
 
 grpc::ServerUnaryReactor* RankServiceImpl::StoreSet(grpc::CallbackServerContext* ctx,
                                                     const v1::StoreSetRequest* request,
                                                     v1::StoreSetResponse*) {
-    return finish(ctx, manager_->store_set(request->job(), request->attempt(), request->key(),
-                                           request->value()));
+    return finish_unary(ctx, manager_->store_set(request->job(), request->attempt(), request->key(),
+                                                 request->value()));
 }
 
 grpc::ServerUnaryReactor* RankServiceImpl::StoreGet(grpc::CallbackServerContext* ctx,
@@ -43,7 +32,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::StoreGet(grpc::CallbackServerContext*
         response->set_found(true);
         response->set_value(**value);
     }
-    return finish(ctx, value.status());
+    return finish_unary(ctx, value.status());
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_rank_server(grpc::Service* service,

@@ -86,9 +86,7 @@ grpc::ServerUnaryReactor* FineTuningService::unary(grpc::CallbackServerContext* 
     if (s.ok()) s = parse_request(*in, &req);
     if (s.ok()) s = fn(&req, &resp);
     if (s.ok()) s = serialize_response(resp, out);
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+    return finish_unary(ctx, s);
 }
 
 grpc::ServerUnaryReactor* FineTuningService::CreateJob(grpc::CallbackServerContext* ctx,

@@ -16,4 +16,12 @@ std::string random_hex(int digits) {
     return out.substr(0, digits);
 }
 
+bool is_random_hex(const std::string& id, size_t max_digits) {
+    if (id.empty() || id.size() > max_digits) return false;
+    for (char c : id) {
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    }
+    return true;
+}
+
 }  // namespace deltatune::daemon

@@ -1,28 +1,11 @@
 #include "daemon/agents/agent_ranks.h"
 
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/base/file_util.h"
+#include "daemon/random_hex.h"
 
 namespace deltatune::daemon {
-namespace {
-
-namespace fs = std::filesystem;
-
-// Job ids come from the supervisor and name folders here: letters, digits, '-' and '_' only.
-bool safe_job_id(const std::string& id) {
-    if (id.empty() || id.size() > 128) return false;
-    for (char c : id) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                        (c >= '0' && c <= '9') || c == '-' || c == '_';
-        if (!ok) return false;
-    }
-    return true;
-}
-
-}  // namespace
 
 AgentRanks::AgentRanks(std::string state_dir, std::string rank_socket, std::string address,
                        std::string executable)
@@ -33,7 +16,8 @@ AgentRanks::AgentRanks(std::string state_dir, std::string rank_socket, std::stri
       launcher_([this](const RankExit& e) { exited(e); }) {}
 
 void AgentRanks::launch(const v1::LaunchOrder& order) {
-    if (!safe_job_id(order.job()) || order.world() < 1 || order.ranks().empty()) {
+    // The job id names a folder here: only what the supervisor's random_hex makes.
+    if (!is_random_hex(order.job(), 32) || order.world() < 1 || order.ranks().empty()) {
         refuse(order, "malformed launch order");
         return;
     }
@@ -49,11 +33,7 @@ void AgentRanks::launch(const v1::LaunchOrder& order) {
     ls.write_roots.assign(order.write_roots().begin(), order.write_roots().end());
     ls.ranks.assign(order.ranks().begin(), order.ranks().end());
     ls.address = address_;
-    std::error_code ec;
-    fs::create_directories(ls.attempt_dir, ec);
-    absl::Status s = ec ? absl::InternalError(absl::StrCat(ls.attempt_dir, ": ", ec.message()))
-                        : write_file_atomic(ls.spec_path, order.spec());
-    if (!s.ok()) {
+    if (absl::Status s = write_attempt_spec(ls, order.spec()); !s.ok()) {
         refuse(order, std::string(s.message()));
         return;
     }

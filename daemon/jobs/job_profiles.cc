@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <optional>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/jobs/job_manager_impl.h"
@@ -19,16 +18,6 @@ namespace {
 
 constexpr int kDefaultSteps = 3, kMaxSteps = 100;
 constexpr int64_t kMaxProfileBytes = int64_t{1} << 30;
-
-bool is_profile_id(const std::string& id) {
-    if (id.empty() || id.size() > 32) return false;
-    for (char c : id) {
-        if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
-            return false;
-        }
-    }
-    return true;
-}
 
 // The job's profile file, opened through the daemon's outputs sandbox without following a link
 // in its last component, and only when its folder resolves inside the job's own output folder:
@@ -98,7 +87,7 @@ absl::StatusOr<std::string> JobManager::request_profile(const std::string& name,
 
 absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
                                                     const std::string& id) {
-    if (!is_profile_id(id)) {
+    if (!is_random_hex(id, 32)) {  // a profile id (random_hex(16)) names a file
         return absl::InvalidArgumentError(absl::StrCat("'", id, "' is not a profile id"));
     }
     DT_ASSIGN_OR_RETURN(const v1::Job job, get_job(name));

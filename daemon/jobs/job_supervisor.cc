@@ -247,10 +247,7 @@ absl::Status JobManager::Impl::launch(Record& r) {
     for (const std::string& r : existing_resolved_roots(opt.roots.data)) ls.read_roots.push_back(r);
     ls.write_roots = existing_resolved_roots(opt.roots.outputs);
     Change c(r.stored);
-    std::error_code ec;
-    fs::create_directories(ls.attempt_dir, ec);
-    absl::Status s = ec ? absl::InternalError(absl::StrCat(ls.attempt_dir, ": ", ec.message()))
-                        : write_file_atomic(ls.spec_path, spec.SerializeAsString());
+    const absl::Status s = write_attempt_spec(ls, spec.SerializeAsString());
     absl::StatusOr<std::vector<RankPid>> ranks = std::vector<RankPid>{};
     if (!s.ok()) {
         ranks = s;

@@ -10,10 +10,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/file_util.h"
 
 extern char** environ;
 
@@ -69,6 +71,13 @@ void signal_group(pid_t pid, int sig) {
 }
 
 }  // namespace
+
+absl::Status write_attempt_spec(const LaunchSpec& spec, const std::string& spec_bytes) {
+    std::error_code ec;
+    std::filesystem::create_directories(spec.attempt_dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat(spec.attempt_dir, ": ", ec.message()));
+    return write_file_atomic(spec.spec_path, spec_bytes);
+}
 
 std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank, int local_rank) {
     std::vector<std::string> argv{spec.executable, "rank",

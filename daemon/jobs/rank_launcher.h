@@ -45,6 +45,10 @@ struct LaunchSpec {
     std::string address;
 };
 
+// Creates spec.attempt_dir and writes `spec_bytes` (a serialized JobSpec) to spec.spec_path,
+// atomically: what the ranks of the attempt read.
+absl::Status write_attempt_spec(const LaunchSpec& spec, const std::string& spec_bytes);
+
 // The exact argv of one rank (argv[0] is the executable); `local_rank` is its index on this node.
 std::vector<std::string> rank_argv(const LaunchSpec& spec, int rank, int local_rank);
 

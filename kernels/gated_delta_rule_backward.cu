@@ -52,18 +52,18 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<true, false, kC, kBV, kC, kLdCT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kT | kTf32, kTf32, kC, kBV, kC, kLdCT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sAqk, sdO, 1.0f, 0.0f);
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sKd, sdS, 1.0f, 1.0f);
         __syncthreads();
         if (more) {
             copy_tile(sAqk, kLdCT, ws.Aqk + next * kSquare, kC, kC, kC);
             copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
         }
-        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kT | kTf32, kTf32, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sQd, sdO, 1.0f, gam);
-        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kT | kTf32, kN, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sW, sdVn, -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
@@ -117,8 +117,10 @@ __global__ void __launch_bounds__(kThreads)
                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dQd + tile * kTile, sdO, sS, 1.0f, 0.0f);
-    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dW + tile * kTile, sV, sS, -1.0f, 0.0f);
+    mm<kTf32, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dQd + tile * kTile, sdO, sS, 1.0f,
+                                                             0.0f);
+    mm<kN, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS, -1.0f,
+                                                          0.0f);
     __syncthreads();
     copy_tile(sV, kLdK, ws.Vn + tile * kTile, kD, kC, kD);
     // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.
@@ -139,8 +141,10 @@ __global__ void __launch_bounds__(kThreads)
     dot = cuda::block_sum(dot, scratch);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kD, kD, kLdK, kLdK, kD>(ws.dKd + tile * kTile, sV, sS, 1.0f, 0.0f);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kC>(ws.dAqk + tile * kSquare, sdO, sV, 1.0f, 0.0f);
+    mm<kN, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dKd + tile * kTile, sV, sS, 1.0f,
+                                                          0.0f);
+    mm<kTf32, kT, kC, kC, kD, kLdK, kLdK, kC, kThreads / 32>(ws.dAqk + tile * kSquare, sdO, sV,
+                                                             1.0f, 0.0f);
     if (threadIdx.x == 0) ws.dgam[tile] = dot;
 }
 
@@ -226,8 +230,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         dG[threadIdx.x] = 0.0f;
     }
     // Aqk = scale lower_same(Qn Kn^T * E): Z = scale dAqk * E on the mask, H = dAqk * Aqk.
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s2, sK, 1.0f,
-                                                                                  0.0f);
+    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s2, sK, 1.0f,
+                                                                             0.0f);
     copies_wait();
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -262,10 +266,10 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         dbeta[r] = 0.0f;
     }
     // dQn += Z Kn, dKn = Z^T Qn.
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s1, sY, sK, 1.0f,
-                                                                                   1.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, s2,
-                                                                                  1.0f, 0.0f);
+    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s1, sY, sK, 1.0f,
+                                                                             1.0f);
+    mm<kT, kN, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, s2, 1.0f,
+                                                                             0.0f);
     __syncthreads();
     // Kd = diag(exp(Gamma_L - Gamma) l) Kn. dKd, then dVn (the U part's), are copied in while dQn
     // is stored: two commit groups, the first waited for here.
@@ -303,10 +307,10 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
                                               int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2, 1.0f,
-                                                                                  0.0f);
-    mm<true, false, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1,
-                                                                                   1.0f, 0.0f);
+    mm<kN, kT | kTf32, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2,
+                                                                                     1.0f, 0.0f);
+    mm<kT | kTf32, kN, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sYZ, sT, s1,
+                                                                                      1.0f, 0.0f);
     __syncthreads();
     copy_tile(s1, kLdK, ws.dW + tile * kTile, kD, kC, kD);  // in flight while dV is written
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
@@ -322,10 +326,10 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     // W = T diag(beta exp(Gamma) f) Kn: Y = dW Kn^T, dBk = T^T dW.
     copies_wait();
     __syncthreads();
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, s1, sK, 1.0f,
-                                                                                  0.0f);
-    mm<true, false, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1, 1.0f,
-                                                                                   0.0f);
+    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, s1, sK, 1.0f,
+                                                                             0.0f);
+    mm<kT | kTf32, kN, kC, kD, kC, kLdCT, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(s2, sT, s1,
+                                                                                      1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kTile; n += blockDim.x) {
         const int r = n / kD, i = r * kLdK + n % kD;
@@ -345,13 +349,13 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         sX[i] = m.beta[s] * (sX[i] + (m.f[s] != 0.0f ? sY[i] * m.eg[s] : 0.0f));
     }
     __syncthreads();
-    mm<true, false, kC, kC, kC, kLdCT, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX, 1.0f,
-                                                                                   0.0f);
+    mm<kT | kTf32, kN, kC, kC, kC, kLdCT, kLdC, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sZ, sT, sX,
+                                                                                      1.0f, 0.0f);
     __syncthreads();
-    mm<false, true, kC, kC, kC, kLdC, kLdCT, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT,
-                                                                                   -1.0f, 0.0f);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, sK, sK, 1.0f,
-                                                                                  0.0f);  // Kn Kn^T
+    mm<kN, kT | kTf32, kC, kC, kC, kLdC, kLdCT, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sY, sZ, sT,
+                                                                                      -1.0f, 0.0f);
+    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, sK, sK, 1.0f,
+                                                                             0.0f);  // Kn Kn^T
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E): P = diag(beta) dA * E, H = dA * A.
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -368,10 +372,10 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     }
     add_row_col_sums(dG, sX, true);
     add_row_col_sums(dbeta, sZ, false);
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK,
-                                                                                   1.0f, 1.0f);
-    mm<true, false, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK,
-                                                                                  1.0f, 1.0f);
+    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK, 1.0f,
+                                                                             1.0f);
+    mm<kT, kN, kC, kD, kC, kLdC, kLdK, kLdK, kPrepBwdWarps, kPrepBwdTileDiv>(sAcc, sY, sK, 1.0f,
+                                                                             1.0f);
     __syncthreads();
     store_tile(ws.dKn + tile * kTile, sAcc);
     // Gates: dg = reverse cumsum of dGamma; beta = sigmoid(b); g = -exp(A_log) softplus(a + dt).

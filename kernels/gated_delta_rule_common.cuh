@@ -1,15 +1,22 @@
 // Shared by gated_delta_rule.cu (forward) and gated_delta_rule_backward.cu: the chunk geometry,
-// the workspace layout (Ws, carve), the tensor-core tile helpers, and the two kernels the backward
+// the workspace layout (Ws, carve), and the two kernels the backward
 // replays (chunk_prep and the forward recurrence) with their launchers. Everything is in an
 // anonymous namespace: each translation unit compiles its own copy of these device functions.
 #pragma once
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/tile_mma.cuh"
 #include "kernels/common/varlen.cuh"
 #include "kernels/gated_delta_rule.h"
 
 namespace deltatune {
 namespace {
+
+using cuda::kN;
+using cuda::kT;
+using cuda::kTf32;
+using cuda::mm;
+using cuda::round_tf32;
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
@@ -31,100 +38,6 @@ constexpr int kLdKT = kD + 8;  // kC x kD tiles read as k x n
 constexpr int kLdCT = kC + 8;  // kC x kC, read as k x n
 constexpr int kSTile = kC * kLdK;
 constexpr int kSSquare = kC * kLdC;
-
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// d += a b on one m16n8k8 tf32 tensor-core tile (PTX fragment layouts, g = lane / 4, t = lane % 4:
-// a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)}, d {(g, 2t),
-// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. TA: A is stored
-// K x M row-major (op(A) = A^T); TB: B is stored N x K. M, N multiples of 16, K of 8. Each warp
-// owns whole output tiles (32 x 32 when there are enough for every warp, else 16 x 16) in a fixed
-// order, and every thread reads back (beta != 0) only the C elements it wrote itself in an
-// earlier call of the same shape; C may be global memory. Callers put barriers around shared
-// operands written by other threads.
-// kWarpCount: the block's warps (a kernel launched with more threads than kThreads says so).
-// kBigTileDiv: 32 x 32 tiles already when there are kWarpCount / kBigTileDiv of them. A 32 x 32
-// tile reads half the shared memory per product of a 16 x 16 one, which pays where shared-memory
-// bandwidth, not idle warps, limits the kernel (measured per kernel; the tiling does not change
-// any result: every element sums over k in the same order).
-// kFirstWarp: the warp that takes the first tile, so that two products of one phase with fewer
-// tiles than warps can run on different warps (a C read back needs the same value in each call).
-template <bool TA, bool TB, int M, int N, int K, int LDA, int LDB, int LDC,
-          int kWarpCount = kThreads / 32, int kBigTileDiv = 1, int kFirstWarp = 0>
-__device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
-                                   float beta) {
-    static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
-    constexpr bool kBig =
-        M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) * kBigTileDiv >= kWarpCount;
-    constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
-    constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
-    constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
-    const int warp = ((threadIdx.x >> 5) + kWarpCount - kFirstWarp) % kWarpCount;
-    const int lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    for (int tile = warp; tile < kTiles; tile += kWarpCount) {
-        const int m0 = (tile / kTn) * 16 * kFm, n0 = (tile % kTn) * 8 * kFn;
-        float acc[kFm][kFn][4] = {};
-#pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            uint32_t a[kFm][4], b[kFn][2];
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int m = m0 + fm * 16 + g + (i & 1) * 8, k = k0 + t + (i >> 1) * 4;
-                    a[fm][i] = to_tf32(TA ? A[k * LDA + m] : A[m * LDA + k]);
-                }
-            }
-#pragma unroll
-            for (int fn = 0; fn < kFn; ++fn) {
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int k = k0 + t + i * 4, n = n0 + fn * 8 + g;
-                    b[fn][i] = to_tf32(TB ? B[n * LDB + k] : B[k * LDB + n]);
-                }
-            }
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], a[fm], b[fn]);
-            }
-        }
-#pragma unroll
-        for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-            for (int fn = 0; fn < kFn; ++fn) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    auto* p = reinterpret_cast<float2*>(C + (m0 + fm * 16 + g + h * 8) * LDC + n0 +
-                                                        fn * 8 + 2 * t);
-                    float2 v =
-                        make_float2(alpha * acc[fm][fn][2 * h], alpha * acc[fm][fn][2 * h + 1]);
-                    if (beta != 0.0f) {
-                        const float2 o = *p;
-                        v.x += beta * o.x;
-                        v.y += beta * o.y;
-                    }
-                    *p = v;
-                }
-            }
-        }
-    }
-}
 
 __device__ __forceinline__ float sigmoidf(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -439,31 +352,30 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     load_chunk(m, sQV, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h,
                c);
-    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd.
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f,
-                                                                               0.0f);
+    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd. W, Qd, Kd, Aqk and T are stored rounded to tf32
+    // (only the products read them, which round them so anyway).
+    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f, 0.0f);
     for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
         const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
         const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
         const float4 qv = *reinterpret_cast<const float4*>(sQV + r * kLdK + col);
         const float4 kv = *reinterpret_cast<const float4*>(sK + r * kLdK + col);
         *reinterpret_cast<float4*>(ws.Qd + tile * kTile + r * kD + col) =
-            make_float4(sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w);
+            round_tf32(make_float4(sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w));
         *reinterpret_cast<float4*>(ws.Kd + tile * kTile + r * kD + col) =
-            make_float4(sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w);
+            round_tf32(make_float4(sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w));
     }
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
-        ws.Aqk[tile * kSquare + n] =
-            pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f;
+        ws.Aqk[tile * kSquare + n] = round_tf32(
+            pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f);
     }
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
     load_bf16_rows<kD, kLdKT>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
                               int64_t{v_heads} * kD, tokens - c0);
-    mm<false, true, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f,
-                                                                               0.0f);
+    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
@@ -476,19 +388,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
         sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s] * m.eg[s] * m.f[s];
-        ws.T[tile * kSquare + n] = sT[r * kLdC + s];
+        ws.T[tile * kSquare + n] = round_tf32(sT[r * kLdC + s]);
     }
     __syncthreads();
-    mm<false, false, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.W + tile * kTile,
-                                                                              sA, sK, 1.0f, 0.0f);
+    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv, 0, true>(
+        ws.W + tile * kTile, sA, sK, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
         sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
     }
     __syncthreads();
-    mm<false, false, kC, kD, kC, kLdC, kLdKT, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile,
-                                                                               sA, sQV, 1.0f, 0.0f);
+    mm<kN, kTf32, kC, kD, kC, kLdC, kLdKT, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile, sA,
+                                                                            sQV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
@@ -583,18 +495,18 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sVn, sW, sS, -1.0f,
             1.0f);  // U - W S
         if (out)
-            mm<false, false, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+            mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
                kOutWarp>(sO, sQd, sS, 1.0f, 0.0f);
         __syncthreads();
         if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
         if (out)
-            mm<false, false, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+            mm<kTf32, kN, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
                kOutWarp>(sO, sAqk, sVn, 1.0f, 1.0f);
-        mm<true, false, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm<kT | kTf32, kN, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
         if (more) {

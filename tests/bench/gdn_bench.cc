@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <random>
+#include <vector>
 
 #include "kernels/causal_conv1d.h"
 #include "kernels/gated_delta_rule.h"
 #include "kernels/gated_rmsnorm.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/qwen27b_shapes.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace deltatune {
@@ -21,6 +24,46 @@ namespace {
 #if DELTATUNE_HAVE_CUDA
 using namespace cudatest;
 using namespace bench;
+
+// FNV-1a over a device buffer's bytes: two builds whose kernels claim the same results print the
+// same digests.
+template <typename T>
+uint64_t digest(const DeviceBuffer<T>& b) {
+    uint64_t h = 1469598103934665603ull;
+    for (const T& x : b.download()) {
+        const auto* p = reinterpret_cast<const unsigned char*>(&x);
+        for (size_t i = 0; i < sizeof(T); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+// What a training step runs: forward_saving, then backward_from_saved, on 8192 tokens in
+// lognormal documents (qwen27b_shapes.h), with digests of what the pair writes.
+void time_training_path(GatedDeltaRuleArgs args, const GatedDeltaRuleGrads& grads,
+                        __nv_bfloat16* out, const __nv_bfloat16* dout) {
+    std::mt19937 rng(7);
+    std::vector<int32_t> cu = {0};
+    for (int32_t l : ultrachat_like_lengths(rng)) cu.push_back(cu.back() + l);
+    DeviceBuffer<int32_t> d_cu(cu);
+    args.cu_seqlens = d_cu.get();
+    args.num_docs = static_cast<int64_t>(cu.size()) - 1;
+    DeviceBuffer<char> saved(gated_delta_rule_saved_bytes(args.tokens, args.v_heads));
+    const size_t scratch_bytes = gated_delta_rule_backward_scratch_bytes(args.tokens, args.v_heads);
+    DeviceBuffer<char> scratch(scratch_bytes);
+    const double f = median_ms(
+        [&] {
+            return gated_delta_rule_forward_saving(out, args, saved.get(), saved.size(), nullptr);
+        },
+        20);
+    const double b = median_ms(
+        [&] {
+            return gated_delta_rule_backward_from_saved(grads, dout, args, saved.get(),
+                                                        scratch.get(), scratch_bytes, nullptr);
+        },
+        20);
+    std::printf("%-28s %10.3f %10.3f   (27B shape, training path, %lld lognormal documents)\n",
+                "chunked gated delta rule", f, b, static_cast<long long>(args.num_docs));
+}
 
 TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][gdn_bench]") {
     if (!have_gpu()) return;
@@ -80,9 +123,18 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][g
             return std::make_pair(f, b);
         };
         const auto [fwd, bwd] = timings(args);
+        if (v_heads == 48) time_training_path(args, grads, bf16_ptr(out), bf16_ptr(dout));
         std::printf("%-28s %10.3f %10.3f   (%s shape: 16 key / %lld value heads)\n",
                     "chunked gated delta rule", fwd, bwd, v_heads == 32 ? "9B" : "27B",
                     static_cast<long long>(v_heads));
+        // dA_log and ddt_bias accumulate over the timed runs; the rest are written.
+        std::printf("%-28s out %016llx dq %016llx dk %016llx dv %016llx da %016llx db %016llx\n",
+                    "  result digests", static_cast<unsigned long long>(digest(out)),
+                    static_cast<unsigned long long>(digest(dq)),
+                    static_cast<unsigned long long>(digest(dk)),
+                    static_cast<unsigned long long>(digest(dv)),
+                    static_cast<unsigned long long>(digest(da)),
+                    static_cast<unsigned long long>(digest(db)));
         if (v_heads == 32) {  // the same 8192 tokens as 8 documents (FLA bwd 1.500 ms here)
             std::vector<int32_t> cu8;
             for (int d = 0; d <= 8; ++d) cu8.push_back(d * 1024);

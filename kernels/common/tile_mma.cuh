@@ -1,0 +1,184 @@
+// Tensor-core products of fp32 tiles in shared memory (tf32 mma.sync, fp32 accumulation), for the
+// chunk kernels of the gated delta rule: mm computes C = beta C + alpha op(A) op(B) with every
+// warp of the block, and the operand flags say which operands are stored transposed and which
+// already hold tf32 values.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deltatune::cuda {
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x rounded to tf32 as to_tf32 rounds it, kept as an fp32 value: an operand stored so needs no
+// conversion in the products (to_tf32 would return it unchanged). The gated delta rule stores
+// so the intermediates that only products read (W, Qd, Kd, Aqk, T).
+__device__ __forceinline__ float round_tf32(float x) {
+    return __uint_as_float(to_tf32(x) & 0xffffe000u);
+}
+__device__ __forceinline__ float4 round_tf32(float4 v) {
+    return make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+}
+
+// d += a b on one m16n8k8 tf32 tensor-core tile (PTX fragment layouts, g = lane / 4, t = lane % 4:
+// a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)}, d {(g, 2t),
+// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}).
+// Not volatile: it only reads and writes registers, and the compiler may then issue the next
+// k step's fragment loads (volatile asm) before this product.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8 x 4 fp32 blocks of shared memory in one instruction: lane l gives the address of row
+// l % 8 of block l / 8 (16-byte aligned), and r[j] receives word (lane % 4) of row (lane / 4) of
+// block j. Read as b16 pairs by ldmatrix, that is the fp32 element (g, t) of each block: exactly
+// a tf32 fragment's, so the registers equal four scalar loads' (same bits, same results).
+__device__ __forceinline__ void load_blocks_x4(uint32_t (&r)[4], const float* row) {
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// Operand flags of mm: kT, stored transposed; kTf32, every value already tf32 (round_tf32, or
+// converted from bf16, whose 8-bit significand tf32 holds exactly): the conversion is skipped.
+enum : int { kN = 0, kT = 1, kTf32 = 2 };
+
+// The tf32 register of one operand value: converted unless the flags say it is tf32 already.
+template <int Op>
+__device__ __forceinline__ uint32_t operand_reg(float x) {
+    if constexpr ((Op & kTf32) != 0) return __float_as_uint(x);
+    return to_tf32(x);
+}
+
+// One m16 x k8 A fragment of op(A) at (m0, k0) (fragment layout at mma_tf32). A plain A is read
+// as four 8 x 4 blocks: rows m0 + 0-7, m0 + 8-15 at k0 + 0-3, then both at k0 + 4-7.
+template <int OpA, int LDA>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const float* A, int m0, int k0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr ((OpA & kT) != 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int m = m0 + g + (i & 1) * 8, k = k0 + t + (i >> 1) * 4;
+            a[i] = operand_reg<OpA>(A[k * LDA + m]);
+        }
+    } else {
+        load_blocks_x4(a,
+                       A + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDA + k0 + (lane >> 4) * 4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = operand_reg<OpA>(__uint_as_float(a[i]));
+    }
+}
+
+// Two k8 x n8 B fragments of op(B) at (k0, n0) and (k0, n0 + 8). A transposed B is read as four
+// 8 x 4 blocks: rows n0 + 0-7 at k0 + 0-3 and k0 + 4-7, then rows n0 + 8-15 likewise.
+template <int OpB, int LDB>
+__device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                                                 const float* B, int k0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr ((OpB & kT) != 0) {
+        uint32_t r[4];
+        load_blocks_x4(r,
+                       B + (n0 + (lane & 7) + (lane >> 4) * 8) * LDB + k0 + ((lane >> 3) & 1) * 4);
+        b0[0] = operand_reg<OpB>(__uint_as_float(r[0]));
+        b0[1] = operand_reg<OpB>(__uint_as_float(r[1]));
+        b1[0] = operand_reg<OpB>(__uint_as_float(r[2]));
+        b1[1] = operand_reg<OpB>(__uint_as_float(r[3]));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int k = k0 + t + i * 4;
+            b0[i] = operand_reg<OpB>(B[k * LDB + n0 + g]);
+            b1[i] = operand_reg<OpB>(B[k * LDB + n0 + 8 + g]);
+        }
+    }
+}
+
+// C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. OpA: kT when A
+// is stored K x M row-major (op(A) = A^T), | kTf32 as above; OpB: kT when B is stored N x K. M, N
+// multiples of 16, K of 8. A and B are shared memory (16-byte aligned, LDA and LDB multiples of
+// 4); C may be global memory. Each warp owns whole output tiles (32 x 32 when there are enough for
+// every warp, else 16 x 16) in a fixed order, and every thread reads back (beta != 0) only the C
+// elements it wrote itself in an earlier call of the same shape. Callers put barriers around
+// shared operands written by other threads.
+//
+// Operands whose k runs along a row (A plain, B transposed) are fed by load_blocks_x4: a quarter
+// of the load instructions of scalar loads, which bound these short products' issue rate.
+//
+// kWarpCount: the block's warps (8 unless the caller says otherwise).
+//
+// kBigTileDiv: 32 x 32 tiles already when there are kWarpCount / kBigTileDiv of them. A 32 x 32
+// tile reads half the shared memory per product of a 16 x 16 one, which pays where shared-memory
+// bandwidth, not idle warps, limits the kernel (measured per kernel; the tiling does not change
+// any result: every element sums over k in the same order).
+//
+// kFirstWarp: the warp that takes the first tile, so that two products of one phase with fewer
+// tiles than warps can run on different warps (a C read back needs the same value in each call).
+//
+// kRoundC: C is written rounded to tf32 (round_tf32), for an intermediate only used as an operand.
+template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount = 8,
+          int kBigTileDiv = 1, int kFirstWarp = 0, bool kRoundC = false>
+__device__ __forceinline__ void mm(float* C, const float* A, const float* B, float alpha,
+                                   float beta) {
+    static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
+    static_assert(LDA % 4 == 0 && LDB % 4 == 0);
+    constexpr bool kBig =
+        M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) * kBigTileDiv >= kWarpCount;
+    constexpr int kFm = kBig ? 2 : 1;  // m16 blocks per warp tile
+    constexpr int kFn = kBig ? 4 : 2;  // n8 blocks per warp tile
+    constexpr int kTn = N / (8 * kFn), kTiles = (M / (16 * kFm)) * kTn;
+    const int warp = ((threadIdx.x >> 5) + kWarpCount - kFirstWarp) % kWarpCount;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    for (int tile = warp; tile < kTiles; tile += kWarpCount) {
+        const int m0 = (tile / kTn) * 16 * kFm, n0 = (tile % kTn) * 8 * kFn;
+        float acc[kFm][kFn][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            uint32_t a[kFm][4], b[kFn][2];
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
+#pragma unroll
+            for (int fn = 0; fn < kFn; fn += 2) {
+                load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
+            }
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+                for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], a[fm], b[fn]);
+            }
+        }
+#pragma unroll
+        for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+            for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    auto* p = reinterpret_cast<float2*>(C + (m0 + fm * 16 + g + h * 8) * LDC + n0 +
+                                                        fn * 8 + 2 * t);
+                    float2 v =
+                        make_float2(alpha * acc[fm][fn][2 * h], alpha * acc[fm][fn][2 * h + 1]);
+                    if (beta != 0.0f) {
+                        const float2 o = *p;
+                        v.x += beta * o.x;
+                        v.y += beta * o.y;
+                    }
+                    if constexpr (kRoundC) v = make_float2(round_tf32(v.x), round_tf32(v.y));
+                    *p = v;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace deltatune::cuda

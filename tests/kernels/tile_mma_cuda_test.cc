@@ -1,0 +1,115 @@
+// The tensor-core tile products of the gated delta rule's chunk kernels (mm,
+// kernels/common/tile_mma.cuh) against an fp64 product of the same tf32-rounded operands, for
+// each operand layout, both warp tilings, tf32-flagged operands and a tf32-rounded C; beta reads
+// C back and the padding between rows stays untouched. Operands flagged as tf32 must give the
+// same bits as the same values converted in the product ([cuda]).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/tile_mma_probe.h"
+
+namespace deltatune {
+namespace {
+
+#if DELTATUNE_HAVE_CUDA
+using namespace cudatest;
+
+uint32_t bits_of(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+// cvt.rna.tf32.f32: round to 10 significand bits, ties away from zero (finite inputs).
+float tf32(float x) {
+    const uint32_t u = (bits_of(x) + 0x1000u) & 0xffffe000u;
+    float r;
+    std::memcpy(&r, &u, sizeof(r));
+    return r;
+}
+
+struct Operands {
+    std::vector<float> a, b, c;
+};
+
+Operands random_operands(const TileMmaCase& x, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const size_t na = static_cast<size_t>((x.op_a & 1) ? x.k : x.m) * x.lda;
+    const size_t nb = static_cast<size_t>((x.op_b & 1) ? x.n : x.k) * x.ldb;
+    Operands o{std::vector<float>(na), std::vector<float>(nb),
+               std::vector<float>(static_cast<size_t>(x.m) * x.ldc)};
+    for (float& v : o.a) v = (x.op_a & 2) ? tf32(u(rng)) : u(rng);
+    for (float& v : o.b) v = (x.op_b & 2) ? tf32(u(rng)) : u(rng);
+    for (float& v : o.c) v = u(rng);
+    return o;
+}
+
+std::vector<float> run(int index, const Operands& o, float alpha, float beta) {
+    DeviceBuffer<float> a(o.a), b(o.b), c(o.c);
+    REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
+    return c.download();
+}
+
+TEST_CASE("tile products match an fp64 product of tf32-rounded operands", "[cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(2026);
+    const float alpha = -0.75f, beta = 0.5f;
+    for (int index = 0; index < kTileMmaCaseCount; ++index) {
+        const TileMmaCase& x = kTileMmaCases[index];
+        CAPTURE(x.name);
+        const Operands o = random_operands(x, rng);
+        const std::vector<float> got = run(index, o, alpha, beta);
+        double worst = 0.0;
+        for (int i = 0; i < x.m; ++i) {
+            for (int j = 0; j < x.ldc; ++j) {
+                const size_t at = static_cast<size_t>(i) * x.ldc + j;
+                if (j >= x.n) {  // padding: never written
+                    REQUIRE(bits_of(got[at]) == bits_of(o.c[at]));
+                    continue;
+                }
+                double acc = 0.0, mag = 0.0;
+                for (int k = 0; k < x.k; ++k) {
+                    const float av = (x.op_a & 1) ? o.a[static_cast<size_t>(k) * x.lda + i]
+                                                  : o.a[static_cast<size_t>(i) * x.lda + k];
+                    const float bv = (x.op_b & 1) ? o.b[static_cast<size_t>(j) * x.ldb + k]
+                                                  : o.b[static_cast<size_t>(k) * x.ldb + j];
+                    acc += static_cast<double>(tf32(av)) * tf32(bv);
+                    mag += std::fabs(static_cast<double>(av) * bv);
+                }
+                const double want = alpha * acc + beta * static_cast<double>(o.c[at]);
+                // fp32 accumulation over k, plus the rounding of C to tf32 where asked.
+                double tol = 4e-6 * (std::fabs(alpha) * mag + std::fabs(beta * o.c[at])) + 1e-7;
+                if (x.round_c) {
+                    REQUIRE((bits_of(got[at]) & 0x1fffu) == 0u);
+                    tol += std::ldexp(std::fabs(want), -10);
+                }
+                const double err = std::fabs(got[at] - want);
+                worst = std::max(worst, err / (tol > 0 ? tol : 1.0));
+                REQUIRE(err <= tol);
+            }
+        }
+        noted(std::string("tile_mma worst err / tol, ") + x.name, worst);
+    }
+}
+
+TEST_CASE("tf32-flagged operands give the bits the converted values give", "[cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(7);
+    // Cases 1 and 5: the same shape and tiling, without and with the tf32 flags.
+    REQUIRE(kTileMmaCases[1].op_a == 0);
+    REQUIRE(kTileMmaCases[5].op_a == 2);
+    Operands o = random_operands(kTileMmaCases[5], rng);  // operands already tf32
+    const std::vector<float> converted = run(1, o, 1.0f, 0.0f);
+    const std::vector<float> flagged = run(5, o, 1.0f, 0.0f);
+    for (size_t i = 0; i < converted.size(); ++i)
+        REQUIRE(bits_of(converted[i]) == bits_of(flagged[i]));
+}
+#endif
+
+}  // namespace
+}  // namespace deltatune

@@ -1,0 +1,36 @@
+// The cases of tile_mma_cuda_test.cc: mm (kernels/common/tile_mma.cuh) run by one 8-warp block
+// on operands copied into shared memory as stored (strides included), C read back whole.
+#pragma once
+
+#if DELTATUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+namespace deltatune::cudatest {
+
+struct TileMmaCase {
+    const char* name;
+    int op_a, op_b;     // the mm operand flags (kT = 1, kTf32 = 2)
+    int m, n, k;        // op(A) m x k, op(B) k x n
+    int lda, ldb, ldc;  // strides as stored: A k x m (lda) when transposed, else m x k
+    int big_tile_div;   // mm's kBigTileDiv
+    bool round_c;       // mm's kRoundC
+};
+
+inline constexpr TileMmaCase kTileMmaCases[] = {
+    {"A m x k, B n x k, 16 x 16 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 1, false},
+    {"A m x k, B n x k, 32 x 32 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 2, false},
+    {"A m x k, B k x n, C rounded to tf32", 0, 0, 64, 128, 64, 68, 132, 132, 4, true},
+    {"A k x m, B k x n", 1, 0, 64, 128, 64, 72, 136, 136, 1, false},
+    {"A k x m tf32, B k x n tf32", 3, 2, 128, 64, 64, 136, 72, 72, 4, false},
+    {"A m x k tf32, B n x k tf32", 2, 3, 64, 64, 128, 132, 132, 68, 2, false},
+    {"one 16 x 16 tile, seven warps idle", 0, 0, 16, 16, 8, 12, 20, 20, 1, false},
+};
+inline constexpr int kTileMmaCaseCount = sizeof(kTileMmaCases) / sizeof(kTileMmaCases[0]);
+
+// Runs case `index` on device arrays holding A, B and C as stored (C is read for beta and
+// written back, padding included); synchronous.
+cudaError_t run_tile_mma_case(int index, const float* a, const float* b, float* c, float alpha,
+                              float beta);
+
+}  // namespace deltatune::cudatest
+#endif

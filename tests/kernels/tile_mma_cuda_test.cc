@@ -1,8 +1,9 @@
-// The tensor-core tile products of the gated delta rule's chunk kernels (mm,
-// kernels/common/tile_mma.cuh) against an fp64 product of the same tf32-rounded operands, for
-// each operand layout, both warp tilings, tf32-flagged operands and a tf32-rounded C; beta reads
-// C back and the padding between rows stays untouched. Operands flagged as tf32 must give the
-// same bits as the same values converted in the product ([cuda]).
+// The tensor-core tile products of the gated delta rule's chunk kernels (mm and mm_bf16,
+// kernels/common/tile_mma.cuh) against an fp64 product of the same operands (tf32-rounded for
+// mm; bf16 values, exact in tf32, for mm_bf16), for each operand layout, both warp tilings,
+// tf32-flagged operands and a tf32-rounded C; beta reads C back and the padding between rows
+// stays untouched. Operands flagged as tf32 must give the same bits as the same values
+// converted in the product ([cuda]).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/bf16_bits.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/tile_mma_probe.h"
 
@@ -43,19 +45,37 @@ Operands random_operands(const TileMmaCase& x, std::mt19937& rng) {
     const size_t nb = static_cast<size_t>((x.op_b & 1) ? x.n : x.k) * x.ldb;
     Operands o{std::vector<float>(na), std::vector<float>(nb),
                std::vector<float>(static_cast<size_t>(x.m) * x.ldc)};
-    for (float& v : o.a) v = (x.op_a & 2) ? tf32(u(rng)) : u(rng);
-    for (float& v : o.b) v = (x.op_b & 2) ? tf32(u(rng)) : u(rng);
+    auto value = [&](bool tf32_exact) {
+        const float v = u(rng);
+        if (x.bf16) return bf16_bits_to_float(float_to_bf16_bits(v));
+        return tf32_exact ? tf32(v) : v;
+    };
+    for (float& v : o.a) v = value((x.op_a & 2) != 0);
+    for (float& v : o.b) v = value((x.op_b & 2) != 0);
     for (float& v : o.c) v = u(rng);
     return o;
 }
 
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = float_to_bf16_bits(v[i]);
+    return bits;
+}
+
 std::vector<float> run(int index, const Operands& o, float alpha, float beta) {
-    DeviceBuffer<float> a(o.a), b(o.b), c(o.c);
-    REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
+    DeviceBuffer<float> c(o.c);
+    if (kTileMmaCases[index].bf16) {
+        DeviceBuffer<uint16_t> a(to_bf16_bits(o.a)), b(to_bf16_bits(o.b));
+        REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
+    } else {
+        DeviceBuffer<float> a(o.a), b(o.b);
+        REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
+    }
     return c.download();
 }
 
-TEST_CASE("tile products match an fp64 product of tf32-rounded operands", "[cuda]") {
+TEST_CASE("tile products match an fp64 product of the operands as the tensor cores see them",
+          "[cuda]") {
     if (!have_gpu()) return;
     std::mt19937 rng(2026);
     const float alpha = -0.75f, beta = 0.5f;

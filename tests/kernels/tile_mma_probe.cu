@@ -1,4 +1,7 @@
 // One block runs mm on the case's operands in shared memory (see tile_mma_probe.h).
+#include <cuda_bf16.h>
+
+#include <type_traits>
 #include <utility>
 
 #include "kernels/common/tile_mma.cuh"
@@ -9,35 +12,44 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ void copy_in(float* dst, const float* src, int n) {
+template <typename T>
+__device__ void copy_in(T* dst, const T* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
 template <int kCase>
-__global__ void tile_mma_kernel(const float* a, const float* b, float* c, float alpha, float beta) {
+__global__ void tile_mma_kernel(const void* a, const void* b, float* c, float alpha, float beta) {
     constexpr TileMmaCase x = kTileMmaCases[kCase];
+    using T = std::conditional_t<x.bf16, __nv_bfloat16, float>;
     constexpr int kA = ((x.op_a & 1) ? x.k : x.m) * x.lda;
     constexpr int kB = ((x.op_b & 1) ? x.n : x.k) * x.ldb;
     constexpr int kCn = x.m * x.ldc;
     extern __shared__ __align__(16) float smem[];
-    float* sa = smem;
-    float* sb = sa + kA;
-    float* sc = sb + kB;
-    copy_in(sa, a, kA);
-    copy_in(sb, b, kB);
+    float* sc = smem;
+    T* sa = reinterpret_cast<T*>(sc + kCn);
+    T* sb = sa + kA;
+    copy_in(sa, static_cast<const T*>(a), kA);
+    copy_in(sb, static_cast<const T*>(b), kB);
     copy_in(sc, c, kCn);
     __syncthreads();
-    cuda::mm<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32, x.big_tile_div, 0,
-             x.round_c>(sc, sa, sb, alpha, beta);
+    if constexpr (x.bf16) {
+        cuda::mm_bf16<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32,
+                      x.big_tile_div>(sc, sa, sb, alpha, beta);
+    } else {
+        cuda::mm<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32, x.big_tile_div,
+                 0, x.round_c>(sc, sa, sb, alpha, beta);
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < kCn; i += blockDim.x) c[i] = sc[i];
 }
 
 template <int kCase>
-cudaError_t launch(const float* a, const float* b, float* c, float alpha, float beta) {
+cudaError_t launch(const void* a, const void* b, float* c, float alpha, float beta) {
     constexpr TileMmaCase x = kTileMmaCases[kCase];
-    constexpr size_t bytes = sizeof(float) * (((x.op_a & 1) ? x.k : x.m) * x.lda +
-                                              ((x.op_b & 1) ? x.n : x.k) * x.ldb + x.m * x.ldc);
+    constexpr size_t element = x.bf16 ? 2 : 4;  // A and B; C is fp32
+    constexpr size_t bytes =
+        element * (((x.op_a & 1) ? x.k : x.m) * x.lda + ((x.op_b & 1) ? x.n : x.k) * x.ldb) +
+        sizeof(float) * x.m * x.ldc;
     if (cudaError_t e = cudaFuncSetAttribute(tile_mma_kernel<kCase>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         e != cudaSuccess) {
@@ -49,8 +61,8 @@ cudaError_t launch(const float* a, const float* b, float* c, float alpha, float 
 }
 
 template <int... kCases>
-cudaError_t dispatch(int index, std::integer_sequence<int, kCases...>, const float* a,
-                     const float* b, float* c, float alpha, float beta) {
+cudaError_t dispatch(int index, std::integer_sequence<int, kCases...>, const void* a, const void* b,
+                     float* c, float alpha, float beta) {
     cudaError_t e = cudaErrorInvalidValue;
     ((index == kCases ? (e = launch<kCases>(a, b, c, alpha, beta), 0) : 0), ...);
     return e;
@@ -58,7 +70,7 @@ cudaError_t dispatch(int index, std::integer_sequence<int, kCases...>, const flo
 
 }  // namespace
 
-cudaError_t run_tile_mma_case(int index, const float* a, const float* b, float* c, float alpha,
+cudaError_t run_tile_mma_case(int index, const void* a, const void* b, float* c, float alpha,
                               float beta) {
     return dispatch(index, std::make_integer_sequence<int, kTileMmaCaseCount>{}, a, b, c, alpha,
                     beta);

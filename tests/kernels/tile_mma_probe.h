@@ -1,5 +1,6 @@
-// The cases of tile_mma_cuda_test.cc: mm (kernels/common/tile_mma.cuh) run by one 8-warp block
-// on operands copied into shared memory as stored (strides included), C read back whole.
+// The cases of tile_mma_cuda_test.cc: mm or mm_bf16 (kernels/common/tile_mma.cuh) run by one
+// 8-warp block on operands copied into shared memory as stored (strides included), C read back
+// whole.
 #pragma once
 
 #if DELTATUNE_HAVE_CUDA
@@ -14,22 +15,28 @@ struct TileMmaCase {
     int lda, ldb, ldc;  // strides as stored: A k x m (lda) when transposed, else m x k
     int big_tile_div;   // mm's kBigTileDiv
     bool round_c;       // mm's kRoundC
+    bool bf16;          // mm_bf16 on bf16 operands (A and B hold bf16 bits), else mm
 };
 
 inline constexpr TileMmaCase kTileMmaCases[] = {
-    {"A m x k, B n x k, 16 x 16 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 1, false},
-    {"A m x k, B n x k, 32 x 32 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 2, false},
-    {"A m x k, B k x n, C rounded to tf32", 0, 0, 64, 128, 64, 68, 132, 132, 4, true},
-    {"A k x m, B k x n", 1, 0, 64, 128, 64, 72, 136, 136, 1, false},
-    {"A k x m tf32, B k x n tf32", 3, 2, 128, 64, 64, 136, 72, 72, 4, false},
-    {"A m x k tf32, B n x k tf32", 2, 3, 64, 64, 128, 132, 132, 68, 2, false},
-    {"one 16 x 16 tile, seven warps idle", 0, 0, 16, 16, 8, 12, 20, 20, 1, false},
+    {"A m x k, B n x k, 16 x 16 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 1, false, false},
+    {"A m x k, B n x k, 32 x 32 warp tiles", 0, 1, 64, 64, 128, 132, 132, 68, 2, false, false},
+    {"A m x k, B k x n, C rounded to tf32", 0, 0, 64, 128, 64, 68, 132, 132, 4, true, false},
+    {"A k x m, B k x n", 1, 0, 64, 128, 64, 72, 136, 136, 1, false, false},
+    {"A k x m tf32, B k x n tf32", 3, 2, 128, 64, 64, 136, 72, 72, 4, false, false},
+    {"A m x k tf32, B n x k tf32", 2, 3, 64, 64, 128, 132, 132, 68, 2, false, false},
+    {"one 16 x 16 tile, seven warps idle", 0, 0, 16, 16, 8, 12, 20, 20, 1, false, false},
+    {"bf16: A m x k, B n x k", 0, 1, 64, 64, 128, 136, 136, 68, 2, false, true},
+    {"bf16: A k x m, B k x n", 1, 0, 64, 128, 64, 72, 136, 136, 1, false, true},
+    {"bf16: A m x k, B k x n", 0, 0, 64, 128, 64, 72, 136, 132, 4, false, true},
+    {"bf16: A k x m, B n x k", 1, 1, 128, 64, 64, 136, 72, 72, 4, false, true},
+    {"bf16: one 16 x 16 tile", 0, 0, 16, 16, 16, 24, 24, 20, 1, false, true},
 };
 inline constexpr int kTileMmaCaseCount = sizeof(kTileMmaCases) / sizeof(kTileMmaCases[0]);
 
-// Runs case `index` on device arrays holding A, B and C as stored (C is read for beta and
-// written back, padding included); synchronous.
-cudaError_t run_tile_mma_case(int index, const float* a, const float* b, float* c, float alpha,
+// Runs case `index` on device arrays holding A and B as stored (fp32, or bf16 bits for bf16
+// cases) and C (read for beta and written back, padding included); synchronous.
+cudaError_t run_tile_mma_case(int index, const void* a, const void* b, float* c, float alpha,
                               float beta);
 
 }  // namespace deltatune::cudatest

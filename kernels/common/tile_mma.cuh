@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace deltatune::cuda {
 
@@ -146,6 +147,99 @@ __device__ __forceinline__ void store_tile_acc(float* C, const float (&acc)[kFm]
     }
 }
 
+// bf16 products (the building block for bf16 chunk intermediates): m16n8k16 mma.sync with fp32
+// accumulation, every fragment fed by ldmatrix, transposed operands through its .trans form.
+//
+// d += a b on one m16n8k16 bf16 tile: a {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..),
+// (g + 8, 2t + 8..)}, b {(2t..2t+1, g), (2t + 8.., g)}, d as mma_tf32's.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8 x 8 bf16 blocks, each transposed on the way: lane l gives row l % 8 of block l / 8, and
+// r[j] receives elements (2t, g) and (2t + 1, g) of block j.
+__device__ __forceinline__ void load_blocks_x4_trans(uint32_t (&r)[4], const void* row) {
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The m16 x k16 A fragment of op(A) at (m0, k0). Plain A: blocks at rows m0 + 0-7, m0 + 8-15 of
+// columns k0 + 0-7, then of k0 + 8-15; A stored k x m: the same four blocks read transposed.
+template <int OpA, int LDA>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const __nv_bfloat16* A, int m0,
+                                                int k0) {
+    const int lane = threadIdx.x & 31;
+    if constexpr ((OpA & kT) != 0) {
+        load_blocks_x4_trans(
+            a, A + (k0 + (lane & 7) + (lane >> 4) * 8) * LDA + m0 + ((lane >> 3) & 1) * 8);
+    } else {
+        load_blocks_x4(a,
+                       A + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDA + k0 + (lane >> 4) * 8);
+    }
+}
+
+// The k16 x n8 B fragments of op(B) at (k0, n0) and (k0, n0 + 8). B stored n x k: blocks at rows
+// n0 + 0-7 of columns k0 + 0-7 and k0 + 8-15, then rows n0 + 8-15; plain B (k x n): the same
+// blocks read transposed.
+template <int OpB, int LDB>
+__device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                                                 const __nv_bfloat16* B, int k0, int n0) {
+    const int lane = threadIdx.x & 31;
+    uint32_t r[4];
+    if constexpr ((OpB & kT) != 0) {
+        load_blocks_x4(r,
+                       B + (n0 + (lane & 7) + (lane >> 4) * 8) * LDB + k0 + ((lane >> 3) & 1) * 8);
+    } else {
+        load_blocks_x4_trans(
+            r, B + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDB + n0 + (lane >> 4) * 8);
+    }
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// The warp-tile loop of mm and mm_bf16: each warp's output tiles (WarpTiles), accumulated over k
+// in steps of one mma (k8 for fp32 operands as tf32, k16 for bf16), then stored.
+template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount,
+          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename T>
+__device__ __forceinline__ void warp_tile_products(float* C, const T* A, const T* B, float alpha,
+                                                   float beta) {
+    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+    constexpr int kStepK = kBf16 ? 16 : 8;
+    using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
+    constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
+    for (int tile = Tiles::first_tile(); tile < Tiles::kTiles; tile += kWarpCount) {
+        const int m0 = (tile / Tiles::kTn) * 16 * kFm, n0 = (tile % Tiles::kTn) * 8 * kFn;
+        float acc[kFm][kFn][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += kStepK) {
+            uint32_t a[kFm][4], b[kFn][2];
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
+#pragma unroll
+            for (int fn = 0; fn < kFn; fn += 2) {
+                load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
+            }
+#pragma unroll
+            for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+                for (int fn = 0; fn < kFn; ++fn) {
+                    if constexpr (kBf16) {
+                        mma_bf16(acc[fm][fn], a[fm], b[fn]);
+                    } else {
+                        mma_tf32(acc[fm][fn], a[fm], b[fn]);
+                    }
+                }
+            }
+        }
+        store_tile_acc<kFm, kFn, LDC, kRoundC>(C, acc, m0, n0, alpha, beta);
+    }
+}
+
 // C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. OpA: kT when A
 // is stored K x M row-major (op(A) = A^T), | kTf32 as above; OpB: kT when B is stored N x K. M, N
 // multiples of 16, K of 8. A and B are shared memory (16-byte aligned, LDA and LDB multiples of
@@ -174,83 +268,8 @@ __device__ __forceinline__ void mm(float* C, const float* A, const float* B, flo
                                    float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
     static_assert(LDA % 4 == 0 && LDB % 4 == 0);
-    using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
-    constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
-    for (int tile = Tiles::first_tile(); tile < Tiles::kTiles; tile += kWarpCount) {
-        const int m0 = (tile / Tiles::kTn) * 16 * kFm, n0 = (tile % Tiles::kTn) * 8 * kFn;
-        float acc[kFm][kFn][4] = {};
-#pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            uint32_t a[kFm][4], b[kFn][2];
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
-#pragma unroll
-            for (int fn = 0; fn < kFn; fn += 2) {
-                load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
-            }
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], a[fm], b[fn]);
-            }
-        }
-        store_tile_acc<kFm, kFn, LDC, kRoundC>(C, acc, m0, n0, alpha, beta);
-    }
-}
-
-// bf16 products (the building block for bf16 chunk intermediates): m16n8k16 mma.sync with fp32
-// accumulation, every fragment fed by ldmatrix, transposed operands through its .trans form.
-//
-// d += a b on one m16n8k16 bf16 tile: a {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..),
-// (g + 8, 2t + 8..)}, b {(2t..2t+1, g), (2t + 8.., g)}, d as mma_tf32's.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Four 8 x 8 bf16 blocks, each transposed on the way: lane l gives row l % 8 of block l / 8, and
-// r[j] receives elements (2t, g) and (2t + 1, g) of block j.
-__device__ __forceinline__ void load_blocks_x4_trans(uint32_t (&r)[4], const void* row) {
-    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// The m16 x k16 A fragment of op(A) at (m0, k0). Plain A: blocks at rows m0 + 0-7, m0 + 8-15 of
-// columns k0 + 0-7, then of k0 + 8-15; A stored k x m: the same four blocks read transposed.
-template <int OpA, int LDA>
-__device__ __forceinline__ void load_a_fragment_bf16(uint32_t (&a)[4], const __nv_bfloat16* A,
-                                                     int m0, int k0) {
-    const int lane = threadIdx.x & 31;
-    if constexpr ((OpA & kT) != 0) {
-        load_blocks_x4_trans(
-            a, A + (k0 + (lane & 7) + (lane >> 4) * 8) * LDA + m0 + ((lane >> 3) & 1) * 8);
-    } else {
-        load_blocks_x4(a,
-                       A + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDA + k0 + (lane >> 4) * 8);
-    }
-}
-
-// The k16 x n8 B fragments of op(B) at (k0, n0) and (k0, n0 + 8). B stored n x k: blocks at rows
-// n0 + 0-7 of columns k0 + 0-7 and k0 + 8-15, then rows n0 + 8-15; plain B (k x n): the same
-// blocks read transposed.
-template <int OpB, int LDB>
-__device__ __forceinline__ void load_b_fragments_bf16(uint32_t (&b0)[2], uint32_t (&b1)[2],
-                                                      const __nv_bfloat16* B, int k0, int n0) {
-    const int lane = threadIdx.x & 31;
-    uint32_t r[4];
-    if constexpr ((OpB & kT) != 0) {
-        load_blocks_x4(r,
-                       B + (n0 + (lane & 7) + (lane >> 4) * 8) * LDB + k0 + ((lane >> 3) & 1) * 8);
-    } else {
-        load_blocks_x4_trans(
-            r, B + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDB + n0 + (lane >> 4) * 8);
-    }
-    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
+                       kRoundC>(C, A, B, alpha, beta);
 }
 
 // mm on bf16 operands: C (fp32) = beta C + alpha op(A) op(B), the same tiling and parameters as
@@ -262,30 +281,8 @@ __device__ __forceinline__ void mm_bf16(float* C, const __nv_bfloat16* A, const 
                                         float alpha, float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && LDC % 2 == 0);
     static_assert(LDA % 8 == 0 && LDB % 8 == 0);
-    using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
-    constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
-    for (int tile = Tiles::first_tile(); tile < Tiles::kTiles; tile += kWarpCount) {
-        const int m0 = (tile / Tiles::kTn) * 16 * kFm, n0 = (tile % Tiles::kTn) * 8 * kFn;
-        float acc[kFm][kFn][4] = {};
-#pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 16) {
-            uint32_t a[kFm][4], b[kFn][2];
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-                load_a_fragment_bf16<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
-            }
-#pragma unroll
-            for (int fn = 0; fn < kFn; fn += 2) {
-                load_b_fragments_bf16<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
-            }
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) mma_bf16(acc[fm][fn], a[fm], b[fn]);
-            }
-        }
-        store_tile_acc<kFm, kFn, LDC, false>(C, acc, m0, n0, alpha, beta);
-    }
+    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
+                       false>(C, A, B, alpha, beta);
 }
 
 }  // namespace deltatune::cuda

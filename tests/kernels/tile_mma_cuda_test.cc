@@ -41,10 +41,9 @@ struct Operands {
 
 Operands random_operands(const TileMmaCase& x, std::mt19937& rng) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const size_t na = static_cast<size_t>((x.op_a & 1) ? x.k : x.m) * x.lda;
-    const size_t nb = static_cast<size_t>((x.op_b & 1) ? x.n : x.k) * x.ldb;
-    Operands o{std::vector<float>(na), std::vector<float>(nb),
-               std::vector<float>(static_cast<size_t>(x.m) * x.ldc)};
+    Operands o{std::vector<float>(static_cast<size_t>(stored_a(x))),
+               std::vector<float>(static_cast<size_t>(stored_b(x))),
+               std::vector<float>(static_cast<size_t>(stored_c(x)))};
     auto value = [&](bool tf32_exact) {
         const float v = u(rng);
         if (x.bf16) return bf16_bits_to_float(float_to_bf16_bits(v));

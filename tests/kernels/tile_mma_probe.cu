@@ -1,4 +1,4 @@
-// One block runs mm on the case's operands in shared memory (see tile_mma_probe.h).
+// One block runs mm or mm_bf16 on the case's operands in shared memory (see tile_mma_probe.h).
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -21,9 +21,7 @@ template <int kCase>
 __global__ void tile_mma_kernel(const void* a, const void* b, float* c, float alpha, float beta) {
     constexpr TileMmaCase x = kTileMmaCases[kCase];
     using T = std::conditional_t<x.bf16, __nv_bfloat16, float>;
-    constexpr int kA = ((x.op_a & 1) ? x.k : x.m) * x.lda;
-    constexpr int kB = ((x.op_b & 1) ? x.n : x.k) * x.ldb;
-    constexpr int kCn = x.m * x.ldc;
+    constexpr int kA = stored_a(x), kB = stored_b(x), kCn = stored_c(x);
     extern __shared__ __align__(16) float smem[];
     float* sc = smem;
     T* sa = reinterpret_cast<T*>(sc + kCn);
@@ -47,9 +45,7 @@ template <int kCase>
 cudaError_t launch(const void* a, const void* b, float* c, float alpha, float beta) {
     constexpr TileMmaCase x = kTileMmaCases[kCase];
     constexpr size_t element = x.bf16 ? 2 : 4;  // A and B; C is fp32
-    constexpr size_t bytes =
-        element * (((x.op_a & 1) ? x.k : x.m) * x.lda + ((x.op_b & 1) ? x.n : x.k) * x.ldb) +
-        sizeof(float) * x.m * x.ldc;
+    constexpr size_t bytes = element * (stored_a(x) + stored_b(x)) + sizeof(float) * stored_c(x);
     if (cudaError_t e = cudaFuncSetAttribute(tile_mma_kernel<kCase>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         e != cudaSuccess) {

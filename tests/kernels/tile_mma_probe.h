@@ -34,6 +34,17 @@ inline constexpr TileMmaCase kTileMmaCases[] = {
 };
 inline constexpr int kTileMmaCaseCount = sizeof(kTileMmaCases) / sizeof(kTileMmaCases[0]);
 
+// Elements of A, B and C as stored (rows times stride).
+constexpr int stored_a(const TileMmaCase& x) {
+    return ((x.op_a & 1) ? x.k : x.m) * x.lda;
+}
+constexpr int stored_b(const TileMmaCase& x) {
+    return ((x.op_b & 1) ? x.n : x.k) * x.ldb;
+}
+constexpr int stored_c(const TileMmaCase& x) {
+    return x.m * x.ldc;
+}
+
 // Runs case `index` on device arrays holding A and B as stored (fp32, or bf16 bits for bf16
 // cases) and C (read for beta and written back, padding included); synchronous.
 cudaError_t run_tile_mma_case(int index, const void* a, const void* b, float* c, float alpha,

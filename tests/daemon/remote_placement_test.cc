@@ -79,10 +79,11 @@ TEST_CASE("a job with resources.nodes waits for agents, then is placed node-majo
     TestDaemon d(test_config(dir));
     AgentRegistry agents(1s, 5s);
     d.manager().set_remote_ranks(&agents);
+    // One agent, registered before the job so the scheduler's first look already sees it: too
+    // few, so the job stays QUEUED and says why, once.
+    const std::string b = register_node(agents, "node-b", 2);
     Job job;
     REQUIRE(create(d, two_node_spec("o"), &job).ok());
-    // No agent has room: the job stays QUEUED and says why, once.
-    const std::string b = register_node(agents, "node-b", 2);
     Job waiting = wait_for(d, job.name(), [&](const Job&) {
         return !all_events(d, job.name(), "WAITING_FOR_AGENTS").empty();
     });

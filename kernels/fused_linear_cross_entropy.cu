@@ -120,6 +120,12 @@ cudaError_t fused_linear_cross_entropy(const FusedLinearCrossEntropyArgs& a, cub
     const bool vec = a.vocab % 8 == 0 && cuda::aligned16(logits);
     const float one = 1.0f;
     const float zero = 0.0f;
+    if (a.dw && a.dw_fresh && a.tokens == 0) {  // no chunk to write it: a fresh dW is zero
+        if (cudaError_t e = cudaMemsetAsync(a.dw, 0, sizeof(float) * a.vocab * a.hidden, stream);
+            e != cudaSuccess) {
+            return e;
+        }
+    }
     for (int64_t t0 = 0; t0 < a.tokens; t0 += a.chunk_tokens) {
         const int rows =
             static_cast<int>(a.tokens - t0 < a.chunk_tokens ? a.tokens - t0 : a.chunk_tokens);
@@ -147,10 +153,11 @@ cudaError_t fused_linear_cross_entropy(const FusedLinearCrossEntropyArgs& a, cub
             }
         }
         if (a.dw) {
-            // dW^T (H x V) += X_c^T (H x rows) * dlogits (rows x V).
+            // dW^T (H x V) += X_c^T (H x rows) * dlogits (rows x V); = for a fresh dW's first.
+            const float* beta = a.dw_fresh && t0 == 0 ? &zero : &one;
             if (cudaError_t e = blas_error(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, h, v, rows,
                                                         &one, xc, CUDA_R_16BF, h, logits,
-                                                        CUDA_R_16BF, v, &one, a.dw, CUDA_R_32F, h,
+                                                        CUDA_R_16BF, v, beta, a.dw, CUDA_R_32F, h,
                                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                 e != cudaSuccess) {
                 return e;

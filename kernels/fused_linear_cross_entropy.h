@@ -5,7 +5,8 @@
 // two more GEMMs. The full (tokens, vocab) logits never exist. Rows whose target is kIgnoreIndex
 // (-100, cross_entropy.h) contribute nothing. GEMMs are cuBLAS (bf16 in, fp32 accumulation).
 // The oracle is linear_forward_ref + cross_entropy_{forward,backward}_ref + linear_backward_ref.
-// Gradient contract: dx is written (=), dw is accumulated (+=); either may be null to skip it.
+// Gradient contract: dx is written (=), dw is accumulated (+=), or written when dw_fresh (the
+// first chunk's dW GEMM writes it: no zeroing pass, no read of zeros); either may be null.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +26,8 @@ struct FusedLinearCrossEntropyArgs {
     float* row_losses = nullptr;  // (tokens) per-row -log p[target], 0 where ignored (required)
     float* lse = nullptr;         // (tokens) log-sum-exp of each row's logits (may be null)
     __nv_bfloat16* dx = nullptr;  // (tokens, hidden), written
-    float* dw = nullptr;          // (vocab, hidden), accumulated
+    float* dw = nullptr;          // (vocab, hidden), accumulated (written when dw_fresh)
+    bool dw_fresh = false;        // dw holds nothing yet: written, its contents never read
     // Inputs.
     const __nv_bfloat16* x = nullptr;  // (tokens, hidden)
     const __nv_bfloat16* w = nullptr;  // (vocab, hidden), PyTorch layout

@@ -219,6 +219,9 @@ absl::StatusOr<std::unique_ptr<Qwen35GpuModel::Impl>> new_impl(DeviceContext& ct
             if (i >= 0) m->gemm_grad[static_cast<size_t>(i)] = 1;
         }
     }
+    // An untied LM head's gradient is written by the loss's first dW GEMM (a tied one also
+    // takes the embedding's scatter-add).
+    if (!layout.tied && m->lm_head_idx >= 0) m->gemm_grad[static_cast<size_t>(m->lm_head_idx)] = 1;
     return m;
 }
 
@@ -407,6 +410,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     ce.row_losses = row_losses.as<float>();
     ce.dx = m.dhf.as<bf16>();
     ce.dw = lm_head.grad;
+    ce.dw_fresh = lm_head.fresh;
     ce.x = hf.as<bf16>();
     ce.w = lm_head.w;
     ce.targets = base + T;
@@ -422,6 +426,8 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     const size_t ws = fused_linear_cross_entropy_workspace_bytes(ce);
     DT_ASSIGN_OR_RETURN(DeviceMemory work, m.dev.allocate(ws));
     DT_CUDA_RETURN_IF_ERROR(fused_linear_cross_entropy(ce, m.dev.blas(), work.get(), ws, s));
+    // The head's gradient now holds this batch's: later micro-batches add to it.
+    if (!m.fresh.empty() && m.lm_head_idx >= 0) m.fresh[static_cast<size_t>(m.lm_head_idx)] = 0;
     // Wait through the source first: a sharded source polls NCCL, so a dead peer ends in an error
     // here rather than in a read-back into pageable memory that would block the host for good.
     DT_RETURN_IF_ERROR(m.source->synchronize());

@@ -249,6 +249,20 @@ TEST_CASE("the LM head's GEMMs and the fused cross-entropy by chunk size",
                     static_cast<long long>(kBatch), static_cast<long long>(chunk), ms,
                     flops / ms / 1e9);
         std::fflush(stdout);
+        if (chunk != 4096) continue;  // the runtime's chunk: a zeroed dW against a fresh one
+        const double zeroed = median_ms(
+            [&] {
+                const cudaError_t e = cudaMemsetAsync(dw.get(), 0, wn * sizeof(float));
+                if (e != cudaSuccess) return e;
+                return fused_linear_cross_entropy(a, blas, y.get(), yn * 2, nullptr);
+            },
+            5);
+        a.dw_fresh = true;
+        const double fresh = median_ms(
+            [&] { return fused_linear_cross_entropy(a, blas, y.get(), yn * 2, nullptr); }, 5);
+        std::printf(
+            "  dW zeroed, then accumulated: %8.2f ms; fresh (first chunk writes): %8.2f ms\n",
+            zeroed, fresh);
     }
     cublasDestroy(blas);
     cublasLtDestroy(h);

@@ -353,10 +353,13 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             top.push_back({{"kernel", name}, {"launches", launches}, {"ms", ms}});
         }
         j["top_kernels_profiled_step"] = top;
-        // Where the profiled step's time goes: kernel time by part, and what no kernel covers
-        // (host waits and gaps between kernels).
+        // Where the profiled step's time goes: kernel time by part, memsets and copies while no
+        // kernel runs, and what nothing covers (host waits and gaps between kernels).
         nlohmann::json parts = kernel_ms_by_part(trace);
-        parts["idle"] = profiled_ms - union_ms(trace.compute);
+        std::vector<std::pair<uint64_t, uint64_t>> busy = trace.compute;
+        busy.insert(busy.end(), trace.memory.begin(), trace.memory.end());
+        parts["memset_memcpy"] = uncovered_ms(trace.memory, trace.compute);
+        parts["idle"] = profiled_ms - union_ms(busy);
         j["step_breakdown_ms_profiled_step"] = parts;
     }
     return j;

@@ -1,10 +1,15 @@
 // Varlen depthwise causal conv1d + SiLU over packed documents, forward and backward. A block
-// covers kTile tokens x kThreads channels, one thread per channel, token-major so a warp's
-// accesses are consecutive channels. The taps of token t reach back to its document's start and
-// no further (looked up once per tile by binary search in cu_seqlens). The backward recomputes
-// the pre-activation, writes dx, and writes one row of dw partials per token tile for the
-// deterministic column reduction.
+// covers kTile tokens x kThreads * V channels, V consecutive channels per thread (one 8-byte load
+// of 4 bf16 where the channel count allows, else 1), token-major so a warp's accesses are
+// consecutive. The taps of token t reach back to its document's start and no further (looked up
+// once per tile by binary search in cu_seqlens). The backward recomputes the pre-activation,
+// keeps the last K pre-activation gradients in registers to write dx K-1 tokens behind, and
+// writes one row of dw partials per token tile for the deterministic column reduction.
 #include "kernels/causal_conv1d.h"
+
+#include <cstdint>
+#include <initializer_list>
+
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/varlen.cuh"
 
@@ -13,7 +18,7 @@ namespace deltatune {
 namespace {
 
 constexpr int kTile = 64;      // tokens per block
-constexpr int kThreads = 128;  // channels per block
+constexpr int kThreads = 128;  // threads per block
 constexpr int kMaxKernel = 4;  // Qwen3.5 uses 4
 constexpr int kGroup = 8;      // tokens whose loads a thread issues together
 
@@ -21,59 +26,176 @@ __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
     return __bfloat162float(p[i]);
 }
 
+// V consecutive bf16 values as one load.
+template <int V>
+struct Raw;
+template <>
+struct Raw<1> {
+    using type = __nv_bfloat16;
+};
+template <>
+struct Raw<4> {
+    using type = uint2;
+};
+
+template <int V>
+__device__ __forceinline__ typename Raw<V>::type load_raw(const __nv_bfloat16* p, int64_t i) {
+    return *reinterpret_cast<const typename Raw<V>::type*>(p + i);
+}
+
+__device__ __forceinline__ void unpack(const __nv_bfloat16& raw, float (&f)[1]) {
+    f[0] = __bfloat162float(raw);
+}
+__device__ __forceinline__ void unpack(const uint2& raw, float (&f)[4]) {
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    f[0] = lo.x, f[1] = lo.y, f[2] = hi.x, f[3] = hi.y;
+}
+
+__device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[1]) {
+    *p = __float2bfloat16_rn(f[0]);
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[4]) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(f[0], f[1]);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(f[2], f[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+    raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// begin[i] = the start of token t0 + i's document (tokens past the end: `tokens`).
+__device__ __forceinline__ void document_starts(int32_t* begin, int span, const int32_t* cu,
+                                                int64_t num_docs, int32_t t0, int32_t tokens) {
+    for (int i = threadIdx.x; i < span; i += blockDim.x) {
+        begin[i] = t0 + i < tokens ? cu[cuda::doc_of(cu, num_docs, t0 + i)] : tokens;
+    }
+    __syncthreads();
+}
+
+// The taps of V channels from c, and the K-1 inputs before t0 (hist[j] = x[t - (K-1) + j]).
+template <int K, int V>
+__device__ __forceinline__ void load_taps(float (&wk)[K][V], float (&hist)[K][V],
+                                          const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                          int32_t t0, int64_t c, int64_t channels) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) wk[j][v] = bf(w, (c + v) * K + j);
+    }
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+        const int32_t s = t0 - (K - 1) + j;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            hist[j][v] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c + v) : 0.0f;
+        }
+    }
+}
+
+// The pre-activation of channel v at token t, whose document starts at b (taps before b skipped).
+template <int K, int V>
+__device__ __forceinline__ float preactivation(const float (&wk)[K][V], const float (&hist)[K][V],
+                                               int v, int32_t t, int32_t b) {
+    float pre = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        if (t - (K - 1) + j >= b) pre += wk[j][v] * hist[j][v];
+    }
+    return pre;
+}
+
+// The same where the window lies inside the document (no tap skipped): the same sum, without the
+// per-tap tests. Whether a token's window does is the same for every thread of a block.
+template <int K, int V>
+__device__ __forceinline__ float preactivation(const float (&wk)[K][V], const float (&hist)[K][V],
+                                               int v) {
+    float pre = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) pre += wk[j][v] * hist[j][v];
+    return pre;
+}
+
+__device__ __forceinline__ float silu(float pre) {
+    return pre / (1.0f + __expf(-pre));
+}
+
+// The pre-activation's gradient from the output's.
+__device__ __forceinline__ float silu_backward(float dout, float pre) {
+    const float sig = 1.0f / (1.0f + __expf(-pre));
+    return dout * sig * (1.0f + pre * (1.0f - sig));
+}
+
+// dwk[j] += d * hist[j] over the taps at or after b (every tap without t and b), channel v.
+template <int K, int V>
+__device__ __forceinline__ void add_taps(float (&dwk)[K][V], float d, const float (&hist)[K][V],
+                                         int v) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) dwk[j][v] += d * hist[j][v];
+}
+template <int K, int V>
+__device__ __forceinline__ void add_taps(float (&dwk)[K][V], float d, const float (&hist)[K][V],
+                                         int v, int32_t t, int32_t b) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        if (t - (K - 1) + j >= b) dwk[j][v] += d * hist[j][v];
+    }
+}
+
+template <int K, int V>
+__device__ __forceinline__ void shift(float (&a)[K][V]) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) a[j][v] = a[j + 1][v];
+    }
+}
+
 // kernels
 
-template <int K>
+template <int K, int V>
 __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
                                              const __nv_bfloat16* __restrict__ x,
                                              const __nv_bfloat16* __restrict__ w, const int32_t* cu,
                                              int64_t num_docs, int32_t tokens, int64_t channels) {
     __shared__ int32_t begin[kTile];
     const int32_t t0 = blockIdx.x * kTile;
-    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-        begin[i] = t0 + i < tokens ? cu[cuda::doc_of(cu, num_docs, t0 + i)] : tokens;
-    }
-    __syncthreads();
-    const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+    document_starts(begin, kTile, cu, num_docs, t0, tokens);
+    const int64_t c = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * V;
     if (c >= channels) return;
-    float wk[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) wk[j] = bf(w, c * K + j);
-    float hist[K];  // hist[j] = x[t - (K-1) + j]
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) {
-        const int32_t s = t0 - (K - 1) + j;
-        hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
-    }
+    float wk[K][V], hist[K][V];
+    load_taps(wk, hist, x, w, t0, c, channels);
     const int32_t t_end = min(tokens, t0 + kTile);
     for (int32_t g0 = t0; g0 < t_end; g0 += kGroup) {
         // The group's loads first, all in flight together (see the backward).
-        float xr[kGroup];
+        typename Raw<V>::type xr[kGroup];
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
             const int32_t t = g0 + u;
-            xr[u] = t < t_end ? bf(x, static_cast<int64_t>(t) * channels + c) : 0.0f;
+            xr[u] = t < t_end ? load_raw<V>(x, static_cast<int64_t>(t) * channels + c)
+                              : typename Raw<V>::type{};
         }
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
             const int32_t t = g0 + u;
-            if (t >= t_end) continue;
-            hist[K - 1] = xr[u];
+            if (t >= t_end) break;
+            unpack(xr[u], hist[K - 1]);
             const int32_t b = begin[t - t0];
-            float pre = 0.0f;
+            float o[V];
+            if (b <= t - (K - 1)) {
 #pragma unroll
-            for (int j = 0; j < K; ++j) {
-                if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
+                for (int v = 0; v < V; ++v) o[v] = silu(preactivation(wk, hist, v));
+            } else {
+#pragma unroll
+                for (int v = 0; v < V; ++v) o[v] = silu(preactivation(wk, hist, v, t, b));
             }
-            out[static_cast<int64_t>(t) * channels + c] =
-                __float2bfloat16_rn(pre / (1.0f + __expf(-pre)));
-#pragma unroll
-            for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
+            store(out + static_cast<int64_t>(t) * channels + c, o);
+            shift(hist);
         }
     }
 }
 
-template <int K>
+template <int K, int V>
 __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
                                               float* __restrict__ dw_partials,
                                               const __nv_bfloat16* __restrict__ dout,
@@ -83,94 +205,125 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
                                               int64_t channels) {
     constexpr int kSpan = kTile + K - 1;  // dpre is needed K-1 tokens past the tile
     __shared__ int32_t begin[kSpan];
-    __shared__ float dpre[kSpan][kThreads];
     const int32_t t0 = blockIdx.x * kTile;
-    for (int i = threadIdx.x; i < kSpan; i += blockDim.x) {
-        begin[i] = t0 + i < tokens ? cu[cuda::doc_of(cu, num_docs, t0 + i)] : tokens;
+    document_starts(begin, kSpan, cu, num_docs, t0, tokens);
+    const int64_t c = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * V;
+    if (c >= channels) return;  // no barrier below: each thread touches only its own columns
+    float wk[K][V], hist[K][V];
+    load_taps(wk, hist, x, w, t0, c, channels);
+    float dwk[K][V], dpre[K][V];  // dpre[j]: the pre-activation gradient K-1-j tokens back
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) dwk[j][v] = dpre[j][v] = 0.0f;
     }
-    __syncthreads();
-    const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
-    if (c >= channels) return;  // no barrier below: each thread touches only its own column
-    float wk[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) wk[j] = bf(w, c * K + j);
-    float dwk[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) dwk[j] = 0.0f;
-    float hist[K];
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) {
-        const int32_t s = t0 - (K - 1) + j;
-        hist[j] = s >= 0 ? bf(x, static_cast<int64_t>(s) * channels + c) : 0.0f;
-    }
+    const int32_t t_end = min(tokens, t0 + kTile);
     for (int i0 = 0; i0 < kSpan; i0 += kGroup) {
-        // The group's loads first, all in flight together (a thread walks its channel token by
+        // The group's loads first, all in flight together (a thread walks its channels token by
         // token; one load at a time would wait out every load's latency).
-        float xr[kGroup], dr[kGroup];
+        typename Raw<V>::type xr[kGroup], dr[kGroup];
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
             const int32_t t = t0 + i0 + u;
             const bool in = i0 + u < kSpan && t < tokens;
-            xr[u] = in ? bf(x, static_cast<int64_t>(t) * channels + c) : 0.0f;
-            dr[u] = in ? bf(dout, static_cast<int64_t>(t) * channels + c) : 0.0f;
+            const int64_t n = static_cast<int64_t>(t) * channels + c;
+            xr[u] = in ? load_raw<V>(x, n) : typename Raw<V>::type{};
+            dr[u] = in ? load_raw<V>(dout, n) : typename Raw<V>::type{};
         }
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
             const int i = i0 + u;
             const int32_t t = t0 + i;
-            if (i >= kSpan) continue;
-            float d = 0.0f;
+            if (i >= kSpan) break;
+            shift(dpre);
+            float d[V];
+            unpack(dr[u], d);  // zero past the end
+            unpack(xr[u], hist[K - 1]);
             if (t < tokens) {
-                hist[K - 1] = xr[u];
                 const int32_t b = begin[i];
-                float pre = 0.0f;
+                if (b <= t - (K - 1)) {
 #pragma unroll
-                for (int j = 0; j < K; ++j) {
-                    if (t - (K - 1) + j >= b) pre += wk[j] * hist[j];
-                }
-                const float sig = 1.0f / (1.0f + __expf(-pre));
-                d = dr[u] * sig * (1.0f + pre * (1.0f - sig));
-                if (i < kTile) {
+                    for (int v = 0; v < V; ++v) {
+                        d[v] = silu_backward(d[v], preactivation(wk, hist, v));
+                        if (i < kTile) add_taps(dwk, d[v], hist, v);
+                    }
+                } else {
 #pragma unroll
-                    for (int j = 0; j < K; ++j) {
-                        if (t - (K - 1) + j >= b) dwk[j] += d * hist[j];
+                    for (int v = 0; v < V; ++v) {
+                        d[v] = silu_backward(d[v], preactivation(wk, hist, v, t, b));
+                        if (i < kTile) add_taps(dwk, d[v], hist, v, t, b);
                     }
                 }
-#pragma unroll
-                for (int j = 0; j < K - 1; ++j) hist[j] = hist[j + 1];
             }
-            dpre[i][threadIdx.x] = d;
-        }
-    }
-    const int32_t t_end = min(tokens, t0 + kTile);
-#pragma unroll 8
-    for (int32_t t = t0; t < t_end; ++t) {
-        // x[t] feeds pre[t + K-1 - j] through tap j, if that token is in t's document.
-        float g = 0.0f;
+            shift(hist);  // unused from the first token past the end on
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-            const int32_t tp = t + (K - 1) - j;
-            if (tp < tokens && begin[tp - t0] <= t) g += wk[j] * dpre[tp - t0][threadIdx.x];
+            for (int v = 0; v < V; ++v) dpre[K - 1][v] = d[v];
+            // x[s] feeds pre[s + K-1 - j] through tap j, if that token is in s's document: dx of
+            // s = t - (K-1) has every term now. All of them when t is in s's document.
+            const int32_t s = t - (K - 1);
+            if (s < t0 || s >= t_end) continue;
+            float g[V];
+            if (t < tokens && begin[i] <= s) {  // s through t in one document: every tap
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    g[v] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < K; ++j) g[v] += wk[j][v] * dpre[K - 1 - j][v];
+                }
+            } else {
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    g[v] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < K; ++j) {
+                        const int32_t tp = s + (K - 1) - j;
+                        if (tp < tokens && begin[tp - t0] <= s)
+                            g[v] += wk[j][v] * dpre[K - 1 - j][v];
+                    }
+                }
+            }
+            store(dx + static_cast<int64_t>(s) * channels + c, g);
         }
-        dx[static_cast<int64_t>(t) * channels + c] = __float2bfloat16_rn(g);
     }
     float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * channels * K + c * K;
 #pragma unroll
-    for (int j = 0; j < K; ++j) part[j] = dwk[j];
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+        for (int j = 0; j < K; ++j) part[v * K + j] = dwk[j][v];
+    }
 }
 
 int64_t token_tiles(int64_t tokens) {
     return (tokens + kTile - 1) / kTile;
 }
 
+template <int V>
+dim3 grid_of(int64_t tokens, int64_t channels) {
+    return dim3(static_cast<unsigned>(token_tiles(tokens)),
+                static_cast<unsigned>((channels / V + kThreads - 1) / kThreads));
+}
+
+// 4 channels per thread when every row starts 8-byte aligned, else 1.
+bool vectorised(int64_t channels, std::initializer_list<const void*> rows) {
+    if (channels % 4 != 0) return false;
+    for (const void* p : rows) {
+        if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+    }
+    return true;
+}
+
 template <int K>
 cudaError_t launch_forward(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
                            const int32_t* cu, int64_t num_docs, int64_t tokens, int64_t channels,
                            cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>(token_tiles(tokens)),
-                    static_cast<unsigned>((channels + kThreads - 1) / kThreads));
-    causal_conv1d_forward_kernel<K><<<grid, kThreads, 0, stream>>>(
-        out, x, w, cu, num_docs, static_cast<int32_t>(tokens), channels);
+    const auto t32 = static_cast<int32_t>(tokens);
+    if (vectorised(channels, {out, x})) {
+        causal_conv1d_forward_kernel<K, 4><<<grid_of<4>(tokens, channels), kThreads, 0, stream>>>(
+            out, x, w, cu, num_docs, t32, channels);
+    } else {
+        causal_conv1d_forward_kernel<K, 1><<<grid_of<1>(tokens, channels), kThreads, 0, stream>>>(
+            out, x, w, cu, num_docs, t32, channels);
+    }
     return cudaGetLastError();
 }
 
@@ -179,10 +332,14 @@ cudaError_t launch_backward(__nv_bfloat16* dx, float* partials, const __nv_bfloa
                             const __nv_bfloat16* x, const __nv_bfloat16* w, const int32_t* cu,
                             int64_t num_docs, int64_t tokens, int64_t channels,
                             cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>(token_tiles(tokens)),
-                    static_cast<unsigned>((channels + kThreads - 1) / kThreads));
-    causal_conv1d_backward_kernel<K><<<grid, kThreads, 0, stream>>>(
-        dx, partials, dout, x, w, cu, num_docs, static_cast<int32_t>(tokens), channels);
+    const auto t32 = static_cast<int32_t>(tokens);
+    if (vectorised(channels, {dx, dout, x})) {
+        causal_conv1d_backward_kernel<K, 4><<<grid_of<4>(tokens, channels), kThreads, 0, stream>>>(
+            dx, partials, dout, x, w, cu, num_docs, t32, channels);
+    } else {
+        causal_conv1d_backward_kernel<K, 1><<<grid_of<1>(tokens, channels), kThreads, 0, stream>>>(
+            dx, partials, dout, x, w, cu, num_docs, t32, channels);
+    }
     return cudaGetLastError();
 }
 

@@ -172,6 +172,23 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][g
             "%-28s %10.3f %10.3f   (%lld channels; bytes-floor %.3f / %.3f ms at 4.3 TB/s)\n",
             "causal conv1d + silu", cf, cb, static_cast<long long>(channels), 2.0 * 2 * nc / 4.3e9,
             3.0 * 2 * nc / 4.3e9);
+        {  // Digests of one forward and backward over lognormal documents (boundaries inside).
+            std::mt19937 rng(7);
+            std::vector<int32_t> cu = {0};
+            for (int32_t l : ultrachat_like_lengths(rng)) cu.push_back(cu.back() + l);
+            DeviceBuffer<int32_t> d_docs(cu);
+            const auto docs = static_cast<int64_t>(cu.size()) - 1;
+            REQUIRE(cudaMemset(dw.get(), 0, dw.size() * sizeof(float)) == cudaSuccess);
+            REQUIRE(causal_conv1d_forward(bf16_ptr(y), bf16_ptr(x), bf16_ptr(w), d_docs.get(), docs,
+                                          cu.back(), channels, 4, nullptr) == cudaSuccess);
+            REQUIRE(causal_conv1d_backward(bf16_ptr(dx), dw.get(), bf16_ptr(dy), bf16_ptr(x),
+                                           bf16_ptr(w), d_docs.get(), docs, cu.back(), channels, 4,
+                                           cws.get(), cwb, nullptr) == cudaSuccess);
+            std::printf("%-28s out %016llx dx %016llx dw %016llx (%lld documents)\n",
+                        "  result digests", static_cast<unsigned long long>(digest(y)),
+                        static_cast<unsigned long long>(digest(dx)),
+                        static_cast<unsigned long long>(digest(dw)), static_cast<long long>(docs));
+        }
         const int64_t rows = kTokens * v_heads;
         DeviceBuffer<uint16_t> z(Bf16Fill{nv + 11, 1.0f}), nw(Bf16Fill{kDim, 1.0f}), dz(nv);
         DeviceBuffer<float> rstd(static_cast<size_t>(rows)), dnw(kDim);

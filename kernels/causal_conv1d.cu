@@ -47,21 +47,7 @@ __device__ __forceinline__ void unpack(const __nv_bfloat16& raw, float (&f)[1]) 
     f[0] = __bfloat162float(raw);
 }
 __device__ __forceinline__ void unpack(const uint2& raw, float (&f)[4]) {
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    f[0] = lo.x, f[1] = lo.y, f[2] = hi.x, f[3] = hi.y;
-}
-
-__device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[1]) {
-    *p = __float2bfloat16_rn(f[0]);
-}
-__device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[4]) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(f[0], f[1]);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(f[2], f[3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const uint32_t*>(&lo);
-    raw.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(p) = raw;
+    cuda::unpack4(raw, f);
 }
 
 // begin[i] = the start of token t0 + i's document (tokens past the end: `tokens`).
@@ -189,7 +175,7 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
 #pragma unroll
                 for (int v = 0; v < V; ++v) o[v] = silu(preactivation(wk, hist, v, t, b));
             }
-            store(out + static_cast<int64_t>(t) * channels + c, o);
+            cuda::store_vec(out + static_cast<int64_t>(t) * channels + c, o);
             shift(hist);
         }
     }
@@ -282,7 +268,7 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
                     }
                 }
             }
-            store(dx + static_cast<int64_t>(s) * channels + c, g);
+            cuda::store_vec(dx + static_cast<int64_t>(s) * channels + c, g);
         }
     }
     float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * channels * K + c * K;

@@ -60,15 +60,6 @@ struct ChunkMeta {
     int last;         // last valid row
 };
 
-__device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[4]) {
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    f[0] = lo.x;
-    f[1] = lo.y;
-    f[2] = hi.x;
-    f[3] = hi.y;
-}
-
 // Fills meta (gates, documents, Gamma, masks) for chunk c of value head h and loads the
 // L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end).
 // Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
@@ -118,8 +109,8 @@ __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat
     for (int j = 0; j < kRowsPerWarp; ++j) {
         const int r = warp + j * kWarps;
         float qf[4], kf[4];
-        unpack4(qraw[j], qf);
-        unpack4(kraw[j], kf);
+        cuda::unpack4(qraw[j], qf);
+        cuda::unpack4(kraw[j], kf);
         float sq = 0.0f, sk = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {

@@ -15,21 +15,8 @@ constexpr int64_t kMaxCols = 1024;
 
 using cuda::warp_sum;
 
-// Four consecutive bf16 values (8-byte aligned) to and from fp32.
-__device__ __forceinline__ void load4(float (&v)[4], const __nv_bfloat16* p) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&v)[4]) {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const uint32_t*>(&a);
-    raw.y = *reinterpret_cast<const uint32_t*>(&b);
-    *reinterpret_cast<uint2*>(p) = raw;
-}
+using cuda::load4;
+using cuda::store4;
 
 __device__ __forceinline__ float sigmoidf(float x) {
     return 1.0f / (1.0f + __expf(-x));
@@ -79,13 +66,13 @@ __global__ void gated_rmsnorm_backward_kernel(__nv_bfloat16* dx, __nv_bfloat16* 
         // passes (8-byte loads and stores, nothing read twice) and its dw sums in registers.
         const int c0 = lane * 4;
         float wv[4], dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        load4(wv, w + c0);
+        load4(w + c0, wv);
         for (int64_t row = row_begin + warp; row < row_end; row += kWarps) {
             const float rs = rstd[row];
             float xv[4], zv[4], dy[4], h[4], dzv[4];
-            load4(xv, x + row * cols + c0);
-            load4(zv, z + row * cols + c0);
-            load4(dy, dout + row * cols + c0);
+            load4(x + row * cols + c0, xv);
+            load4(z + row * cols + c0, zv);
+            load4(dout + row * cols + c0, dy);
             float dot = 0.0f;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {

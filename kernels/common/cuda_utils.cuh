@@ -83,12 +83,33 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
 }
 
-// V consecutive bf16 values as floats (V = 8: one 16-byte access; V = 1: scalar), for kernels
-// templated on whether a row's alignment allows 16-byte accesses.
+// Four bf16 values as one 8-byte access (the same layout, half as wide).
+__device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[4]) {
+    f[0] = __uint_as_float(raw.x << 16);
+    f[1] = __uint_as_float(raw.x & 0xffff0000u);
+    f[2] = __uint_as_float(raw.y << 16);
+    f[3] = __uint_as_float(raw.y & 0xffff0000u);
+}
+
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&f)[4]) {
+    unpack4(*reinterpret_cast<const uint2*>(p), f);
+}
+
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&f)[4]) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(f[0], f[1]);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(f[2], f[3]);
+    *reinterpret_cast<uint2*>(p) = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                              *reinterpret_cast<const uint32_t*>(&hi));
+}
+
+// V consecutive bf16 values as floats (V = 8: one 16-byte access; 4: one 8-byte access; 1:
+// scalar), for kernels templated on whether a row's alignment allows wide accesses.
 template <int V>
 __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&f)[V]) {
     if constexpr (V == 8) {
         load8(p, f);
+    } else if constexpr (V == 4) {
+        load4(p, f);
     } else {
         f[0] = __bfloat162float(*p);
     }
@@ -98,6 +119,8 @@ template <int V>
 __device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&f)[V]) {
     if constexpr (V == 8) {
         store8(p, f);
+    } else if constexpr (V == 4) {
+        store4(p, f);
     } else {
         *p = __float2bfloat16_rn(f[0]);
     }

@@ -3,7 +3,8 @@
 # environment setting (AB_ENV) and/or another binary (B_BIN, e.g. a baseline build copied into
 # the bundle as daemon/deltatune_base), ROUNDS times each, one line per run
 # with the step's host-side figures (host enqueue time, GEMM heuristic queries and host time per
-# step, the profiled step's GPU-busy time) and its GEMM and optimizer kernel time. VARIANTS
+# step, the profiled step's GPU-busy time) and the profiled step's time by part (GEMMs, optimizer,
+# GDN, loss, attention, other kernels, memsets and copies, idle). VARIANTS
 # (semicolon-separated environment settings, e.g. "X=0;X=32") replaces A and B: each round runs
 # every variant with the bundle's binary. Over the bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
@@ -16,6 +17,7 @@ O=${OUT:-/tmp}
 row() {  # LABEL JSON
   python3 - "$@" <<'PY'
 import json, sys
+PARTS = ("gemm", "optimizer", "gdn", "loss", "attention", "other", "memset_memcpy", "idle")
 d = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 g = lambda k: d.get(k) if d.get(k) is not None else float("nan")
 p = d.get("step_breakdown_ms_profiled_step") or {}
@@ -23,10 +25,10 @@ print(f"{sys.argv[1]:<10} {g('tokens_per_s'):>8.0f} {g('step_ms'):>8.1f} {g('hos
       f"{g('profiled_step_ms'):>9.1f} {g('compute_kernel_busy_ms_profiled_step'):>8.1f} "
       f"{g('gemm_heuristic_queries_per_step'):>7.1f} {g('gemm_host_ms_per_step'):>7.2f} "
       f"{g('gemm_calls_per_step'):>6.0f} {g('peak_memory_gib'):>6.1f} "
-      f"{p.get('gemm', float('nan')):>6.1f} {p.get('optimizer', float('nan')):>6.1f}")
+      + " ".join(f"{p.get(k, float('nan')):>6.1f}" for k in PARTS))
 PY
 }
-echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB  gemm  optim"
+echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB  gemm  optim    gdn   loss   attn  other memops   idle"
 if [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"; else variants=(A B); fi
 for r in $(seq 1 ${ROUNDS:-3}); do
   for i in "${!variants[@]}"; do

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,7 @@
 
 namespace deltatune::cli {
 
+using daemon::chrome_trace_json;
 using daemon::kernel_ms_by_part;
 using daemon::start_trace;
 using daemon::StepTrace;
@@ -82,6 +84,7 @@ struct BenchOptions {
     AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
     int64_t world = 1, rank = 0, micro = 1, timeout_ms = 120000, sample_stride = 4099;
     std::string rendezvous, sample_out;
+    std::string trace_out;         // the profiled step's timeline (Chrome trace JSON), when set
     double max_grad_norm = 1.0;    // a job's default
     std::optional<LoraSpec> lora;  // --adapter lora
 };
@@ -224,6 +227,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     double profiled_ms = 0;
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
+        trace.keep_events = !o.trace_out.empty();  // also every memory op and runtime call
         if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
         DT_RETURN_IF_ERROR(fail_fast(eng.fsdp().synchronize()));
         if (i == o.warmup) gemm_before = eng.device().gemm()->host_stats();
@@ -275,6 +279,13 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
             }
             std::fclose(f);
         }
+    }
+    if (!o.trace_out.empty()) {  // one file per rank
+        const std::string path =
+            o.world > 1 ? absl::StrCat(o.trace_out, ".rank", o.rank) : o.trace_out;
+        std::ofstream out(path);
+        out << chrome_trace_json(trace, absl::StrCat("deltatune bench, rank ", o.rank));
+        if (!out) return absl::UnavailableError("cannot write " + path);
     }
     size_t free_b = 0, total_b = 0;
     DT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
@@ -394,7 +405,8 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
                                      "recompute",     "seed",       "layers",     "lr",
                                      "world-size",    "rank",       "rendezvous", "micro-batches",
                                      "max-grad-norm", "timeout-ms", "sample-out", "sample-stride",
-                                     "adapter",       "lora-rank",  "lora-alpha", "lora-targets"},
+                                     "adapter",       "lora-rank",  "lora-alpha", "lora-targets",
+                                     "trace-out"},
                               {"fsdp"}));
     BenchOptions o;
     DT_ASSIGN_OR_RETURN(o.config, f.require("config"));
@@ -417,6 +429,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 1.0));
     o.rendezvous = f.get("rendezvous", "");
     o.sample_out = f.get("sample-out", "");
+    o.trace_out = f.get("trace-out", "");
     if (world < 1 || rank >= world) {
         return absl::InvalidArgumentError(
             absl::StrCat("--rank ", rank, " must be below --world-size ", world));

@@ -42,7 +42,9 @@ const Command kCommands[] = {
               "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"
               "       [--world-size N --rank R --rendezvous DIR] [--micro-batches K]\n"
               "       [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE]\n"
-              "       training-step benchmark on a random model (the job's GPU engine)",
+              "       [--adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m,...]]\n"
+              "       [--trace-out FILE]   training-step benchmark on a random model (the job's\n"
+              "       GPU engine); --trace-out: the profiled step's timeline (Chrome trace JSON)",
      deltatune::cli::bench_command},
     {"kernels", "[--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
                 "       which implementation each op uses on this machine, and why",

@@ -67,6 +67,8 @@ TEST_CASE("bad command lines fail with one clear line", "[cli]") {
     CHECK(out == "deltatune bench: --max-grad-norm must be >= 0 (0: no clipping), got -1\n");
     CHECK(run("bench --config x.json --world-size 2 --rank 1", out) == 1);
     CHECK(out == "deltatune bench: --world-size > 1 needs --rendezvous DIR\n");
+    CHECK(run("bench --config x.json --trace-out t.json --world-size 2 --rank 1", out) == 1);
+    CHECK(out == "deltatune bench: --world-size > 1 needs --rendezvous DIR\n");  // a known flag
     CHECK(run("frobnicate", out) == 2);
 }
 

@@ -2,12 +2,14 @@
 // collection itself runs on the GPU: scripts/gpu_train.sh profiles a job).
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 
 #include "daemon/rank/step_trace.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/test_util.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -51,6 +53,25 @@ TEST_CASE("a trace becomes Chrome trace events: GPU streams and host threads", "
     CHECK(spans["cudaLaunchKernel"]["cat"] == "cuda_runtime");
     CHECK(spans["cudaLaunchKernel"]["pid"] != spans["gemm<128>"]["pid"]);
     CHECK(spans.count("say \"hi\"") == 1);  // escaped, and parsed back whole
+}
+
+TEST_CASE("scripts/trace_gaps.py finds the GPU's idle gaps and what the host did", "[profile]") {
+    // Two kernels 300 us apart while the host synchronised, then a 2 us launch gap.
+    StepTrace t;
+    t.events = {{Kind::kKernel, "forward", 7, 0, 1'000'000},
+                {Kind::kRuntime, "cudaStreamSynchronize", 1, 900'000, 1'300'000},
+                {Kind::kKernel, "backward", 7, 1'300'000, 2'000'000},
+                {Kind::kMemset, "memset", 7, 2'002'000, 2'100'000}};
+    testing::TempDir dir;
+    std::ofstream(dir.file("t.json")) << chrome_trace_json(t, "bench");
+    std::string out;
+    REQUIRE(testing::run_command("python3 " + testing::source_path("scripts/trace_gaps.py") + " " +
+                                     dir.file("t.json") + " 2>&1",
+                                 out) == 0);
+    CHECK_THAT(out, Catch::Contains("GPU span 2.10 ms, idle 0.30 ms in 2 gaps"));
+    CHECK_THAT(out, Catch::Contains("gaps of 0-5 us: 1, 0.00 ms"));
+    CHECK_THAT(out, Catch::Contains("after forward, before backward"));
+    CHECK_THAT(out, Catch::Contains("host: cudaStreamSynchronize (300 us)"));
 }
 
 }  // namespace

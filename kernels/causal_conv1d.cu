@@ -1,10 +1,10 @@
 // Varlen depthwise causal conv1d + SiLU over packed documents, forward and backward. A block
 // covers kTile tokens x kThreads * V channels, V consecutive channels per thread (one 8-byte load
-// of 4 bf16 where the channel count allows, else 1), token-major so a warp's accesses are
-// consecutive. The taps of token t reach back to its document's start and no further (looked up
-// once per tile by binary search in cu_seqlens). The backward recomputes the pre-activation,
-// keeps the last K pre-activation gradients in registers to write dx K-1 tokens behind, and
-// writes one row of dw partials per token tile for the deterministic column reduction.
+// of 4 bf16 where the channel count and the pointers' alignment allow, else 1), token-major so
+// a warp's accesses are consecutive. The taps of token t reach back to its document's start and no
+// further (looked up once per tile by binary search in cu_seqlens). The backward recomputes the
+// pre-activation, keeps the last K pre-activation gradients in registers to write dx K-1 tokens
+// behind, and writes one row of dw partials per token tile for the deterministic column reduction.
 #include "kernels/causal_conv1d.h"
 
 #include <cstdint>

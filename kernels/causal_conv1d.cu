@@ -8,7 +8,6 @@
 #include "kernels/causal_conv1d.h"
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/varlen.cuh"
@@ -289,21 +288,12 @@ dim3 grid_of(int64_t tokens, int64_t channels) {
                 static_cast<unsigned>((channels / V + kThreads - 1) / kThreads));
 }
 
-// 4 channels per thread when every row starts 8-byte aligned, else 1.
-bool vectorised(int64_t channels, std::initializer_list<const void*> rows) {
-    if (channels % 4 != 0) return false;
-    for (const void* p : rows) {
-        if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
-    }
-    return true;
-}
-
 template <int K>
 cudaError_t launch_forward(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
                            const int32_t* cu, int64_t num_docs, int64_t tokens, int64_t channels,
                            cudaStream_t stream) {
     const auto t32 = static_cast<int32_t>(tokens);
-    if (vectorised(channels, {out, x})) {
+    if (cuda::vectorizable<4>(channels, {out, x})) {  // else 1 channel per thread
         causal_conv1d_forward_kernel<K, 4><<<grid_of<4>(tokens, channels), kThreads, 0, stream>>>(
             out, x, w, cu, num_docs, t32, channels);
     } else {
@@ -319,7 +309,7 @@ cudaError_t launch_backward(__nv_bfloat16* dx, float* partials, const __nv_bfloa
                             int64_t num_docs, int64_t tokens, int64_t channels,
                             cudaStream_t stream) {
     const auto t32 = static_cast<int32_t>(tokens);
-    if (vectorised(channels, {dx, dout, x})) {
+    if (cuda::vectorizable<4>(channels, {dx, dout, x})) {
         causal_conv1d_backward_kernel<K, 4><<<grid_of<4>(tokens, channels), kThreads, 0, stream>>>(
             dx, partials, dout, x, w, cu, num_docs, t32, channels);
     } else {

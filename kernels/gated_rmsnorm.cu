@@ -167,9 +167,7 @@ cudaError_t gated_rmsnorm_backward(__nv_bfloat16* dx, __nv_bfloat16* dz, float* 
     const size_t smem = sizeof(float) * kWarps * static_cast<size_t>(cols);
     auto* partials = static_cast<float*>(workspace);
     // 128 columns with 8-byte aligned rows: the register path (the model's shape).
-    auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
-    const bool vec128 =
-        cols == 128 && al8(dx) && al8(dz) && al8(dout) && al8(x) && al8(z) && al8(w);
+    const bool vec128 = cols == 128 && cuda::vectorizable<4>(cols, {dx, dz, dout, x, z, w});
     gated_rmsnorm_backward_kernel<<<parts, kWarps * 32, smem, stream>>>(
         dx, dz, partials, dout, x, z, w, rstd, rows, static_cast<int>(cols), vec128);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;

@@ -2,7 +2,6 @@
 // (forward) or per fixed group of rows (backward, which also writes one row of dw partials per
 // block for the deterministic second pass). 16-byte accesses when cols % 8 == 0 and pointers
 // allow; scalar otherwise.
-#include <initializer_list>
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/rmsnorm.h"
@@ -130,14 +129,6 @@ __global__ void rmsnorm_residual_backward_kernel(__nv_bfloat16* ds, float* dw_pa
     }
 }
 
-bool vectorizable(int64_t cols, std::initializer_list<const void*> ptrs) {
-    if (cols % 8 != 0) return false;
-    for (const void* p : ptrs) {
-        if (p && !cuda::aligned16(p)) return false;
-    }
-    return true;
-}
-
 int backward_parts(int64_t rows) {
     return static_cast<int>((rows + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock);
 }
@@ -156,7 +147,7 @@ cudaError_t rmsnorm_residual_forward(__nv_bfloat16* y, __nv_bfloat16* residual_o
                                      cudaStream_t stream) {
     if (!rmsnorm_supported(rows, cols)) return cudaErrorInvalidValue;
     if (rows == 0) return cudaSuccess;
-    const bool vec = vectorizable(cols, {y, residual_out, x, residual, w});
+    const bool vec = cuda::vectorizable<8>(cols, {y, residual_out, x, residual, w});
     auto* kernel = vec ? rmsnorm_residual_forward_kernel<8> : rmsnorm_residual_forward_kernel<1>;
     kernel<<<static_cast<unsigned>(rows), cuda::row_threads(vec ? cols / 8 : cols), 0, stream>>>(
         y, residual_out, rstd, x, residual, w, cols, eps);
@@ -180,7 +171,7 @@ cudaError_t rmsnorm_residual_backward(__nv_bfloat16* ds, float* dw, const __nv_b
     const int parts = backward_parts(rows);
     const size_t smem = sizeof(float) * static_cast<size_t>(cols);
     auto* partials = static_cast<float*>(workspace);
-    const bool vec = vectorizable(cols, {ds, dy, dresidual, s, w});
+    const bool vec = cuda::vectorizable<8>(cols, {ds, dy, dresidual, s, w});
     auto* kernel = vec ? rmsnorm_residual_backward_kernel<8> : rmsnorm_residual_backward_kernel<1>;
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));

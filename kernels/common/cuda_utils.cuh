@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 namespace deltatune::cuda {
@@ -155,6 +156,17 @@ inline int row_threads(int64_t vecs) {
 
 inline bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Whether rows of `cols` bf16 values can move V at a time (load_vec / store_vec): cols a multiple
+// of V and every row pointer given (null ones skipped) aligned to the 2V-byte access.
+template <int V>
+inline bool vectorizable(int64_t cols, std::initializer_list<const void*> rows) {
+    if (cols % V != 0) return false;
+    for (const void* p : rows) {
+        if (p && reinterpret_cast<uintptr_t>(p) % (2 * V) != 0) return false;
+    }
+    return true;
 }
 
 // n rounded up to 256: where workspace regions start.

@@ -353,7 +353,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
         j["kernel_launches_per_step"] = static_cast<int64_t>(trace.compute.size());
         j["kernel_launches_per_layer"] =
             static_cast<double>(trace.compute.size()) / static_cast<double>(c.num_layers);
-        j["memcpy_memset_per_step"] = trace.memops;
+        j["memcpy_memset_per_step"] = static_cast<int64_t>(trace.memory.size());
         j["compute_kernel_busy_ms_profiled_step"] = union_ms(trace.compute);
         j["profiled_step_ms"] = profiled_ms;
         j["nccl_kernels_per_step"] = static_cast<int64_t>(trace.comm.size());

@@ -102,12 +102,10 @@ void record(const CUpti_Activity* rec) {
         add_event(nccl ? StepTrace::Kind::kNccl : StepTrace::Kind::kKernel, std::move(name),
                   k->streamId, k->start, k->end);
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
-        ++g_trace->memops;
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
         g_trace->memory.emplace_back(m->start, m->end);
         add_event(StepTrace::Kind::kMemcpy, copy_kind(m->copyKind), m->streamId, m->start, m->end);
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
-        ++g_trace->memops;
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
         g_trace->memory.emplace_back(m->start, m->end);
         add_event(StepTrace::Kind::kMemset, "memset", m->streamId, m->start, m->end);

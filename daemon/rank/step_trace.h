@@ -19,8 +19,7 @@ namespace deltatune::daemon {
 
 struct StepTrace {
     std::vector<std::pair<uint64_t, uint64_t>> compute, comm;  // [start, end) ns
-    int64_t memops = 0;                                        // memcpy and memset records
-    std::vector<std::pair<uint64_t, uint64_t>> memory;         // their [start, end) ns
+    std::vector<std::pair<uint64_t, uint64_t>> memory;         // memcpy and memset [start, end) ns
     struct KernelTotal {
         int64_t launches = 0;
         uint64_t ns = 0;

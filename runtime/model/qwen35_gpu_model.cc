@@ -158,11 +158,14 @@ absl::Status Qwen35GpuModel::Impl::layer_backward(int64_t l, DeviceMemory& g) {
         g.as<bf16>(), w.input_norm.grad, dA.as<bf16>(), dmid.as<bf16>(), A.x.as<bf16>(),
         w.input_norm.w, A.rstd1.as<float>(), T, H, work.get(), ws, s()));
     A = LayerActs{};
-    // This layer's dW GEMMs have written their gradients: later micro-batches add to them.
-    for (size_t i = 0; i < layout.slots.size(); ++i) {
+    gradients_written(unit);
+    return source->release(unit, Phase::kBackward);
+}
+
+void Qwen35GpuModel::Impl::gradients_written(int unit) {
+    for (size_t i = 0; i < layout.slots.size() && i < fresh.size(); ++i) {
         if (layout.slots[i].unit == unit) fresh[i] = 0;
     }
-    return source->release(unit, Phase::kBackward);
 }
 
 Qwen35GpuModel::Impl::~Impl() {
@@ -426,8 +429,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     const size_t ws = fused_linear_cross_entropy_workspace_bytes(ce);
     DT_ASSIGN_OR_RETURN(DeviceMemory work, m.dev.allocate(ws));
     DT_CUDA_RETURN_IF_ERROR(fused_linear_cross_entropy(ce, m.dev.blas(), work.get(), ws, s));
-    // The head's gradient now holds this batch's: later micro-batches add to it.
-    if (!m.fresh.empty() && m.lm_head_idx >= 0) m.fresh[static_cast<size_t>(m.lm_head_idx)] = 0;
+    m.gradients_written(head_unit);  // the LM head's, by the loss's dW GEMMs
     // Wait through the source first: a sharded source polls NCCL, so a dead peer ends in an error
     // here rather than in a read-back into pageable memory that would block the host for good.
     DT_RETURN_IF_ERROR(m.source->synchronize());

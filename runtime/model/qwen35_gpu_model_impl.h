@@ -108,6 +108,8 @@ struct Qwen35GpuModel::Impl {
     absl::Status layer_forward(int64_t l, const GpuLayer& w, const bf16* resid, const bf16* delta,
                                bool keep_for_backward);
     absl::Status layer_backward(int64_t l, DeviceMemory& g);
+    // The dW GEMMs of `unit` have written their gradients: later micro-batches add to them.
+    void gradients_written(int unit);
     absl::Status require_flat(const char* what) const;
     absl::Status require_trained_base(const char* what) const;  // flat, and no adapter
 };

@@ -37,13 +37,19 @@ uint64_t digest(const DeviceBuffer<T>& b) {
     return h;
 }
 
+// cu_seqlens of 8192 tokens in lognormal documents (qwen27b_shapes.h), the same every call.
+std::vector<int32_t> lognormal_cu_seqlens() {
+    std::mt19937 rng(7);
+    std::vector<int32_t> cu = {0};
+    for (int32_t l : ultrachat_like_lengths(rng)) cu.push_back(cu.back() + l);
+    return cu;
+}
+
 // What a training step runs: forward_saving, then backward_from_saved, on 8192 tokens in
 // lognormal documents (qwen27b_shapes.h), with digests of what the pair writes.
 void time_training_path(GatedDeltaRuleArgs args, const GatedDeltaRuleGrads& grads,
                         __nv_bfloat16* out, const __nv_bfloat16* dout) {
-    std::mt19937 rng(7);
-    std::vector<int32_t> cu = {0};
-    for (int32_t l : ultrachat_like_lengths(rng)) cu.push_back(cu.back() + l);
+    const std::vector<int32_t> cu = lognormal_cu_seqlens();
     DeviceBuffer<int32_t> d_cu(cu);
     args.cu_seqlens = d_cu.get();
     args.num_docs = static_cast<int64_t>(cu.size()) - 1;
@@ -173,9 +179,7 @@ TEST_CASE("gated deltanet kernel timings at the Qwen3.5 head shapes", "[bench][g
             "causal conv1d + silu", cf, cb, static_cast<long long>(channels), 2.0 * 2 * nc / 4.3e9,
             3.0 * 2 * nc / 4.3e9);
         {  // Digests of one forward and backward over lognormal documents (boundaries inside).
-            std::mt19937 rng(7);
-            std::vector<int32_t> cu = {0};
-            for (int32_t l : ultrachat_like_lengths(rng)) cu.push_back(cu.back() + l);
+            const std::vector<int32_t> cu = lognormal_cu_seqlens();
             DeviceBuffer<int32_t> d_docs(cu);
             const auto docs = static_cast<int64_t>(cu.size()) - 1;
             REQUIRE(cudaMemset(dw.get(), 0, dw.size() * sizeof(float)) == cudaSuccess);

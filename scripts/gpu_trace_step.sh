@@ -14,6 +14,8 @@ O=${OUT:-/tmp}
   --warmup 2 --recompute ${RECOMPUTE:-auto} --trace-out "$O/step_trace.json" > "$O/trace_bench.json" \
   2> "$O/trace_bench.err" || { tail -5 "$O/trace_bench.err"; exit 1; }
 python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); \
-print('step', round(d['step_ms'], 1), 'ms, profiled', round(d['profiled_step_ms'], 1), 'ms, by part', \
+print('timed steps', round(d['step_ms'], 1), 'ms (median, mean', round(d['mean_real_tokens_per_rank_step']), \
+'tokens); profiled step', round(d['profiled_step_ms'], 1), 'ms,', round(d['profiled_step_tokens']), 'tokens, host waits', \
+f\"{100 * d['host_wait_share_profiled_step']:.2f}%; by part\", \
 {k: round(v, 2) for k, v in d['step_breakdown_ms_profiled_step'].items()})" "$O/trace_bench.json"
 python3 scripts/trace_gaps.py "$O/step_trace.json" --top ${TOP:-20}

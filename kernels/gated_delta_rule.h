@@ -54,6 +54,10 @@ struct GatedDeltaRuleArgs {
     const float* dt_bias = nullptr;       // (v_heads)
     const int32_t* cu_seqlens = nullptr;  // (num_docs + 1), device
     int64_t num_docs = 0, tokens = 0, k_heads = 0, v_heads = 0;
+    // Elements from one token's q (k, v) row to the next, shared by the three (column blocks of
+    // one matrix, as the model's conv output holds them), a multiple of 8; 0: each dense
+    // (k_heads * 128 for q and k, v_heads * 128 for v). q, k and v are 16-byte aligned.
+    int64_t qkv_stride = 0;
     float scale = 0.0f;  // applied to q (dk^-1/2 in the model)
 };
 
@@ -63,6 +67,7 @@ struct GatedDeltaRuleArgs {
 struct GatedDeltaRuleGrads {
     __nv_bfloat16 *dq = nullptr, *dk = nullptr, *dv = nullptr, *da = nullptr, *db = nullptr;
     float *dA_log = nullptr, *ddt_bias = nullptr;
+    int64_t dqkv_stride = 0;  // the row stride of dq, dk and dv, as qkv_stride's; 0: dense
 };
 
 size_t gated_delta_rule_forward_workspace_bytes(int64_t tokens, int64_t v_heads);

@@ -198,11 +198,12 @@ __device__ void row_dots(float* out, const float* X, const float* Y) {
 
 __global__ void __launch_bounds__(kPrepBwdThreads)
     gdn_chunk_prep_backward_kernel(Ws ws, __nv_bfloat16* dv, __nv_bfloat16* da, __nv_bfloat16* db,
-                                   const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, const __nv_bfloat16* a,
-                                   const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
-                                   const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
-                                   int v_heads, float scale) {
+                                   int64_t ld_dv, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                   const __nv_bfloat16* v, int64_t ldqk, int64_t ldv,
+                                   const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                   const float* A_log, const float* dt_bias, const int32_t* cu,
+                                   int64_t num_docs, int32_t tokens, int k_heads, int v_heads,
+                                   float scale) {
     extern __shared__ __align__(128) float smem[];
     PrepBwdSmem& sm = *reinterpret_cast<PrepBwdSmem*>(smem);
     float* sK = sm.K;
@@ -223,8 +224,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     copy_tile(s1, kLdK, ws.dQd + tile * kTile, kD, kC, kD);
     copy_tile(sT, kLdCT, ws.T + tile * kSquare, kC, kC, kC);
     copy_tile(sZ, kLdC, ws.dAqk + tile * kSquare, kC, kC, kC);
-    load_chunk<kPrepBwdWarps>(m, s2, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads,
-                              v_heads, h, c);
+    load_chunk<kPrepBwdWarps>(m, s2, sK, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs, tokens,
+                              k_heads, v_heads, h, c);
     if (threadIdx.x < kC) {
         dbeta[threadIdx.x] = 0.0f;
         dG[threadIdx.x] = 0.0f;
@@ -303,8 +304,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
     __syncthreads();
     if (threadIdx.x < kC) dbeta[threadIdx.x] = 0.0f;
     // U = T diag(beta) V: X = dU V^T, dBv = T^T dU, dV = beta dBv.
-    load_bf16_rows<kD, kLdK, kPrepBwdThreads>(s2, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                                              int64_t{v_heads} * kD, tokens - c0);
+    load_bf16_rows<kD, kLdK, kPrepBwdThreads>(s2, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv,
+                                              tokens - c0);
     copies_wait();
     __syncthreads();
     mm<kN, kT | kTf32, kC, kC, kD, kLdK, kLdK, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sX, s1, s2,
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
         const int r = n / kD, col = n % kD;
         const int32_t t = c0 + r;
         if (t < tokens) {
-            dv[(static_cast<int64_t>(t) * v_heads + h) * kD + col] =
+            dv[static_cast<int64_t>(t) * ld_dv + h * kD + col] =
                 __float2bfloat16_rn(m.beta[r] * sYZ[r * kLdK + col]);
         }
     }
@@ -421,10 +422,12 @@ __global__ void __launch_bounds__(kPrepBwdThreads)
 }
 
 // dq, dk of key head kh at token t: sum the value heads' dQn, dKn in head order, then the L2
-// norm backward dx = r (dy - (dy . y) y). One warp per (token, key head).
+// norm backward dx = r (dy - (dy . y) y). One warp per (token, key head); ldqk, ld_dqk: the row
+// strides of q, k and of dq, dk.
 __global__ void __launch_bounds__(kThreads)
-    gdn_qk_finalize_kernel(__nv_bfloat16* dq, __nv_bfloat16* dk, Ws ws, const __nv_bfloat16* q,
-                           const __nv_bfloat16* k, int32_t tokens, int k_heads, int v_heads) {
+    gdn_qk_finalize_kernel(__nv_bfloat16* dq, __nv_bfloat16* dk, int64_t ld_dqk, Ws ws,
+                           const __nv_bfloat16* q, const __nv_bfloat16* k, int64_t ldqk,
+                           int32_t tokens, int k_heads, int v_heads) {
     const int lane = threadIdx.x & 31;
     const int64_t item = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
     if (item >= static_cast<int64_t>(tokens) * k_heads) return;
@@ -439,7 +442,7 @@ __global__ void __launch_bounds__(kThreads)
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < kD / 32; ++i) {
-            xv[i] = __bfloat162float(x[item * kD + lane + 32 * i]);
+            xv[i] = __bfloat162float(x[t * ldqk + kh * kD + lane + 32 * i]);
             ss += xv[i] * xv[i];
             gv[i] = 0.0f;
         }
@@ -456,7 +459,8 @@ __global__ void __launch_bounds__(kThreads)
         __nv_bfloat16* out = which == 0 ? dq : dk;
 #pragma unroll
         for (int i = 0; i < kD / 32; ++i) {
-            out[item * kD + lane + 32 * i] = __float2bfloat16_rn(rn * (gv[i] - dot * xv[i] * rn));
+            out[t * ld_dqk + kh * kD + lane + 32 * i] =
+                __float2bfloat16_rn(rn * (gv[i] - dot * xv[i] * rn));
         }
     }
 }
@@ -472,6 +476,18 @@ __global__ void gdn_gate_reduce_kernel(float* dA_log, float* ddt_bias, Ws ws, in
     }
     dA_log[h] += sa;
     ddt_bias[h] += sd;
+}
+
+// Row strides of dq and dk, and of dv (the caller's, or dense).
+int64_t dqk_stride(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
+    return g.dqkv_stride ? g.dqkv_stride : x.k_heads * kD;
+}
+int64_t dv_stride(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
+    return g.dqkv_stride ? g.dqkv_stride : x.v_heads * kD;
+}
+
+bool grads_supported(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
+    return stride_ok(g.dqkv_stride, std::max(x.k_heads, x.v_heads) * kD);
 }
 
 // The backward from workspace views `w`; `replay`: recompute the forward's part first.
@@ -503,12 +519,13 @@ cudaError_t backward_from(const Ws& w, bool replay, const GatedDeltaRuleGrads& g
         return e;
     }
     gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kPrepBwdThreads, kPrepBwdSmem, stream>>>(
-        w, g.dv, g.da, g.db, x.q, x.k, x.v, x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs,
-        t32, kh, vh, x.scale);
+        w, g.dv, g.da, g.db, dv_stride(g, x), x.q, x.k, x.v, qk_stride(x), v_stride(x), x.a, x.b,
+        x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs, t32, kh, vh, x.scale);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const int64_t items = x.tokens * x.k_heads;
     const auto blocks = static_cast<unsigned>((items + kThreads / 32 - 1) / (kThreads / 32));
-    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(g.dq, g.dk, w, x.q, x.k, t32, kh, vh);
+    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(g.dq, g.dk, dqk_stride(g, x), w, x.q,
+                                                            x.k, qk_stride(x), t32, kh, vh);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(g.dA_log, g.ddt_bias, w,
                                                                  static_cast<int>(chunks), vh);
@@ -544,7 +561,9 @@ cudaError_t gated_delta_rule_backward_from_saved(const GatedDeltaRuleGrads& grad
                                                  const GatedDeltaRuleArgs& args, const void* saved,
                                                  void* workspace, size_t workspace_bytes,
                                                  cudaStream_t stream) {
-    if (!args_supported(args) || !saved) return cudaErrorInvalidValue;
+    if (!args_supported(args) || !grads_supported(grads, args) || !saved) {
+        return cudaErrorInvalidValue;
+    }
     if (args.tokens == 0) return cudaSuccess;
     if (workspace_bytes < gated_delta_rule_backward_scratch_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;
@@ -556,7 +575,7 @@ cudaError_t gated_delta_rule_backward_from_saved(const GatedDeltaRuleGrads& grad
 cudaError_t gated_delta_rule_backward(const GatedDeltaRuleGrads& grads, const __nv_bfloat16* dout,
                                       const GatedDeltaRuleArgs& args, void* workspace,
                                       size_t workspace_bytes, cudaStream_t stream) {
-    if (!args_supported(args)) return cudaErrorInvalidValue;
+    if (!args_supported(args) || !grads_supported(grads, args)) return cudaErrorInvalidValue;
     if (args.tokens == 0) return cudaSuccess;
     if (workspace_bytes < gated_delta_rule_backward_workspace_bytes(args.tokens, args.v_heads)) {
         return cudaErrorInvalidValue;

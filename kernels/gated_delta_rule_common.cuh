@@ -4,6 +4,9 @@
 // anonymous namespace: each translation unit compiles its own copy of these device functions.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/tile_mma.cuh"
 #include "kernels/common/varlen.cuh"
@@ -61,15 +64,16 @@ struct ChunkMeta {
 };
 
 // Fills meta (gates, documents, Gamma, masks) for chunk c of value head h and loads the
-// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end).
+// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end);
+// ldqk: elements from one token's q (and k) row to the next.
 // Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
 // first reduction, so they overlap.
 template <int kWarps = kThreads / 32>
 __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat16* q,
-                           const __nv_bfloat16* k, const __nv_bfloat16* a, const __nv_bfloat16* b,
-                           const float* A_log, const float* dt_bias, const int32_t* cu,
-                           int64_t num_docs, int32_t tokens, int k_heads, int v_heads, int h,
-                           int c) {
+                           const __nv_bfloat16* k, int64_t ldqk, const __nv_bfloat16* a,
+                           const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+                           const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
+                           int v_heads, int h, int c) {
     constexpr int kRowsPerWarp = kC / kWarps;
     const int32_t c0 = c * kC;
     const int kh = h / (v_heads / k_heads);
@@ -98,7 +102,7 @@ __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat
     for (int j = 0; j < kRowsPerWarp; ++j) {
         const int32_t t = c0 + warp + j * kWarps;
         if (t < tokens) {
-            const int64_t o = (static_cast<int64_t>(t) * k_heads + kh) * kD + lane * 4;
+            const int64_t o = static_cast<int64_t>(t) * ldqk + kh * kD + lane * 4;
             qraw[j] = *reinterpret_cast<const uint2*>(q + o);
             kraw[j] = *reinterpret_cast<const uint2*>(k + o);
         } else {
@@ -327,9 +331,10 @@ static_assert(2 * kPrepSmem <= 227 * 1024, "two chunk_prep blocks per multiproce
 
 __global__ void __launch_bounds__(kThreads, 2)
     gdn_chunk_prep_kernel(Ws ws, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                          const __nv_bfloat16* v, const __nv_bfloat16* a, const __nv_bfloat16* b,
-                          const float* A_log, const float* dt_bias, const int32_t* cu,
-                          int64_t num_docs, int32_t tokens, int k_heads, int v_heads, float scale) {
+                          const __nv_bfloat16* v, int64_t ldqk, int64_t ldv, const __nv_bfloat16* a,
+                          const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
+                          const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
+                          int v_heads, float scale) {
     extern __shared__ __align__(128) float smem[];
     PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem);
     float* sK = sm.K;
@@ -341,8 +346,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    load_chunk(m, sQV, sK, q, k, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads, h,
-               c);
+    load_chunk(m, sQV, sK, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads,
+               h, c);
     // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd. W, Qd, Kd, Aqk and T are stored rounded to tf32
     // (only the products read them, which round them so anyway).
     mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f, 0.0f);
@@ -364,8 +369,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
-    load_bf16_rows<kD, kLdKT>(sQV, v + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                              int64_t{v_heads} * kD, tokens - c0);
+    load_bf16_rows<kD, kLdKT>(sQV, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv, tokens - c0);
     mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
@@ -533,9 +537,29 @@ cudaError_t set_smem(F* kernel, size_t bytes) {
                                 static_cast<int>(bytes));
 }
 
-// The shapes the kernels serve (gated_delta_rule_supported) and at least one document.
+// Elements from one token's row to the next: of q and k, of v (the caller's, or dense).
+int64_t qk_stride(const GatedDeltaRuleArgs& x) {
+    return x.qkv_stride ? x.qkv_stride : x.k_heads * kD;
+}
+int64_t v_stride(const GatedDeltaRuleArgs& x) {
+    return x.qkv_stride ? x.qkv_stride : x.v_heads * kD;
+}
+
+// A row stride the kernels' 16-byte loads and stores allow for rows `width` elements wide.
+bool stride_ok(int64_t stride, int64_t width) {
+    return stride == 0 || (stride >= width && stride % 8 == 0);
+}
+
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The shapes the kernels serve (gated_delta_rule_supported), at least one document, and q, k, v
+// rows the vector loads can read.
 bool args_supported(const GatedDeltaRuleArgs& x) {
-    return gated_delta_rule_supported(x.tokens, x.k_heads, x.v_heads, kD, kD) && x.num_docs >= 1;
+    return gated_delta_rule_supported(x.tokens, x.k_heads, x.v_heads, kD, kD) && x.num_docs >= 1 &&
+           stride_ok(x.qkv_stride, std::max(x.k_heads, x.v_heads) * kD) && aligned16(x.q) &&
+           aligned16(x.k) && aligned16(x.v);
 }
 
 cudaError_t launch_prep(const Ws& w, const GatedDeltaRuleArgs& x, cudaStream_t stream) {
@@ -548,9 +572,9 @@ cudaError_t launch_prep(const Ws& w, const GatedDeltaRuleArgs& x, cudaStream_t s
     }
     const dim3 grid(static_cast<unsigned>(num_chunks(x.tokens)), static_cast<unsigned>(x.v_heads));
     gdn_chunk_prep_kernel<<<grid, kThreads, kPrepSmem, stream>>>(
-        w, x.q, x.k, x.v, x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs,
-        static_cast<int32_t>(x.tokens), static_cast<int>(x.k_heads), static_cast<int>(x.v_heads),
-        x.scale);
+        w, x.q, x.k, x.v, qk_stride(x), v_stride(x), x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens,
+        x.num_docs, static_cast<int32_t>(x.tokens), static_cast<int>(x.k_heads),
+        static_cast<int>(x.v_heads), x.scale);
     return cudaGetLastError();
 }
 

@@ -107,10 +107,11 @@ struct GpuGdnActs {
     DeviceMemory beta, g;             // (T, Hv) fp32
     DeviceMemory o;                   // delta-rule output (T, Hv, dv) fp32
     DeviceMemory norm_rstd, normed;   // (T Hv) fp32, (T, value_dim) bf16
-    // Fused path only (gpu_gdn_fused): the conv + SiLU output split into contiguous bf16 q, k
-    // (T, Hk, dk) and v (T, Hv, dv), raw (the rule normalises q and k itself); `o` is then bf16,
-    // and conv, qn, kn, q_rn, k_rn, beta, g stay empty (the rule fuses the norm and the gates).
-    DeviceMemory q16, k16, v16;
+    // Fused path only (gpu_gdn_fused): the conv + SiLU output in bf16 (T, conv_dim), whose
+    // [q | k | v] column blocks the rule reads in place, raw (it normalises q and k itself); `o`
+    // is then bf16, and conv, qn, kn, q_rn, k_rn, beta, g stay empty (the rule fuses the norm
+    // and the gates).
+    DeviceMemory conv16;
     // With keep_for_backward: gated_delta_rule_forward_saving's intermediates for the backward.
     DeviceMemory rule_saved;
 };

@@ -95,28 +95,17 @@ bool use_fused(const GpuCtx& x) {
            gated_rmsnorm_supported(x.b.tokens * c.linear_num_value_heads, c.linear_value_head_dim);
 }
 
-// Copies `cols` columns of a (rows, src_cols) bf16 matrix starting at column `col` into a
-// contiguous (rows, cols) one, or back (to_strided).
-cudaError_t copy_cols(bf16* strided, int64_t strided_cols, int64_t col, bf16* dense, int64_t cols,
-                      int64_t rows, bool to_strided, cudaStream_t s) {
-    const size_t b2 = sizeof(bf16);
-    if (rows == 0) return cudaSuccess;
-    if (to_strided) {
-        return cudaMemcpy2DAsync(strided + col, b2 * strided_cols, dense, b2 * cols, b2 * cols,
-                                 rows, cudaMemcpyDeviceToDevice, s);
-    }
-    return cudaMemcpy2DAsync(dense, b2 * cols, strided + col, b2 * strided_cols, b2 * cols, rows,
-                             cudaMemcpyDeviceToDevice, s);
-}
-
 // The fused core, forward: mixed (T, C) -> normed (T, VD), filling acts' fused-path fields.
-// The fused rule's inputs: the conv's q, k, v split out, the raw gates, the layer's gate weights.
+// The fused rule's inputs: q, k, v as the conv output's column blocks (no copies), the raw gates,
+// the layer's gate weights.
 GatedDeltaRuleArgs fused_rule_args(const GpuCtx& x, const GpuLayer& w, const GpuGdnActs& acts) {
     const Qwen35Config& c = x.c;
     GatedDeltaRuleArgs r;
-    r.q = acts.q16.as<bf16>();
-    r.k = acts.k16.as<bf16>();
-    r.v = acts.v16.as<bf16>();
+    const bf16* conv = acts.conv16.as<bf16>();
+    r.q = conv;
+    r.k = conv + c.key_dim();
+    r.v = conv + 2 * c.key_dim();
+    r.qkv_stride = c.conv_dim();
     r.a = acts.a.as<bf16>();
     r.b = acts.b.as<bf16>();
     r.A_log = w.A_log.w32;
@@ -134,24 +123,13 @@ absl::Status fused_core_forward(const GpuCtx& x, const GpuLayer& w, GpuGdnActs& 
     const Qwen35Config& c = x.c;
     const int64_t T = x.b.tokens, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
     const int64_t Hv = c.linear_num_value_heads;
-    const int64_t dv = c.linear_value_head_dim, KD = c.key_dim(), VD = c.value_dim();
+    const int64_t dv = c.linear_value_head_dim, VD = c.value_dim();
     const size_t b2 = sizeof(bf16), f4 = sizeof(float);
     const cudaStream_t s = x.stream();
-    {
-        DT_ASSIGN_OR_RETURN(DeviceMemory conv, x.dev.allocate(b2 * T * C));
-        DT_CUDA_RETURN_IF_ERROR(causal_conv1d_forward(conv.as<bf16>(), acts.mixed.as<bf16>(),
-                                                      w.conv_w.w, x.b.cu_seqlens, x.b.num_docs, T,
-                                                      C, K, s));
-        DT_ASSIGN_OR_RETURN(acts.q16, x.dev.allocate(b2 * T * KD));
-        DT_ASSIGN_OR_RETURN(acts.k16, x.dev.allocate(b2 * T * KD));
-        DT_ASSIGN_OR_RETURN(acts.v16, x.dev.allocate(b2 * T * VD));
-        DT_CUDA_RETURN_IF_ERROR(
-            copy_cols(conv.as<bf16>(), C, 0, acts.q16.as<bf16>(), KD, T, false, s));
-        DT_CUDA_RETURN_IF_ERROR(
-            copy_cols(conv.as<bf16>(), C, KD, acts.k16.as<bf16>(), KD, T, false, s));
-        DT_CUDA_RETURN_IF_ERROR(
-            copy_cols(conv.as<bf16>(), C, 2 * KD, acts.v16.as<bf16>(), VD, T, false, s));
-    }
+    DT_ASSIGN_OR_RETURN(acts.conv16, x.dev.allocate(b2 * T * C));
+    DT_CUDA_RETURN_IF_ERROR(causal_conv1d_forward(acts.conv16.as<bf16>(), acts.mixed.as<bf16>(),
+                                                  w.conv_w.w, x.b.cu_seqlens, x.b.num_docs, T, C, K,
+                                                  s));
     DT_ASSIGN_OR_RETURN(acts.o, x.dev.allocate(b2 * T * VD));
     const GatedDeltaRuleArgs rule = fused_rule_args(x, w, acts);
     if (x.keep_for_backward) {
@@ -194,14 +172,12 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
     }
     DT_ASSIGN_OR_RETURN(DeviceMemory dconv, x.dev.allocate(b2 * T * C));
     {
-        DT_ASSIGN_OR_RETURN(DeviceMemory dq, x.dev.allocate(b2 * T * KD));
-        DT_ASSIGN_OR_RETURN(DeviceMemory dk, x.dev.allocate(b2 * T * KD));
-        DT_ASSIGN_OR_RETURN(DeviceMemory dvv, x.dev.allocate(b2 * T * VD));
         const GatedDeltaRuleArgs rule = fused_rule_args(x, w, acts);
-        GatedDeltaRuleGrads grads;
-        grads.dq = dq.as<bf16>();
-        grads.dk = dk.as<bf16>();
-        grads.dv = dvv.as<bf16>();
+        GatedDeltaRuleGrads grads;  // written into dconv's [dq | dk | dv] column blocks
+        grads.dq = dconv.as<bf16>();
+        grads.dk = dconv.as<bf16>() + KD;
+        grads.dv = dconv.as<bf16>() + 2 * KD;
+        grads.dqkv_stride = C;
         grads.da = da_raw;
         grads.db = db;
         grads.dA_log = w.A_log.grad;
@@ -217,10 +193,6 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
             DT_CUDA_RETURN_IF_ERROR(
                 gated_delta_rule_backward(grads, d_o.as<bf16>(), rule, work.get(), ws, s));
         }
-        DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, 0, dq.as<bf16>(), KD, T, true, s));
-        DT_CUDA_RETURN_IF_ERROR(copy_cols(dconv.as<bf16>(), C, KD, dk.as<bf16>(), KD, T, true, s));
-        DT_CUDA_RETURN_IF_ERROR(
-            copy_cols(dconv.as<bf16>(), C, 2 * KD, dvv.as<bf16>(), VD, T, true, s));
     }
     d_o.reset();
     const size_t ws = causal_conv1d_backward_workspace_bytes(T, C, K);

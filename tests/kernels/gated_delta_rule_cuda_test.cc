@@ -68,6 +68,60 @@ Expected reference(const std::vector<double>& q, const std::vector<double>& k,
     return e;
 }
 
+// q, k, v as column blocks of one (tokens, stride) matrix and the gradients written into one
+// likewise, as the model's conv output and its gradient hold them: the same bits as the dense
+// call's (out, dq, dk, dv, da, db given), and the spare columns untouched.
+void check_strided_layout(GatedDeltaRuleArgs args, GatedDeltaRuleGrads grads,
+                          const DeviceBuffer<uint16_t>& d_dout, const std::vector<uint16_t>& q,
+                          const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
+                          int64_t kw, int64_t vw, const std::vector<float>& out,
+                          const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
+                          const std::vector<uint16_t>& dv, const std::vector<uint16_t>& da,
+                          const std::vector<uint16_t>& db) {
+    const int64_t T = args.tokens, stride = 2 * kw + vw + 8;  // 8 spare columns
+    const int64_t at[3] = {0, kw, 2 * kw}, width[3] = {kw, kw, vw};
+    auto pack = [&](const std::vector<uint16_t>* parts[3]) {
+        std::vector<uint16_t> m(static_cast<size_t>(T * stride), 0x7fc1);  // spare: a NaN
+        for (int p = 0; p < 3; ++p) {
+            for (int64_t t = 0; t < T; ++t) {
+                std::copy_n(parts[p]->begin() + t * width[p], width[p],
+                            m.begin() + t * stride + at[p]);
+            }
+        }
+        return m;
+    };
+    const std::vector<uint16_t>* in_parts[3] = {&q, &k, &v};
+    const std::vector<uint16_t>* grad_parts[3] = {&dq, &dk, &dv};
+    DeviceBuffer<uint16_t> qkv(pack(in_parts));
+    std::vector<uint16_t> spare(static_cast<size_t>(T * stride), 0x7fc1);
+    DeviceBuffer<uint16_t> dqkv(spare), d_out(static_cast<size_t>(T * vw));
+    args.q = bf16_ptr(qkv);
+    args.k = bf16_ptr(qkv) + kw;
+    args.v = bf16_ptr(qkv) + 2 * kw;
+    args.qkv_stride = stride;
+    grads.dq = bf16_ptr(dqkv);
+    grads.dk = bf16_ptr(dqkv) + kw;
+    grads.dv = bf16_ptr(dqkv) + 2 * kw;
+    grads.dqkv_stride = stride;
+    DeviceBuffer<uint16_t> d_da(da.size()), d_db(db.size());
+    grads.da = bf16_ptr(d_da);
+    grads.db = bf16_ptr(d_db);
+    const size_t svb = gated_delta_rule_saved_bytes(T, args.v_heads);
+    const size_t scb = gated_delta_rule_backward_scratch_bytes(T, args.v_heads);
+    DeviceBuffer<char> saved(svb), scratch(scb);
+    REQUIRE(gated_delta_rule_forward_saving(bf16_ptr(d_out), args, saved.get(), svb, nullptr) ==
+            cudaSuccess);
+    CHECK(to_float(d_out.download()) == out);
+    REQUIRE(gated_delta_rule_backward_from_saved(grads, bf16_ptr(d_dout), args, saved.get(),
+                                                 scratch.get(), scb, nullptr) == cudaSuccess);
+    CHECK(dqkv.download() == pack(grad_parts));  // the spare columns still the NaN pattern
+    CHECK(d_da.download() == da);
+    CHECK(d_db.download() == db);
+    args.qkv_stride = stride - 4;  // not a multiple of 8: refused
+    CHECK(gated_delta_rule_forward_saving(bf16_ptr(d_out), args, saved.get(), svb, nullptr) ==
+          cudaErrorInvalidValue);
+}
+
 TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 recurrence",
           "[kernels][cuda]") {
     if (!have_gpu()) return;
@@ -187,6 +241,8 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
             CHECK(d_dv.download() == dv);
             CHECK(d_da.download() == da);
             CHECK(d_db.download() == db);
+            check_strided_layout(args, grads, d_dout, q.bits, k.bits, v.bits, k_heads * kDim,
+                                 v_heads * kDim, out, dq, dk, dv, da, db);
         }
     }
 }

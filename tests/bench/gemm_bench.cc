@@ -8,7 +8,8 @@
 // `kernels_bench "[gemm_bench]"` on the GPU machine. The buffers are cudaMalloc'd (256-byte
 // aligned), as cuBLASLt's alignment preferences assume by default, so the heuristic sees what
 // gemm.cc's 256-byte-aligned calls show it; dx is timed with beta 0 (the runtime also accumulates
-// dx with beta 1 where two branches meet) and dW with beta 1.
+// dx with beta 1 where two branches meet) and dW with beta 1. dx/K and dW/K: the same products
+// with both operands K-major, the forward's layout (W^T, and dy^T and x^T, stored).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -147,6 +148,16 @@ TEST_CASE("the runtime's GEMMs against cuBLASLt's first and fastest algorithms, 
         const Problem wgrad{
             CUBLAS_OP_N, CUBLAS_OP_T, K,     T,    N,          T,   K,
             N,           l.in,        l.out, l.in, CUDA_R_32F, 1.0f};  // dW^T += x^T dy
+        // The backward's forms in the forward's layout (both operands K-major), as if W^T, and
+        // dy^T and x^T, were stored: does the layout, not the shape, cost the backward its rate?
+        const Problem dgrad_kmajor{CUBLAS_OP_T, CUBLAS_OP_N, N,     K,    N,           T,   K,
+                                   T,           l.out,       l.out, l.in, CUDA_R_16BF, 0.0f};
+        const Problem wgrad_kmajor{CUBLAS_OP_T, CUBLAS_OP_N, T, K,    T,          N,   K,
+                                   N,           T,           T, l.in, CUDA_R_32F, 1.0f};
+        GemmArgs wk;  // dW (out x in) += dy^T (out x T) (x^T)^T, x^T stored (in x T)
+        wk.a = dy.get(), wk.lda = kTokens, wk.b = x.get(), wk.trans_b = true, wk.ldb = kTokens;
+        wk.c = dw.get(), wk.c_type = GemmOut::kF32, wk.ldc = l.in;
+        wk.m = l.out, wk.n = l.in, wk.k = kTokens, wk.beta = 1.0f;
         const double flops = 2.0 * static_cast<double>(T * K * N);
         auto ok = [](const absl::Status& st) { return st.ok() ? cudaSuccess : cudaErrorUnknown; };
         const struct {
@@ -163,9 +174,15 @@ TEST_CASE("the runtime's GEMMs against cuBLASLt's first and fastest algorithms, 
                  return ok(
                      linear_backward_dx(g, dx.get(), dy.get(), w.get(), T, l.in, l.out, false, {}));
              }},
-            {"dW", wgrad, x.get(), dy.get(), dw.get(), [&] {
+            {"dW", wgrad, x.get(), dy.get(), dw.get(),
+             [&] {
                  return ok(linear_backward_dw(g, dw.get(), dy.get(), x.get(), T, l.in, l.out, {}));
-             }}};
+             }},
+            {"dx/K", dgrad_kmajor, w.get(), dy.get(), dx.get(),
+             [&] {
+                 return ok(linear_forward(g, dx.get(), dy.get(), w.get(), T, l.out, l.in, {}));
+             }},
+            {"dW/K", wgrad_kmajor, x.get(), dy.get(), dw.get(), [&] { return ok(g.run(wk, {})); }}};
         for (const auto& r : runs) {
             const Row row = time_candidates(h, r.p, r.a, r.b, r.c, ws.get(), r.runtime);
             std::printf("%-18s %-5s %10.1f %10.1f %6d %8d %12.1f\n", l.name, r.form,

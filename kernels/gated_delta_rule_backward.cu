@@ -478,14 +478,6 @@ __global__ void gdn_gate_reduce_kernel(float* dA_log, float* ddt_bias, Ws ws, in
     ddt_bias[h] += sd;
 }
 
-// Row strides of dq and dk, and of dv (the caller's, or dense).
-int64_t dqk_stride(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
-    return g.dqkv_stride ? g.dqkv_stride : x.k_heads * kD;
-}
-int64_t dv_stride(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
-    return g.dqkv_stride ? g.dqkv_stride : x.v_heads * kD;
-}
-
 bool grads_supported(const GatedDeltaRuleGrads& g, const GatedDeltaRuleArgs& x) {
     return stride_ok(g.dqkv_stride, std::max(x.k_heads, x.v_heads) * kD);
 }
@@ -519,13 +511,15 @@ cudaError_t backward_from(const Ws& w, bool replay, const GatedDeltaRuleGrads& g
         return e;
     }
     gdn_chunk_prep_backward_kernel<<<dim3(chunks, vh), kPrepBwdThreads, kPrepBwdSmem, stream>>>(
-        w, g.dv, g.da, g.db, dv_stride(g, x), x.q, x.k, x.v, qk_stride(x), v_stride(x), x.a, x.b,
-        x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs, t32, kh, vh, x.scale);
+        w, g.dv, g.da, g.db, row_stride(g.dqkv_stride, vh), x.q, x.k, x.v,
+        row_stride(x.qkv_stride, kh), row_stride(x.qkv_stride, vh), x.a, x.b, x.A_log, x.dt_bias,
+        x.cu_seqlens, x.num_docs, t32, kh, vh, x.scale);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const int64_t items = x.tokens * x.k_heads;
     const auto blocks = static_cast<unsigned>((items + kThreads / 32 - 1) / (kThreads / 32));
-    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(g.dq, g.dk, dqk_stride(g, x), w, x.q,
-                                                            x.k, qk_stride(x), t32, kh, vh);
+    gdn_qk_finalize_kernel<<<blocks, kThreads, 0, stream>>>(
+        g.dq, g.dk, row_stride(g.dqkv_stride, kh), w, x.q, x.k, row_stride(x.qkv_stride, kh), t32,
+        kh, vh);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     gdn_gate_reduce_kernel<<<(vh + 127) / 128, 128, 0, stream>>>(g.dA_log, g.ddt_bias, w,
                                                                  static_cast<int>(chunks), vh);

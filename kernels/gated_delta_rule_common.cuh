@@ -537,12 +537,10 @@ cudaError_t set_smem(F* kernel, size_t bytes) {
                                 static_cast<int>(bytes));
 }
 
-// Elements from one token's row to the next: of q and k, of v (the caller's, or dense).
-int64_t qk_stride(const GatedDeltaRuleArgs& x) {
-    return x.qkv_stride ? x.qkv_stride : x.k_heads * kD;
-}
-int64_t v_stride(const GatedDeltaRuleArgs& x) {
-    return x.qkv_stride ? x.qkv_stride : x.v_heads * kD;
+// Elements from one token's row to the next of a (tokens, heads, kD) operand: the caller's
+// stride (qkv_stride, dqkv_stride), or 0 for dense rows.
+int64_t row_stride(int64_t given, int64_t heads) {
+    return given ? given : heads * kD;
 }
 
 // A row stride the kernels' 16-byte loads and stores allow for rows `width` elements wide.
@@ -572,9 +570,9 @@ cudaError_t launch_prep(const Ws& w, const GatedDeltaRuleArgs& x, cudaStream_t s
     }
     const dim3 grid(static_cast<unsigned>(num_chunks(x.tokens)), static_cast<unsigned>(x.v_heads));
     gdn_chunk_prep_kernel<<<grid, kThreads, kPrepSmem, stream>>>(
-        w, x.q, x.k, x.v, qk_stride(x), v_stride(x), x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens,
-        x.num_docs, static_cast<int32_t>(x.tokens), static_cast<int>(x.k_heads),
-        static_cast<int>(x.v_heads), x.scale);
+        w, x.q, x.k, x.v, row_stride(x.qkv_stride, x.k_heads), row_stride(x.qkv_stride, x.v_heads),
+        x.a, x.b, x.A_log, x.dt_bias, x.cu_seqlens, x.num_docs, static_cast<int32_t>(x.tokens),
+        static_cast<int>(x.k_heads), static_cast<int>(x.v_heads), x.scale);
     return cudaGetLastError();
 }
 

@@ -225,9 +225,9 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     std::vector<double> step_ms, tok_s, mfu, losses, norms, enqueue_ms;
     Gemm::HostStats gemm_before;  // at the first timed step
     double profiled_ms = 0, profiled_tokens = 0;
+    trace.keep_events = !o.trace_out.empty();  // also every memory op and runtime call
     for (int64_t i = 0; i < total_steps; ++i) {
         const bool profiled = i == total_steps - 1;
-        trace.keep_events = !o.trace_out.empty();  // also every memory op and runtime call
         if (profiled && !start_trace(&trace).ok()) trace = StepTrace{};
         DT_RETURN_IF_ERROR(fail_fast(eng.fsdp().synchronize()));
         if (i == o.warmup) gemm_before = eng.device().gemm()->host_stats();

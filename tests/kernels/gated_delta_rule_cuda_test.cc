@@ -80,8 +80,9 @@ void check_strided_layout(GatedDeltaRuleArgs args, GatedDeltaRuleGrads grads,
                           const std::vector<uint16_t>& db) {
     const int64_t T = args.tokens, stride = 2 * kw + vw + 8;  // 8 spare columns
     const int64_t at[3] = {0, kw, 2 * kw}, width[3] = {kw, kw, vw};
+    const std::vector<uint16_t> spare(static_cast<size_t>(T * stride), 0x7fc1);  // bf16 NaNs
     auto pack = [&](const std::vector<uint16_t>* parts[3]) {
-        std::vector<uint16_t> m(static_cast<size_t>(T * stride), 0x7fc1);  // spare: a NaN
+        std::vector<uint16_t> m = spare;
         for (int p = 0; p < 3; ++p) {
             for (int64_t t = 0; t < T; ++t) {
                 std::copy_n(parts[p]->begin() + t * width[p], width[p],
@@ -92,9 +93,7 @@ void check_strided_layout(GatedDeltaRuleArgs args, GatedDeltaRuleGrads grads,
     };
     const std::vector<uint16_t>* in_parts[3] = {&q, &k, &v};
     const std::vector<uint16_t>* grad_parts[3] = {&dq, &dk, &dv};
-    DeviceBuffer<uint16_t> qkv(pack(in_parts));
-    std::vector<uint16_t> spare(static_cast<size_t>(T * stride), 0x7fc1);
-    DeviceBuffer<uint16_t> dqkv(spare), d_out(static_cast<size_t>(T * vw));
+    DeviceBuffer<uint16_t> qkv(pack(in_parts)), dqkv(spare), d_out(static_cast<size_t>(T * vw));
     args.q = bf16_ptr(qkv);
     args.k = bf16_ptr(qkv) + kw;
     args.v = bf16_ptr(qkv) + 2 * kw;

@@ -19,8 +19,9 @@
 // both (the recurrence also saving every chunk's entering state and Vn), runs the reverse
 // recurrence for dVn and each chunk's leaving-state gradient, then per chunk forms the gradients
 // of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the masks, the gates
-// and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). All matrix products are
-// tensor-core tf32 (mma.sync m16n8k8) on fp32 shared memory; every reduction has a fixed order.
+// and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). The matrix products are
+// tensor-core tf32 (mma.sync m16n8k8) on fp32 shared memory, except chunk_prep_backward's, which
+// are bf16 (m16n8k16, see gated_delta_rule_prep_backward.cuh); every reduction has a fixed order.
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/gated_delta_rule_common.cuh"
 

@@ -63,13 +63,21 @@ struct ChunkMeta {
     int last;         // last valid row
 };
 
+// Four consecutive values of a shared-memory row, fp32 or rounded to bf16.
+__device__ __forceinline__ void store_row4(float* p, const float (&f)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ void store_row4(__nv_bfloat16* p, const float (&f)[4]) {
+    cuda::store4(p, f);
+}
+
 // Fills meta (gates, documents, Gamma, masks) for chunk c of value head h and loads the
-// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLdK, zero past the end);
-// ldqk: elements from one token's q (and k) row to the next.
+// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLd, fp32 or bf16, zero
+// past the end); ldqk: elements from one token's q (and k) row to the next.
 // Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
 // first reduction, so they overlap.
-template <int kWarps = kThreads / 32>
-__device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat16* q,
+template <int kWarps = kThreads / 32, int kLd = kLdK, typename TS = float>
+__device__ void load_chunk(ChunkMeta& m, TS* sQ, TS* sK, const __nv_bfloat16* q,
                            const __nv_bfloat16* k, int64_t ldqk, const __nv_bfloat16* a,
                            const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
                            const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
@@ -123,10 +131,10 @@ __device__ void load_chunk(ChunkMeta& m, float* sQ, float* sK, const __nv_bfloat
         }
         const float rq = rsqrtf(cuda::warp_sum(sq) + kNormEps);
         const float rk = rsqrtf(cuda::warp_sum(sk) + kNormEps);
-        *reinterpret_cast<float4*>(sQ + r * kLdK + lane * 4) =
-            make_float4(qf[0] * rq, qf[1] * rq, qf[2] * rq, qf[3] * rq);
-        *reinterpret_cast<float4*>(sK + r * kLdK + lane * 4) =
-            make_float4(kf[0] * rk, kf[1] * rk, kf[2] * rk, kf[3] * rk);
+        const float qn[4] = {qf[0] * rq, qf[1] * rq, qf[2] * rq, qf[3] * rq};
+        const float kn[4] = {kf[0] * rk, kf[1] * rk, kf[2] * rk, kf[3] * rk};
+        store_row4(sQ + r * kLd + lane * 4, qn);
+        store_row4(sK + r * kLd + lane * 4, kn);
     }
     __syncthreads();
     if (threadIdx.x < kC) {

@@ -121,10 +121,11 @@ struct WarpTiles {
 };
 
 // C tile at (m0, n0) = beta C + alpha acc (fragment layout at mma_tf32), rounded to tf32 when
-// kRoundC; a thread reads back only the C elements it writes.
-template <int kFm, int kFn, int LDC, bool kRoundC>
-__device__ __forceinline__ void store_tile_acc(float* C, const float (&acc)[kFm][kFn][4], int m0,
+// kRoundC, or to bf16 when C is bf16; a thread reads back only the C elements it writes.
+template <int kFm, int kFn, int LDC, bool kRoundC, typename TC>
+__device__ __forceinline__ void store_tile_acc(TC* C, const float (&acc)[kFm][kFn][4], int m0,
                                                int n0, float alpha, float beta) {
+    constexpr bool kBf16C = std::is_same_v<TC, __nv_bfloat16>;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int fm = 0; fm < kFm; ++fm) {
@@ -132,16 +133,26 @@ __device__ __forceinline__ void store_tile_acc(float* C, const float (&acc)[kFm]
         for (int fn = 0; fn < kFn; ++fn) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                auto* p = reinterpret_cast<float2*>(C + (m0 + fm * 16 + g + h * 8) * LDC + n0 +
-                                                    fn * 8 + 2 * t);
+                TC* p = C + (m0 + fm * 16 + g + h * 8) * LDC + n0 + fn * 8 + 2 * t;
                 float2 v = make_float2(alpha * acc[fm][fn][2 * h], alpha * acc[fm][fn][2 * h + 1]);
-                if (beta != 0.0f) {
-                    const float2 o = *p;
-                    v.x += beta * o.x;
-                    v.y += beta * o.y;
+                if constexpr (kBf16C) {
+                    auto* q = reinterpret_cast<__nv_bfloat162*>(p);
+                    if (beta != 0.0f) {
+                        const float2 o = __bfloat1622float2(*q);
+                        v.x += beta * o.x;
+                        v.y += beta * o.y;
+                    }
+                    *q = __floats2bfloat162_rn(v.x, v.y);
+                } else {
+                    auto* q = reinterpret_cast<float2*>(p);
+                    if (beta != 0.0f) {
+                        const float2 o = *q;
+                        v.x += beta * o.x;
+                        v.y += beta * o.y;
+                    }
+                    if constexpr (kRoundC) v = make_float2(round_tf32(v.x), round_tf32(v.y));
+                    *q = v;
                 }
-                if constexpr (kRoundC) v = make_float2(round_tf32(v.x), round_tf32(v.y));
-                *p = v;
             }
         }
     }
@@ -202,41 +213,69 @@ __device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
-// The warp-tile loop of mm and mm_bf16: each warp's output tiles (WarpTiles), accumulated over k
-// in steps of one mma (k8 for fp32 operands as tf32, k16 for bf16), then stored.
-template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount,
-          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename T>
-__device__ __forceinline__ void warp_tile_products(float* C, const T* A, const T* B, float alpha,
-                                                   float beta) {
+// acc += op(A) op(B) on one warp's kFm x kFn fragments at (m0, n0), over k in steps of one mma
+// (k8 for fp32 operands as tf32, k16 for bf16).
+template <int OpA, int OpB, int kFm, int kFn, int K, int LDA, int LDB, typename T>
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const T* A, const T* B,
+                                              int m0, int n0) {
     constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
     constexpr int kStepK = kBf16 ? 16 : 8;
+#pragma unroll
+    for (int k0 = 0; k0 < K; k0 += kStepK) {
+        uint32_t a[kFm][4], b[kFn][2];
+#pragma unroll
+        for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
+#pragma unroll
+        for (int fn = 0; fn < kFn; fn += 2) {
+            load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
+        }
+#pragma unroll
+        for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+            for (int fn = 0; fn < kFn; ++fn) {
+                if constexpr (kBf16) {
+                    mma_bf16(acc[fm][fn], a[fm], b[fn]);
+                } else {
+                    mma_tf32(acc[fm][fn], a[fm], b[fn]);
+                }
+            }
+        }
+    }
+}
+
+// The warp-tile loop of mm and mm_bf16: each warp's output tiles (WarpTiles), accumulated over k,
+// then stored.
+template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount,
+          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename T, typename TC>
+__device__ __forceinline__ void warp_tile_products(TC* C, const T* A, const T* B, float alpha,
+                                                   float beta) {
     using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
     constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
     for (int tile = Tiles::first_tile(); tile < Tiles::kTiles; tile += kWarpCount) {
         const int m0 = (tile / Tiles::kTn) * 16 * kFm, n0 = (tile % Tiles::kTn) * 8 * kFn;
         float acc[kFm][kFn][4] = {};
+        warp_tile_mma<OpA, OpB, kFm, kFn, K, LDA, LDB>(acc, A, B, m0, n0);
+        store_tile_acc<kFm, kFn, LDC, kRoundC>(C, acc, m0, n0, alpha, beta);
+    }
+}
+
+// A warp's 32 x 32 register tile (2 x 4 m16n8 fragments), for products whose result stays in
+// registers across several products, and its elements by position: f(row, col, acc pair) for
+// the two adjacent columns (col, col + 1) each thread holds per fragment row.
+using WarpTile32 = float[2][4][4];
+template <typename F>
+__device__ __forceinline__ void for_each_pair(WarpTile32& acc, int m0, int n0, F&& f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += kStepK) {
-            uint32_t a[kFm][4], b[kFn][2];
+    for (int fm = 0; fm < 2; ++fm) {
 #pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
+        for (int fn = 0; fn < 4; ++fn) {
 #pragma unroll
-            for (int fn = 0; fn < kFn; fn += 2) {
-                load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
-            }
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) {
-                    if constexpr (kBf16) {
-                        mma_bf16(acc[fm][fn], a[fm], b[fn]);
-                    } else {
-                        mma_tf32(acc[fm][fn], a[fm], b[fn]);
-                    }
-                }
+            for (int h = 0; h < 2; ++h) {
+                f(m0 + fm * 16 + g + h * 8, n0 + fn * 8 + 2 * t, acc[fm][fn][2 * h],
+                  acc[fm][fn][2 * h + 1]);
             }
         }
-        store_tile_acc<kFm, kFn, LDC, kRoundC>(C, acc, m0, n0, alpha, beta);
     }
 }
 
@@ -272,12 +311,13 @@ __device__ __forceinline__ void mm(float* C, const float* A, const float* B, flo
                        kRoundC>(C, A, B, alpha, beta);
 }
 
-// mm on bf16 operands: C (fp32) = beta C + alpha op(A) op(B), the same tiling and parameters as
-// mm (OpA, OpB: kT only). K a multiple of 16; LDA and LDB multiples of 8 (16-byte rows), and
-// rows 16 bytes apart modulo 128 (LD = 8 mod 64) read without bank conflicts.
+// mm on bf16 operands: C (fp32, or bf16: rounded when stored) = beta C + alpha op(A) op(B), the
+// same tiling and parameters as mm (OpA, OpB: kT only). K a multiple of 16; LDA and LDB
+// multiples of 8 (16-byte rows), and rows 16 bytes apart modulo 128 (LD = 8 mod 64) read without
+// bank conflicts.
 template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount = 8,
-          int kBigTileDiv = 1, int kFirstWarp = 0>
-__device__ __forceinline__ void mm_bf16(float* C, const __nv_bfloat16* A, const __nv_bfloat16* B,
+          int kBigTileDiv = 1, int kFirstWarp = 0, typename TC = float>
+__device__ __forceinline__ void mm_bf16(TC* C, const __nv_bfloat16* A, const __nv_bfloat16* B,
                                         float alpha, float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && LDC % 2 == 0);
     static_assert(LDA % 8 == 0 && LDB % 8 == 0);

@@ -11,16 +11,16 @@ namespace {
 // gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
 // (earlier) chunk are copied in while this one computes, as in the forward.
 template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>())
+__global__ void __launch_bounds__(rec_threads<kBV>(), rec_min_blocks<kBV>())
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     constexpr int kLdV = rec_ld<kBV>();
     extern __shared__ __align__(128) float smem[];
     RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
     float* sdS = sm.S;
-    float* sW = sm.W;
-    float* sQd = sm.Qd;
-    float* sKd = sm.Kd;
-    float* sAqk = sm.Aqk;
+    __nv_bfloat16* sW = sm.W;
+    __nv_bfloat16* sQd = sm.Qd;
+    __nv_bfloat16* sKd = sm.Kd;
+    __nv_bfloat16* sAqk = sm.Aqk;
     float* sdO = sm.V;
     float* sdVn = sm.O;
     const int h = blockIdx.x;
@@ -34,10 +34,10 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     };
     {
         const int64_t tile = tile_of(chunks - 1);
-        copy_tile(sAqk, kLdCT, ws.Aqk + tile * kSquare, kC, kC, kC);
-        copy_tile(sKd, kLdK, ws.Kd + tile * kTile, kD, kC, kD);
-        copy_tile(sQd, kLdKT, ws.Qd + tile * kTile, kD, kC, kD);
-        copy_tile(sW, kLdKT, ws.W + tile * kTile, kD, kC, kD);
+        copy_tile(sAqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
+        copy_tile(sKd, kLdB, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sQd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
+        copy_tile(sW, kLdB, ws.W + tile * kTile, kD, kC, kD);
         load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(
             sdO, dout_of(chunks - 1), int64_t{v_heads} * kD, tokens - (chunks - 1) * kC);
     }
@@ -53,18 +53,18 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<kT | kTf32, kTf32, kC, kBV, kC, kLdCT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm_mixed<kT, kTf32, kC, kBV, kC, kLdBS, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sAqk, sdO, 1.0f, 0.0f);
-        mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdVn, sKd, sdS, 1.0f, 1.0f);
         __syncthreads();
         if (more) {
-            copy_tile(sAqk, kLdCT, ws.Aqk + next * kSquare, kC, kC, kC);
-            copy_tile(sKd, kLdK, ws.Kd + next * kTile, kD, kC, kD);
+            copy_tile(sAqk, kLdBS, ws.Aqk + next * kSquare, kC, kC, kC);
+            copy_tile(sKd, kLdB, ws.Kd + next * kTile, kD, kC, kD);
         }
-        mm<kT | kTf32, kTf32, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm_mixed<kT, kTf32, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sQd, sdO, 1.0f, gam);
-        mm<kT | kTf32, kN, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+        mm_mixed<kT, kN, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sdS, sW, sdVn, -1.0f, 1.0f);
         for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
             const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         }
         __syncthreads();
         if (more) {
-            copy_tile(sQd, kLdKT, ws.Qd + next * kTile, kD, kC, kD);
-            copy_tile(sW, kLdKT, ws.W + next * kTile, kD, kC, kD);
+            copy_tile(sQd, kLdB, ws.Qd + next * kTile, kD, kC, kD);
+            copy_tile(sW, kLdB, ws.W + next * kTile, kD, kC, kD);
             load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(sdO, dout_of(c - 1),
                                                           int64_t{v_heads} * kD, kC);
         }

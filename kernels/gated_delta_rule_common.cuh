@@ -19,7 +19,7 @@ using cuda::kN;
 using cuda::kT;
 using cuda::kTf32;
 using cuda::mm;
-using cuda::round_tf32;
+using cuda::mm_mixed;
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
@@ -38,9 +38,11 @@ constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
 constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
 constexpr int kLdC = kC + 4;   // kC x kC
 constexpr int kLdKT = kD + 8;  // kC x kD tiles read as k x n
-constexpr int kLdCT = kC + 8;  // kC x kC, read as k x n
 constexpr int kSTile = kC * kLdK;
 constexpr int kSSquare = kC * kLdC;
+// bf16 tiles, read through ldmatrix in either orientation: rows 16 bytes apart modulo 128.
+constexpr int kLdB = kD + 8;   // kC x kD
+constexpr int kLdBS = kC + 8;  // kC x kC
 
 __device__ __forceinline__ float sigmoidf(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -203,9 +205,11 @@ __device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 
     }
 }
 
-// Workspace views (fp32 unless noted), [chunk][v_head] tiles.
+// Workspace views, [chunk][v_head] tiles: fp32, except the forward's intermediates that only
+// products read (W, Qd, Kd, Aqk, T), which are bf16 as flash-linear-attention keeps them.
 struct Ws {
-    float *W, *U, *Qd, *Kd, *Aqk, *T, *gam;                                          // forward
+    __nv_bfloat16 *W, *Qd, *Kd, *Aqk, *T;  // forward
+    float *U, *gam;
     float *h, *dh, *Vn, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
 };
 
@@ -223,18 +227,25 @@ Ws carve_parts(void* base, const void* saved, int64_t tokens, int64_t v_heads, i
     const int64_t n = num_chunks(tokens) * v_heads;
     char* p = static_cast<char*>(saved ? const_cast<void*>(saved) : base);
     size_t off = 0;
-    auto take = [&](int64_t floats) {
-        float* r = reinterpret_cast<float*>(p + off);
-        off += (static_cast<size_t>(floats) * sizeof(float) + 255) / 256 * 256;
+    auto take_bytes = [&](size_t bytes) {
+        char* r = p + off;
+        off += (bytes + 255) / 256 * 256;
         return r;
     };
+    auto take = [&](int64_t floats) {
+        return reinterpret_cast<float*>(take_bytes(static_cast<size_t>(floats) * sizeof(float)));
+    };
+    auto take_bf16 = [&](int64_t count) {
+        return reinterpret_cast<__nv_bfloat16*>(
+            take_bytes(static_cast<size_t>(count) * sizeof(__nv_bfloat16)));
+    };
     Ws w{};
-    w.W = take(n * kTile);
+    w.W = take_bf16(n * kTile);
     w.U = take(n * kTile);
-    w.Qd = take(n * kTile);
-    w.Kd = take(n * kTile);
-    w.Aqk = take(n * kSquare);
-    w.T = take(n * kSquare);
+    w.Qd = take_bf16(n * kTile);
+    w.Kd = take_bf16(n * kTile);
+    w.Aqk = take_bf16(n * kSquare);
+    w.T = take_bf16(n * kSquare);
     w.gam = take(n);
     if (to >= 1) {
         w.h = take(n * kState);
@@ -279,6 +290,16 @@ __device__ __forceinline__ void copy_tile(float* dst, int ldd, const float* src,
     const int q = cols / 4;
     for (int i = threadIdx.x; i < rows * q; i += blockDim.x) {
         const int r = i / q, c = (i % q) * 4;
+        cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+    }
+}
+
+// The same for a bf16 tile (cols % 8 == 0).
+__device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int ldd, const __nv_bfloat16* src,
+                                          int lds, int rows, int cols) {
+    const int q = cols / 8;
+    for (int i = threadIdx.x; i < rows * q; i += blockDim.x) {
+        const int r = i / q, c = (i % q) * 8;
         cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
     }
 }
@@ -356,23 +377,23 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     load_chunk(m, sQV, sK, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads,
                h, c);
-    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd. W, Qd, Kd, Aqk and T are stored rounded to tf32
-    // (only the products read them, which round them so anyway).
+    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd. W, Qd, Kd, Aqk and T are stored in bf16 (only
+    // products read them).
     mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f, 0.0f);
     for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
         const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
         const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
         const float4 qv = *reinterpret_cast<const float4*>(sQV + r * kLdK + col);
         const float4 kv = *reinterpret_cast<const float4*>(sK + r * kLdK + col);
-        *reinterpret_cast<float4*>(ws.Qd + tile * kTile + r * kD + col) =
-            round_tf32(make_float4(sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w));
-        *reinterpret_cast<float4*>(ws.Kd + tile * kTile + r * kD + col) =
-            round_tf32(make_float4(sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w));
+        const float qd[4] = {sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w};
+        const float kd[4] = {sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w};
+        cuda::store4(ws.Qd + tile * kTile + r * kD + col, qd);
+        cuda::store4(ws.Kd + tile * kTile + r * kD + col, kd);
     }
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
-        ws.Aqk[tile * kSquare + n] = round_tf32(
+        ws.Aqk[tile * kSquare + n] = __float2bfloat16_rn(
             pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f);
     }
     __syncthreads();
@@ -391,11 +412,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
         sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s] * m.eg[s] * m.f[s];
-        ws.T[tile * kSquare + n] = round_tf32(sT[r * kLdC + s]);
+        ws.T[tile * kSquare + n] = __float2bfloat16_rn(sT[r * kLdC + s]);
     }
     __syncthreads();
-    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv, 0, true>(
-        ws.W + tile * kTile, sA, sK, 1.0f, 0.0f);
+    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.W + tile * kTile, sA, sK,
+                                                                        1.0f, 0.0f);
     __syncthreads();
     for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
         const int r = n / kC, s = n % kC;
@@ -407,44 +428,52 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
-// Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles, one kC x kC,
-// two kC x kBV.
+// Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles and one kC x kC
+// in bf16, two kC x kBV.
 // The recurrences give each block a slice of kBV value columns (32 or 64) of one value head:
-// v_heads * kD / kBV blocks. 32 keeps more blocks in flight; 64 halves how often each chunk's
-// W, Qd, Kd and Aqk are read, and fills the GPU in one wave where 32 would need two (48 heads).
-// Threads of a recurrence block: 8 per value column (16 warps at kBV 64). One block fits an
-// SM, and the per-chunk products are short: more warps hide more of their latency.
+// v_heads * kD / kBV blocks. At 32 two blocks share a multiprocessor (99 KB each); 64 halves how
+// often each chunk's W, Qd, Kd and Aqk are read, for head counts whose 32-column blocks would not
+// all be resident at once.
+// Threads of a recurrence block: 8 per value column (16 warps at kBV 64). The per-chunk products
+// are short: more warps hide more of their latency.
 template <int kBV>
 constexpr int rec_threads() {
     return kBV * 8;
 }
+template <int kBV>
+constexpr int rec_min_blocks() {
+    return kBV == 32 ? 2 : 1;
+}
 // Shared memory of the forward and reverse recurrences (the same layout; the names are the
-// forward's, the reverse's use in brackets); rec_smem is the launch size.
+// forward's, the reverse's use in brackets); rec_smem is the launch size. The fp32 slices are
+// read as plain B operands of mm_mixed, whose lanes read rows 2t and 2t + 1: a stride of 4 mod
+// 16 keeps those reads free of bank conflicts.
 template <int kBV>
 constexpr int rec_ld() {  // the kD x kBV state slices and kC x kBV tiles
-    return kBV + 8;
+    return kBV + 4;
 }
 template <int kBV>
 struct RecurrenceSmem {
     float S[kD * rec_ld<kBV>()];  // the state slice [its gradient]
-    float W[kC * kLdKT];          // kC x kD, stride kLdK, or kLdKT where read transposed
-    float Qd[kC * kLdKT];
-    float Kd[kC * kLdKT];
-    float Aqk[kC * kLdCT];        // kC x kC, stride kLdC or kLdCT
-    float V[kC * rec_ld<kBV>()];  // Vn [dO]
-    float O[kC * rec_ld<kBV>()];  // O [dVn]
+    __nv_bfloat16 W[kC * kLdB];   // kC x kD
+    __nv_bfloat16 Qd[kC * kLdB];
+    __nv_bfloat16 Kd[kC * kLdB];
+    __nv_bfloat16 Aqk[kC * kLdBS];  // kC x kC
+    float V[kC * rec_ld<kBV>()];    // Vn [dO]
+    float O[kC * rec_ld<kBV>()];    // O [dVn]
 };
 template <int kBV>
 constexpr size_t rec_smem() {
     return sizeof(RecurrenceSmem<kBV>);
 }
-// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
+static_assert(2 * (rec_smem<32>() + 1024) <= 228 * 1024, "two 32-column blocks per SM");
+// 32 when every 32-column block is resident at once (two per SM), else 64.
 inline int recurrence_columns(int64_t v_heads) {
     int device = 0, sms = 132;
     if (cudaGetDevice(&device) == cudaSuccess) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     }
-    return v_heads * (kD / 32) > sms ? 64 : 32;
+    return v_heads * (kD / 32) > int64_t{rec_min_blocks<32>()} * sms ? 64 : 32;
 }
 
 // Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
@@ -453,7 +482,7 @@ inline int recurrence_columns(int64_t v_heads) {
 // chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
 // starts as soon as the barrier after its last reader has passed.
 template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>())
+__global__ void __launch_bounds__(rec_threads<kBV>(), rec_min_blocks<kBV>())
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
     constexpr int kLdV = rec_ld<kBV>();
@@ -462,10 +491,10 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     extern __shared__ __align__(128) float smem[];
     RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
     float* sS = sm.S;
-    float* sW = sm.W;
-    float* sQd = sm.Qd;
-    float* sKd = sm.Kd;
-    float* sAqk = sm.Aqk;
+    __nv_bfloat16* sW = sm.W;
+    __nv_bfloat16* sQd = sm.Qd;
+    __nv_bfloat16* sKd = sm.Kd;
+    __nv_bfloat16* sAqk = sm.Aqk;
     float* sVn = sm.V;
     float* sO = sm.O;
     const int h = blockIdx.x;
@@ -476,12 +505,12 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
     auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
     {
         const int64_t tile = tile_of(0);
-        copy_tile(sW, kLdK, ws.W + tile * kTile, kD, kC, kD);
-        copy_tile(sKd, kLdKT, ws.Kd + tile * kTile, kD, kC, kD);
+        copy_tile(sW, kLdB, ws.W + tile * kTile, kD, kC, kD);
+        copy_tile(sKd, kLdB, ws.Kd + tile * kTile, kD, kC, kD);
         copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
         if (out) {
-            copy_tile(sQd, kLdK, ws.Qd + tile * kTile, kD, kC, kD);
-            copy_tile(sAqk, kLdC, ws.Aqk + tile * kSquare, kC, kC, kC);
+            copy_tile(sQd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
+            copy_tile(sAqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
         }
     }
     for (int c = 0; c < chunks; ++c) {
@@ -498,25 +527,24 @@ __global__ void __launch_bounds__(rec_threads<kBV>())
         const float gam = ws.gam[tile];
         copies_wait();
         __syncthreads();
-        mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sVn, sW, sS, -1.0f,
-            1.0f);  // U - W S
+        mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            sVn, sW, sS, -1.0f, 1.0f);  // U - W S
         if (out)
-            mm<kTf32, kN, kC, kBV, kD, kLdK, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
-               kOutWarp>(sO, sQd, sS, 1.0f, 0.0f);
+            mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+                     kOutWarp>(sO, sQd, sS, 1.0f, 0.0f);
         __syncthreads();
-        if (more) copy_tile(sW, kLdK, ws.W + next * kTile, kD, kC, kD);
+        if (more) copy_tile(sW, kLdB, ws.W + next * kTile, kD, kC, kD);
         if (out)
-            mm<kTf32, kN, kC, kBV, kC, kLdC, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
-               kOutWarp>(sO, sAqk, sVn, 1.0f, 1.0f);
-        mm<kT | kTf32, kN, kD, kBV, kC, kLdKT, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
+            mm_mixed<kN, kN, kC, kBV, kC, kLdBS, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
+                     kOutWarp>(sO, sAqk, sVn, 1.0f, 1.0f);
+        mm_mixed<kT, kN, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
             sS, sKd, sVn, 1.0f, gam);
         __syncthreads();
         if (more) {
-            copy_tile(sKd, kLdKT, ws.Kd + next * kTile, kD, kC, kD);
+            copy_tile(sKd, kLdB, ws.Kd + next * kTile, kD, kC, kD);
             if (out) {
-                copy_tile(sQd, kLdK, ws.Qd + next * kTile, kD, kC, kD);
-                copy_tile(sAqk, kLdC, ws.Aqk + next * kSquare, kC, kC, kC);
+                copy_tile(sQd, kLdB, ws.Qd + next * kTile, kD, kC, kD);
+                copy_tile(sAqk, kLdBS, ws.Aqk + next * kSquare, kC, kC, kC);
             }
         }
         const int32_t c0 = c * kC;

@@ -24,8 +24,6 @@ using cuda::WarpTile32;
 constexpr int kPrepBwdThreads = 256;
 constexpr int kPrepBwdWarps = kPrepBwdThreads / 32;
 constexpr int kPrepBwdTileDiv = 2;
-constexpr int kLdB = kD + 8;   // bf16 kC x kD tiles: rows 16 bytes apart modulo 128
-constexpr int kLdBS = kC + 8;  // bf16 kC x kC squares, likewise
 static_assert(kC * kLdBS <= kC * kLdB);
 
 struct PrepBwdSmem {
@@ -372,13 +370,15 @@ __global__ void __launch_bounds__(kPrepBwdThreads, 2)
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     const int warp = threadIdx.x >> 5;
     const int m0 = (warp >> 2) * 32, n0 = (warp & 3) * 32;  // the warp's part of kC x kD results
-    load_f32_as_bf16<kC, kC, kLdBS>(sm.T, ws.T + tile * kSquare);
+    copy_tile(sm.T, kLdBS, ws.T + tile * kSquare, kC, kC, kC);
     if (threadIdx.x < kC) {
         sm.dbeta[threadIdx.x] = 0.0f;
         sm.dG[threadIdx.x] = 0.0f;
     }
     load_chunk<kPrepBwdWarps, kLdB>(sm.meta, sm.QV, sm.K, q, k, ldqk, a, b, A_log, dt_bias, cu,
                                     num_docs, tokens, k_heads, v_heads, h, c);
+    copies_wait();  // T
+    __syncthreads();
     WarpTile32 dkn = {};
     aqk_qd_part(sm, ws, tile, scale, dkn, m0, n0);
     kd_part(sm, ws, tile, dkn, m0, n0);

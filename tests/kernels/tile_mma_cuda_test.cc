@@ -1,6 +1,7 @@
-// The tensor-core tile products of the gated delta rule's chunk kernels (mm and mm_bf16,
-// kernels/common/tile_mma.cuh) against an fp64 product of the same operands (tf32-rounded for
-// mm; bf16 values, exact in tf32, for mm_bf16), for each operand layout, both warp tilings,
+// The tensor-core tile products of the gated delta rule's chunk kernels (mm, mm_bf16 and
+// mm_mixed, kernels/common/tile_mma.cuh) against an fp64 product of the same operands
+// (tf32-rounded for mm; bf16 values, exact in tf32, for mm_bf16 and mm_mixed's A), for each
+// operand layout, both warp tilings,
 // tf32-flagged operands and a tf32-rounded C; beta reads C back and the padding between rows
 // stays untouched. Operands flagged as tf32 must give the same bits as the same values
 // converted in the product ([cuda]).
@@ -44,13 +45,13 @@ Operands random_operands(const TileMmaCase& x, std::mt19937& rng) {
     Operands o{std::vector<float>(static_cast<size_t>(stored_a(x))),
                std::vector<float>(static_cast<size_t>(stored_b(x))),
                std::vector<float>(static_cast<size_t>(stored_c(x)))};
-    auto value = [&](bool tf32_exact) {
+    auto value = [&](bool bf16, bool tf32_exact) {
         const float v = u(rng);
-        if (x.bf16) return bf16_bits_to_float(float_to_bf16_bits(v));
+        if (bf16) return bf16_bits_to_float(float_to_bf16_bits(v));
         return tf32_exact ? tf32(v) : v;
     };
-    for (float& v : o.a) v = value((x.op_a & 2) != 0);
-    for (float& v : o.b) v = value((x.op_b & 2) != 0);
+    for (float& v : o.a) v = value(x.operands != kFp32Operands, (x.op_a & 2) != 0);
+    for (float& v : o.b) v = value(x.operands == kBf16Operands, (x.op_b & 2) != 0);
     for (float& v : o.c) v = u(rng);
     return o;
 }
@@ -63,13 +64,16 @@ std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
 
 std::vector<float> run(int index, const Operands& o, float alpha, float beta) {
     DeviceBuffer<float> c(o.c);
-    if (kTileMmaCases[index].bf16) {
-        DeviceBuffer<uint16_t> a(to_bf16_bits(o.a)), b(to_bf16_bits(o.b));
-        REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
-    } else {
-        DeviceBuffer<float> a(o.a), b(o.b);
-        REQUIRE(run_tile_mma_case(index, a.get(), b.get(), c.get(), alpha, beta) == cudaSuccess);
-    }
+    const int operands = kTileMmaCases[index].operands;
+    DeviceBuffer<uint16_t> a16(operands != kFp32Operands ? to_bf16_bits(o.a)
+                                                         : std::vector<uint16_t>{});
+    DeviceBuffer<uint16_t> b16(operands == kBf16Operands ? to_bf16_bits(o.b)
+                                                         : std::vector<uint16_t>{});
+    DeviceBuffer<float> a32(operands == kFp32Operands ? o.a : std::vector<float>{});
+    DeviceBuffer<float> b32(operands != kBf16Operands ? o.b : std::vector<float>{});
+    const void* a = operands != kFp32Operands ? static_cast<const void*>(a16.get()) : a32.get();
+    const void* b = operands == kBf16Operands ? static_cast<const void*>(b16.get()) : b32.get();
+    REQUIRE(run_tile_mma_case(index, a, b, c.get(), alpha, beta) == cudaSuccess);
     return c.download();
 }
 

@@ -11,7 +11,7 @@ namespace {
 // gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
 // (earlier) chunk are copied in while this one computes, as in the forward.
 template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>(), rec_min_blocks<kBV>())
+__global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
     constexpr int kLdV = rec_ld<kBV>();
     extern __shared__ __align__(128) float smem[];

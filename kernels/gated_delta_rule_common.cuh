@@ -431,18 +431,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 // Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles and one kC x kC
 // in bf16, two kC x kBV.
 // The recurrences give each block a slice of kBV value columns (32 or 64) of one value head:
-// v_heads * kD / kBV blocks. At 32 two blocks share a multiprocessor (99 KB each); 64 halves how
-// often each chunk's W, Qd, Kd and Aqk are read, for head counts whose 32-column blocks would not
-// all be resident at once.
+// v_heads * kD / kBV blocks. 64 halves how often each chunk's W, Qd, Kd and Aqk are read and
+// fills the GPU in one wave where 32 would need two (48 heads); measured at 48 heads it also
+// beats 32 columns at two blocks per multiprocessor (forward 1.55 against 1.64 ms).
 // Threads of a recurrence block: 8 per value column (16 warps at kBV 64). The per-chunk products
 // are short: more warps hide more of their latency.
 template <int kBV>
 constexpr int rec_threads() {
     return kBV * 8;
-}
-template <int kBV>
-constexpr int rec_min_blocks() {
-    return kBV == 32 ? 2 : 1;
 }
 // Shared memory of the forward and reverse recurrences (the same layout; the names are the
 // forward's, the reverse's use in brackets); rec_smem is the launch size. The fp32 slices are
@@ -466,14 +462,13 @@ template <int kBV>
 constexpr size_t rec_smem() {
     return sizeof(RecurrenceSmem<kBV>);
 }
-static_assert(2 * (rec_smem<32>() + 1024) <= 228 * 1024, "two 32-column blocks per SM");
-// 32 when every 32-column block is resident at once (two per SM), else 64.
+// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
 inline int recurrence_columns(int64_t v_heads) {
     int device = 0, sms = 132;
     if (cudaGetDevice(&device) == cudaSuccess) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     }
-    return v_heads * (kD / 32) > int64_t{rec_min_blocks<32>()} * sms ? 64 : 32;
+    return v_heads * (kD / 32) > sms ? 64 : 32;
 }
 
 // Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
@@ -482,7 +477,7 @@ inline int recurrence_columns(int64_t v_heads) {
 // chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
 // starts as soon as the barrier after its last reader has passed.
 template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>(), rec_min_blocks<kBV>())
+__global__ void __launch_bounds__(rec_threads<kBV>())
     gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
                                   bool save_states) {
     constexpr int kLdV = rec_ld<kBV>();

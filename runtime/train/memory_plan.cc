@@ -46,10 +46,12 @@ int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type,
     if (type == LayerType::kLinearAttention) {
         elems += 2 * c.conv_dim() + 3 * c.value_dim() + 2 * c.linear_num_value_heads;
         // The delta rule's chunk intermediates the training forward keeps for the backward
-        // (gated_delta_rule_forward_saving), per token and value head: W, Qd, Kd (dk each), U and
-        // Vn (dv each), the 64-wide Aqk and T rows, and a 64th of a dk x dv chunk state.
+        // (gated_delta_rule_forward_saving), per token and value head: W, Qd, Kd (dk each) and
+        // the 64-wide Aqk and T rows in bf16; U and Vn (dv each) and a 64th of a dk x dv chunk
+        // state in fp32.
         const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-        fp32 += c.linear_num_value_heads * (3 * dk + 2 * dv + 2 * 64 + dk * dv / 64);
+        elems += c.linear_num_value_heads * (3 * dk + 2 * 64);
+        fp32 += c.linear_num_value_heads * (2 * dv + dk * dv / 64);
     } else {
         const int64_t qd = c.num_attention_heads * c.head_dim,
                       kvd = c.num_key_value_heads * c.head_dim;

@@ -1,7 +1,8 @@
 // Tensor-core products of tiles in shared memory for the chunk kernels of the gated delta rule:
-// mm (fp32 tiles, tf32 mma.sync) and mm_bf16 (bf16 tiles) compute C = beta C + alpha op(A) op(B)
-// in fp32 with every warp of the block; the operand flags say which operands are stored
-// transposed and, for mm, which already hold tf32 values.
+// mm (fp32 tiles, tf32 mma.sync), mm_bf16 (bf16 tiles) and mm_mixed (a bf16 A, an fp32 B, tf32
+// mma.sync) compute C = beta C + alpha op(A) op(B) in fp32 with every warp of the block; the
+// operand flags say which operands are stored transposed and which fp32 ones already hold tf32
+// values. warp_tile_mma and for_each_pair serve kernels that keep a result in registers.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -208,8 +208,8 @@ __device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 
 // Workspace views, [chunk][v_head] tiles: fp32, except the forward's intermediates that only
 // products read (W, Qd, Kd, Aqk, T), which are bf16 as flash-linear-attention keeps them.
 struct Ws {
-    __nv_bfloat16 *W, *Qd, *Kd, *Aqk, *T;  // forward
-    float *U, *gam;
+    __nv_bfloat16 *W, *Qd, *Kd, *Aqk, *T;  // forward, bf16
+    float *U, *gam;                        // forward, fp32
     float *h, *dh, *Vn, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
 };
 

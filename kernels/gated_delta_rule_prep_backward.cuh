@@ -42,11 +42,6 @@ struct PrepBwdSmem {
 constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
 static_assert(2 * (kPrepBwdSmem + 1024) <= 228 * 1024, "two blocks per multiprocessor");
 
-// The row of element i of fragment row fm of this lane's 32 x 32 warp tile at m0.
-__device__ __forceinline__ int frag_row(int m0, int fm, int i) {
-    return m0 + fm * 16 + ((threadIdx.x & 31) >> 2) + (i >> 1) * 8;
-}
-
 // A kRows x kCols fp32 tile (stride kCols) from global into bf16 shared memory (stride kLd),
 // every load issued before the first store.
 template <int kRows, int kCols, int kLd>
@@ -249,7 +244,7 @@ __device__ void w_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, WarpTile32& 
     for (int fm = 0; fm < 2; ++fm) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int r = frag_row(m0, fm, i);
+            const int r = cuda::fragment_row(m0, fm, i);
             const float e = m.f[r] != 0.0f ? m.beta[r] * m.eg[r] : 0.0f;
 #pragma unroll
             for (int fn = 0; fn < 4; ++fn) dkn[fm][fn][i] += e * acc[fm][fn][i];

@@ -304,20 +304,27 @@ __device__ __forceinline__ void warp_tile_products(TC* C, const TA* A, const TB*
 }
 
 // A warp's 32 x 32 register tile (2 x 4 m16n8 fragments), for products whose result stays in
-// registers across several products, and its elements by position: f(row, col, acc pair) for
-// the two adjacent columns (col, col + 1) each thread holds per fragment row.
+// registers across several products.
 using WarpTile32 = float[2][4][4];
+
+// The row of accumulator element i (0-3) of this lane's m16 fragment fm in a warp tile at row m0
+// (layout at mma_tf32: elements 0, 1 in row g, 2, 3 in row g + 8).
+__device__ __forceinline__ int fragment_row(int m0, int fm, int i) {
+    return m0 + fm * 16 + ((threadIdx.x & 31) >> 2) + (i >> 1) * 8;
+}
+
+// A WarpTile32's elements by position: f(row, col, acc pair) for the two adjacent columns
+// (col, col + 1) each thread holds per fragment row.
 template <typename F>
 __device__ __forceinline__ void for_each_pair(WarpTile32& acc, int m0, int n0, F&& f) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int col = n0 + 2 * (threadIdx.x & 3);
 #pragma unroll
     for (int fm = 0; fm < 2; ++fm) {
 #pragma unroll
         for (int fn = 0; fn < 4; ++fn) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                f(m0 + fm * 16 + g + h * 8, n0 + fn * 8 + 2 * t, acc[fm][fn][2 * h],
-                  acc[fm][fn][2 * h + 1]);
+            for (int i = 0; i < 4; i += 2) {
+                f(fragment_row(m0, fm, i), col + fn * 8, acc[fm][fn][i], acc[fm][fn][i + 1]);
             }
         }
     }

@@ -15,16 +15,17 @@
 // and the state leaving a chunk holds only its last document: the reset needs no extra work.
 //
 // Kernels: chunk_prep (parallel over chunks and heads) writes W, U, Qd, Kd, Aqk, T and gam; the
-// recurrence runs per (value head, 32- or 64-column slice of dv) over all chunks. The backward
-// recomputes
-// both (the recurrence also saving every chunk's entering state and Vn), runs the reverse
-// recurrence for dVn and each chunk's leaving-state gradient, then per chunk forms the gradients
-// of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the masks, the gates
-// and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). W, Qd, Kd, Aqk and T, which
-// only products read, are kept in bf16. Products: tf32 mma.sync m16n8k8 on fp32 shared memory in
-// chunk_prep and state_grads, bf16 tiles against the fp32 state on tf32 mma in the recurrences
-// (mm_mixed), bf16 m16n8k16 in chunk_prep_backward (gated_delta_rule_prep_backward.cuh). Every
-// accumulation is fp32 and every reduction has a fixed order.
+// recurrence runs per (value head, 32- or 64-column slice of dv) over all chunks with the fp32
+// state in registers (gated_delta_rule_recurrence.cuh). The backward recomputes both when the
+// forward was not saved (a saving forward also keeps every chunk's entering state and Vn), runs
+// the reverse recurrence for dVn and each chunk's leaving-state gradient, then per chunk forms
+// the gradients of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the
+// masks, the gates and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). W, Qd, Kd,
+// Aqk and T, which only products read, are kept in bf16. Products: tf32 mma.sync m16n8k8 on fp32
+// shared memory in chunk_prep and state_grads, bf16 m16n8k16 in the recurrences (against bf16
+// shadows of the fp32 state and of Vn) and in chunk_prep_backward
+// (gated_delta_rule_prep_backward.cuh). Every accumulation is fp32 and every reduction has a
+// fixed order.
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/gated_delta_rule_common.cuh"
 

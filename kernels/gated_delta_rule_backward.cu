@@ -7,90 +7,6 @@
 namespace deltatune {
 namespace {
 
-// Reverse recurrence: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
-// gradient of the state leaving the chunk (saved as dh before the update). Operands of the next
-// (earlier) chunk are copied in while this one computes, as in the forward.
-template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>())
-    gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
-    constexpr int kLdV = rec_ld<kBV>();
-    extern __shared__ __align__(128) float smem[];
-    RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
-    float* sdS = sm.S;
-    __nv_bfloat16* sW = sm.W;
-    __nv_bfloat16* sQd = sm.Qd;
-    __nv_bfloat16* sKd = sm.Kd;
-    __nv_bfloat16* sAqk = sm.Aqk;
-    float* sdO = sm.V;
-    float* sdVn = sm.O;
-    const int h = blockIdx.x;
-    const int v0 = blockIdx.y * kBV;
-    for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sdS[n] = 0.0f;
-    __syncthreads();  // the first chunk reads the zeros with another thread mapping
-    const int chunks = static_cast<int>(num_chunks(tokens));
-    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
-    auto dout_of = [&](int c) {
-        return dout + (static_cast<int64_t>(c) * kC * v_heads + h) * kD + v0;
-    };
-    {
-        const int64_t tile = tile_of(chunks - 1);
-        copy_tile(sAqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
-        copy_tile(sKd, kLdB, ws.Kd + tile * kTile, kD, kC, kD);
-        copy_tile(sQd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
-        copy_tile(sW, kLdB, ws.W + tile * kTile, kD, kC, kD);
-        load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(
-            sdO, dout_of(chunks - 1), int64_t{v_heads} * kD, tokens - (chunks - 1) * kC);
-    }
-    for (int c = chunks - 1; c >= 0; --c) {
-        const int64_t tile = tile_of(c);
-        const bool more = c > 0;
-        const int64_t next = tile_of(c - 1);
-        for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
-            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
-            *reinterpret_cast<float4*>(ws.dh + tile * kState + r * kD + v0 + col) =
-                *reinterpret_cast<const float4*>(sdS + r * kLdV + col);
-        }
-        const float gam = ws.gam[tile];
-        copies_wait();
-        __syncthreads();
-        mm_mixed<kT, kTf32, kC, kBV, kC, kLdBS, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sdVn, sAqk, sdO, 1.0f, 0.0f);
-        mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sdVn, sKd, sdS, 1.0f, 1.0f);
-        __syncthreads();
-        if (more) {
-            copy_tile(sAqk, kLdBS, ws.Aqk + next * kSquare, kC, kC, kC);
-            copy_tile(sKd, kLdB, ws.Kd + next * kTile, kD, kC, kD);
-        }
-        mm_mixed<kT, kTf32, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sdS, sQd, sdO, 1.0f, gam);
-        mm_mixed<kT, kN, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sdS, sW, sdVn, -1.0f, 1.0f);
-        for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
-            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
-            *reinterpret_cast<float4*>(ws.dVn + tile * kTile + r * kD + v0 + col) =
-                *reinterpret_cast<const float4*>(sdVn + r * kLdV + col);
-        }
-        __syncthreads();
-        if (more) {
-            copy_tile(sQd, kLdB, ws.Qd + next * kTile, kD, kC, kD);
-            copy_tile(sW, kLdB, ws.W + next * kTile, kD, kC, kD);
-            load_bf16_rows<kBV, kLdV, rec_threads<kBV>()>(sdO, dout_of(c - 1),
-                                                          int64_t{v_heads} * kD, kC);
-        }
-    }
-}
-
-template <int kBV>
-cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
-                                       int v_heads, cudaStream_t stream) {
-    auto* kernel = gdn_recurrence_backward_kernel<kBV>;
-    if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
-    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kBV), rec_threads<kBV>(), rec_smem<kBV>(),
-             stream>>>(w, dout, tokens, v_heads);
-    return cudaGetLastError();
-}
-
 struct StateGradSmem {
     float dO[kSTile];    // kC x kD, stride kLdK
     float V[kSTile];     // dVn, then Vn
@@ -113,17 +29,18 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     copy_tile(sV, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
-    copy_tile(sS, kLdK, ws.h + tile * kState, kD, kD, kD);
+    load_bf16_rows<kD, kLdK, kThreads, kD>(sS, ws.h + tile * kState, kD, kD);
     load_bf16_rows<kD, kLdK>(sdO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    mm<kTf32, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dQd + tile * kTile, sdO, sS, 1.0f,
-                                                             0.0f);
-    mm<kN, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS, -1.0f,
-                                                          0.0f);
+    // S and Vn come from bf16 (exact in tf32: kTf32).
+    mm<kTf32, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dQd + tile * kTile, sdO, sS,
+                                                                     1.0f, 0.0f);
+    mm<kN, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS,
+                                                                  -1.0f, 0.0f);
     __syncthreads();
-    copy_tile(sV, kLdK, ws.Vn + tile * kTile, kD, kC, kD);
+    load_bf16_rows<kD, kLdK>(sV, ws.Vn + tile * kTile, kD, kC);
     // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.
     constexpr int kPer = kState / 4 / kThreads;
     const float4* dh4 = reinterpret_cast<const float4*>(ws.dh + tile * kState);
@@ -142,10 +59,10 @@ __global__ void __launch_bounds__(kThreads)
     dot = cuda::block_sum(dot, scratch);
     copies_wait();
     __syncthreads();
-    mm<kN, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dKd + tile * kTile, sV, sS, 1.0f,
-                                                          0.0f);
-    mm<kTf32, kT, kC, kC, kD, kLdK, kLdK, kC, kThreads / 32>(ws.dAqk + tile * kSquare, sdO, sV,
-                                                             1.0f, 0.0f);
+    mm<kTf32, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dKd + tile * kTile, sV, sS, 1.0f,
+                                                             0.0f);
+    mm<kTf32, kT | kTf32, kC, kC, kD, kLdK, kLdK, kC, kThreads / 32>(ws.dAqk + tile * kSquare, sdO,
+                                                                     sV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.dgam[tile] = dot;
 }
 
@@ -224,10 +141,7 @@ cudaError_t backward_from(const Ws& w, bool replay, const GatedDeltaRuleGrads& g
             return e;
         }
     }
-    if (cudaError_t e = recurrence_columns(vh) == 64
-                            ? launch_recurrence_backward<64>(w, dout, t32, vh, stream)
-                            : launch_recurrence_backward<32>(w, dout, t32, vh, stream);
-        e != cudaSuccess) {
+    if (cudaError_t e = launch_recurrence_backward(w, dout, t32, vh, stream); e != cudaSuccess) {
         return e;
     }
     if (cudaError_t e = set_smem(gdn_state_grads_kernel, kStateGradSmem); e != cudaSuccess) {

@@ -19,7 +19,6 @@ using cuda::kN;
 using cuda::kT;
 using cuda::kTf32;
 using cuda::mm;
-using cuda::mm_mixed;
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
@@ -208,9 +207,10 @@ __device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 
 // Workspace views, [chunk][v_head] tiles: fp32, except the forward's intermediates that only
 // products read (W, Qd, Kd, Aqk, T), which are bf16 as flash-linear-attention keeps them.
 struct Ws {
-    __nv_bfloat16 *W, *Qd, *Kd, *Aqk, *T;  // forward, bf16
-    float *U, *gam;                        // forward, fp32
-    float *h, *dh, *Vn, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
+    __nv_bfloat16 *W, *U, *Qd, *Kd, *Aqk, *T;  // forward, bf16
+    float* gam;                                // forward, fp32
+    __nv_bfloat16 *h, *Vn;                     // saved for the backward, bf16
+    float *dh, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
 };
 
 __host__ __device__ inline int64_t num_chunks(int64_t tokens) {
@@ -241,15 +241,15 @@ Ws carve_parts(void* base, const void* saved, int64_t tokens, int64_t v_heads, i
     };
     Ws w{};
     w.W = take_bf16(n * kTile);
-    w.U = take(n * kTile);
+    w.U = take_bf16(n * kTile);
     w.Qd = take_bf16(n * kTile);
     w.Kd = take_bf16(n * kTile);
     w.Aqk = take_bf16(n * kSquare);
     w.T = take_bf16(n * kSquare);
     w.gam = take(n);
     if (to >= 1) {
-        w.h = take(n * kState);
-        w.Vn = take(n * kTile);
+        w.h = take_bf16(n * kState);
+        w.Vn = take_bf16(n * kTile);
     }
     if (to >= 2) {
         if (saved) p = static_cast<char*>(base), off = 0;
@@ -304,15 +304,15 @@ __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int ldd, const __n
     }
 }
 
-// kC rows x kCols bf16 from global (row stride `stride` elements, 16-byte aligned) into fp32
+// kRows rows x kCols bf16 from global (row stride `stride` elements, 16-byte aligned) into fp32
 // shared memory of stride kLd; rows at or past `valid` read 0. All loads are issued before the
 // first store.
-template <int kCols, int kLd, int kBlock = kThreads>
+template <int kCols, int kLd, int kBlock = kThreads, int kRows = kC>
 __device__ __forceinline__ void load_bf16_rows(float* dst, const __nv_bfloat16* src, int64_t stride,
                                                int valid) {
     constexpr int kVecPerRow = kCols / 8;
-    constexpr int kPer = kC * kVecPerRow / kBlock;
-    static_assert(kPer >= 1 && kC * kVecPerRow % kBlock == 0);
+    constexpr int kPer = kRows * kVecPerRow / kBlock;
+    static_assert(kPer >= 1 && kRows * kVecPerRow % kBlock == 0);
     uint4 raw[kPer];
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -343,7 +343,6 @@ __device__ __forceinline__ void store_tile(float* dst, const float* src) {
 
 // Warp tiles of the chunk kernels' products (see mm): measured per kernel on the 27B layer.
 constexpr int kPrepTileDiv = 4;
-constexpr int kRecTileDiv = 4;
 
 // Shared memory of chunk_prep; small enough for two blocks per multiprocessor. Its size is the
 // launch's (kPrepSmem), so the layout and the launch cannot disagree.
@@ -428,140 +427,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 
-// Shared memory of the recurrences: state slice (kD x kBV), three kC x kD tiles and one kC x kC
-// in bf16, two kC x kBV.
-// The recurrences give each block a slice of kBV value columns (32 or 64) of one value head:
-// v_heads * kD / kBV blocks. 64 halves how often each chunk's W, Qd, Kd and Aqk are read and
-// fills the GPU in one wave where 32 would need two (48 heads); measured at 48 heads it also
-// beats 32 columns at two blocks per multiprocessor (forward 1.55 against 1.64 ms).
-// Threads of a recurrence block: 8 per value column (16 warps at kBV 64). The per-chunk products
-// are short: more warps hide more of their latency.
-template <int kBV>
-constexpr int rec_threads() {
-    return kBV * 8;
-}
-// Shared memory of the forward and reverse recurrences (the same layout; the names are the
-// forward's, the reverse's use in brackets); rec_smem is the launch size. The fp32 slices are
-// read as plain B operands of mm_mixed, whose lanes read rows 2t and 2t + 1: a stride of 4 mod
-// 16 keeps those reads free of bank conflicts.
-template <int kBV>
-constexpr int rec_ld() {  // the kD x kBV state slices and kC x kBV tiles
-    return kBV + 4;
-}
-template <int kBV>
-struct RecurrenceSmem {
-    float S[kD * rec_ld<kBV>()];  // the state slice [its gradient]
-    __nv_bfloat16 W[kC * kLdB];   // kC x kD
-    __nv_bfloat16 Qd[kC * kLdB];
-    __nv_bfloat16 Kd[kC * kLdB];
-    __nv_bfloat16 Aqk[kC * kLdBS];  // kC x kC
-    float V[kC * rec_ld<kBV>()];    // Vn [dO]
-    float O[kC * rec_ld<kBV>()];    // O [dVn]
-};
-template <int kBV>
-constexpr size_t rec_smem() {
-    return sizeof(RecurrenceSmem<kBV>);
-}
-// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
-inline int recurrence_columns(int64_t v_heads) {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) == cudaSuccess) {
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    }
-    return v_heads * (kD / 32) > sms ? 64 : 32;
-}
-
-// Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
-// is set, and with save_states each chunk's entering state and Vn (every row, zero past the end)
-// for the backward. Each
-// chunk's operands are copied in while the previous chunk still computes: a buffer's next copy
-// starts as soon as the barrier after its last reader has passed.
-template <int kBV>
-__global__ void __launch_bounds__(rec_threads<kBV>())
-    gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
-                                  bool save_states) {
-    constexpr int kLdV = rec_ld<kBV>();
-    // The output's products run on the warps the state's leave idle (the last half).
-    constexpr int kOutWarp = rec_threads<kBV>() / 64;
-    extern __shared__ __align__(128) float smem[];
-    RecurrenceSmem<kBV>& sm = *reinterpret_cast<RecurrenceSmem<kBV>*>(smem);
-    float* sS = sm.S;
-    __nv_bfloat16* sW = sm.W;
-    __nv_bfloat16* sQd = sm.Qd;
-    __nv_bfloat16* sKd = sm.Kd;
-    __nv_bfloat16* sAqk = sm.Aqk;
-    float* sVn = sm.V;
-    float* sO = sm.O;
-    const int h = blockIdx.x;
-    const int v0 = blockIdx.y * kBV;
-    for (int n = threadIdx.x; n < kD * kLdV; n += blockDim.x) sS[n] = 0.0f;
-    __syncthreads();  // the first chunk reads the zeros with another thread mapping
-    const int chunks = static_cast<int>(num_chunks(tokens));
-    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
-    {
-        const int64_t tile = tile_of(0);
-        copy_tile(sW, kLdB, ws.W + tile * kTile, kD, kC, kD);
-        copy_tile(sKd, kLdB, ws.Kd + tile * kTile, kD, kC, kD);
-        copy_tile(sVn, kLdV, ws.U + tile * kTile + v0, kD, kC, kBV);
-        if (out) {
-            copy_tile(sQd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
-            copy_tile(sAqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
-        }
-    }
-    for (int c = 0; c < chunks; ++c) {
-        const int64_t tile = tile_of(c);
-        const bool more = c + 1 < chunks;
-        const int64_t next = tile_of(c + 1);
-        if (save_states) {
-            for (int n = threadIdx.x; n < kD * kBV / 4; n += blockDim.x) {
-                const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
-                *reinterpret_cast<float4*>(ws.h + tile * kState + r * kD + v0 + col) =
-                    *reinterpret_cast<const float4*>(sS + r * kLdV + col);
-            }
-        }
-        const float gam = ws.gam[tile];
-        copies_wait();
-        __syncthreads();
-        mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sVn, sW, sS, -1.0f, 1.0f);  // U - W S
-        if (out)
-            mm_mixed<kN, kN, kC, kBV, kD, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
-                     kOutWarp>(sO, sQd, sS, 1.0f, 0.0f);
-        __syncthreads();
-        if (more) copy_tile(sW, kLdB, ws.W + next * kTile, kD, kC, kD);
-        if (out)
-            mm_mixed<kN, kN, kC, kBV, kC, kLdBS, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv,
-                     kOutWarp>(sO, sAqk, sVn, 1.0f, 1.0f);
-        mm_mixed<kT, kN, kD, kBV, kC, kLdB, kLdV, kLdV, rec_threads<kBV>() / 32, kRecTileDiv>(
-            sS, sKd, sVn, 1.0f, gam);
-        __syncthreads();
-        if (more) {
-            copy_tile(sKd, kLdB, ws.Kd + next * kTile, kD, kC, kD);
-            if (out) {
-                copy_tile(sQd, kLdB, ws.Qd + next * kTile, kD, kC, kD);
-                copy_tile(sAqk, kLdBS, ws.Aqk + next * kSquare, kC, kC, kC);
-            }
-        }
-        const int32_t c0 = c * kC;
-        for (int n = threadIdx.x; n < kC * kBV / 4; n += blockDim.x) {
-            const int r = n / (kBV / 4), col = (n % (kBV / 4)) * 4;
-            if (save_states) {
-                *reinterpret_cast<float4*>(ws.Vn + tile * kTile + r * kD + v0 + col) =
-                    *reinterpret_cast<const float4*>(sVn + r * kLdV + col);
-            }
-            if (out && c0 + r < tokens) {
-                const float4 o = *reinterpret_cast<const float4*>(sO + r * kLdV + col);
-                __nv_bfloat16* p =
-                    out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col;
-                *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(o.x, o.y);
-                *reinterpret_cast<__nv_bfloat162*>(p + 2) = __floats2bfloat162_rn(o.z, o.w);
-            }
-        }
-        __syncthreads();
-        if (more) copy_tile(sVn, kLdV, ws.U + next * kTile + v0, kD, kC, kBV);
-    }
-}
-
 template <typename F>
 cudaError_t set_smem(F* kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -607,23 +472,13 @@ cudaError_t launch_prep(const Ws& w, const GatedDeltaRuleArgs& x, cudaStream_t s
     return cudaGetLastError();
 }
 
-template <int kBV>
-cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
-                                 bool save_states, cudaStream_t stream) {
-    auto* kernel = gdn_recurrence_forward_kernel<kBV>;
-    if (cudaError_t e = set_smem(kernel, rec_smem<kBV>()); e != cudaSuccess) return e;
-    const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
-    kernel<<<grid, rec_threads<kBV>(), rec_smem<kBV>(), stream>>>(
-        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
-    return cudaGetLastError();
-}
+}  // namespace
+}  // namespace deltatune
 
-cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
-                              bool save_states, cudaStream_t stream) {
-    return recurrence_columns(v_heads) == 64
-               ? launch_recurrence_bv<64>(out, w, tokens, v_heads, save_states, stream)
-               : launch_recurrence_bv<32>(out, w, tokens, v_heads, save_states, stream);
-}
+#include "kernels/gated_delta_rule_recurrence.cuh"
+
+namespace deltatune {
+namespace {
 
 // The forward's two launches: chunk_prep into `w`, then the recurrence writing `out` (when set)
 // and, with save_states, each chunk's entering state and Vn for the backward.

@@ -1,8 +1,8 @@
 // Tensor-core products of tiles in shared memory for the chunk kernels of the gated delta rule:
-// mm (fp32 tiles, tf32 mma.sync), mm_bf16 (bf16 tiles) and mm_mixed (a bf16 A, an fp32 B, tf32
-// mma.sync) compute C = beta C + alpha op(A) op(B) in fp32 with every warp of the block; the
-// operand flags say which operands are stored transposed and which fp32 ones already hold tf32
-// values. warp_tile_mma and for_each_pair serve kernels that keep a result in registers.
+// mm (fp32 tiles, tf32 mma.sync) and mm_bf16 (bf16 tiles) compute C = beta C + alpha op(A) op(B)
+// in fp32 with every warp of the block; the operand flags say which operands are stored
+// transposed and which fp32 ones already hold tf32 values. warp_tile_mma and for_each_pair serve
+// kernels that keep a result in registers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -214,73 +214,31 @@ __device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
-// Two k8 x n8 B fragments of a plain fp32 B for a bf16 A read as tf32 (mm_mixed): ldmatrix gives
-// a lane the A elements k = 2t and 2t + 1 in one register, so the product's k slots t and t + 4
-// hold them, and B supplies rows 2t and 2t + 1 for those slots (the same sum over k, reordered).
-template <int OpB, int LDB>
-__device__ __forceinline__ void load_b_pairs(uint32_t (&b)[2], const float* B, int k0, int n0) {
-    static_assert((OpB & kT) == 0, "mm_mixed reads B plain (k x n)");
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    b[0] = operand_reg<OpB>(B[(k0 + 2 * t) * LDB + n0 + g]);
-    b[1] = operand_reg<OpB>(B[(k0 + 2 * t + 1) * LDB + n0 + g]);
-}
-
-// The tf32 A fragment of k step s (0 or 1) from an m16 x k16 bf16 A fragment (load_a_fragment):
-// a bf16 value's bits shifted up are the same value in fp32, exact in tf32.
-__device__ __forceinline__ void bf16_pairs_as_tf32(uint32_t (&a)[4], const uint32_t (&r)[4],
-                                                   int s) {
-    a[0] = r[2 * s] << 16;
-    a[1] = r[2 * s + 1] << 16;
-    a[2] = r[2 * s] & 0xffff0000u;
-    a[3] = r[2 * s + 1] & 0xffff0000u;
-}
-
 // acc += op(A) op(B) on one warp's kFm x kFn fragments at (m0, n0), over k in steps of one mma:
-// k8 for fp32 operands as tf32, k16 for bf16, and for a bf16 A with an fp32 B (mixed) k16 as two
-// tf32 steps.
-template <int OpA, int OpB, int kFm, int kFn, int K, int LDA, int LDB, typename TA, typename TB>
-__device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const TA* A, const TB* B,
+// k8 for fp32 operands as tf32, k16 for bf16.
+template <int OpA, int OpB, int kFm, int kFn, int K, int LDA, int LDB, typename T>
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const T* A, const T* B,
                                               int m0, int n0) {
-    constexpr bool kBf16A = std::is_same_v<TA, __nv_bfloat16>;
-    constexpr bool kBf16B = std::is_same_v<TB, __nv_bfloat16>;
-    static_assert(kBf16A || !kBf16B, "an fp32 A takes an fp32 B");
-    constexpr int kStepK = kBf16A ? 16 : 8;
+    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+    constexpr int kStepK = kBf16 ? 16 : 8;
 #pragma unroll
     for (int k0 = 0; k0 < K; k0 += kStepK) {
         uint32_t a[kFm][4];
 #pragma unroll
         for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
-        if constexpr (kBf16A && !kBf16B) {
+        uint32_t b[kFn][2];
 #pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                uint32_t as[kFm][4], b[kFn][2];
+        for (int fn = 0; fn < kFn; fn += 2) {
+            load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
+        }
 #pragma unroll
-                for (int fm = 0; fm < kFm; ++fm) bf16_pairs_as_tf32(as[fm], a[fm], s);
+        for (int fm = 0; fm < kFm; ++fm) {
 #pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) {
-                    load_b_pairs<OpB, LDB>(b[fn], B, k0 + 8 * s, n0 + fn * 8);
-                }
-#pragma unroll
-                for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                    for (int fn = 0; fn < kFn; ++fn) mma_tf32(acc[fm][fn], as[fm], b[fn]);
-                }
-            }
-        } else {
-            uint32_t b[kFn][2];
-#pragma unroll
-            for (int fn = 0; fn < kFn; fn += 2) {
-                load_b_fragments<OpB, LDB>(b[fn], b[fn + 1], B, k0, n0 + fn * 8);
-            }
-#pragma unroll
-            for (int fm = 0; fm < kFm; ++fm) {
-#pragma unroll
-                for (int fn = 0; fn < kFn; ++fn) {
-                    if constexpr (kBf16A) {
-                        mma_bf16(acc[fm][fn], a[fm], b[fn]);
-                    } else {
-                        mma_tf32(acc[fm][fn], a[fm], b[fn]);
-                    }
+            for (int fn = 0; fn < kFn; ++fn) {
+                if constexpr (kBf16) {
+                    mma_bf16(acc[fm][fn], a[fm], b[fn]);
+                } else {
+                    mma_tf32(acc[fm][fn], a[fm], b[fn]);
                 }
             }
         }
@@ -290,8 +248,8 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const T
 // The warp-tile loop of mm and mm_bf16: each warp's output tiles (WarpTiles), accumulated over k,
 // then stored.
 template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount,
-          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename TA, typename TB, typename TC>
-__device__ __forceinline__ void warp_tile_products(TC* C, const TA* A, const TB* B, float alpha,
+          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename T, typename TC>
+__device__ __forceinline__ void warp_tile_products(TC* C, const T* A, const T* B, float alpha,
                                                    float beta) {
     using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
     constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
@@ -372,20 +330,6 @@ __device__ __forceinline__ void mm_bf16(TC* C, const __nv_bfloat16* A, const __n
                                         float alpha, float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && LDC % 2 == 0);
     static_assert(LDA % 8 == 0 && LDB % 8 == 0);
-    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
-                       false>(C, A, B, alpha, beta);
-}
-
-// mm with a bf16 A (fed by ldmatrix, either layout) and an fp32 B stored k x n (OpB: kTf32 only),
-// on tf32 tensor cores: the bf16 intermediates of the gated delta rule against its fp32 states.
-// K a multiple of 16; LDA a multiple of 8 (8 mod 64 reads without bank conflicts), LDB a
-// multiple of 4 (4 mod 16 reads without bank conflicts: B rows 2t and 2t + 1 by lane).
-template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount = 8,
-          int kBigTileDiv = 1, int kFirstWarp = 0>
-__device__ __forceinline__ void mm_mixed(float* C, const __nv_bfloat16* A, const float* B,
-                                         float alpha, float beta) {
-    static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && LDC % 2 == 0);
-    static_assert(LDA % 8 == 0 && LDB % 4 == 0);
     warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
                        false>(C, A, B, alpha, beta);
 }

@@ -1,7 +1,6 @@
-// The tensor-core tile products of the gated delta rule's chunk kernels (mm, mm_bf16 and
-// mm_mixed, kernels/common/tile_mma.cuh) against an fp64 product of the same operands
-// (tf32-rounded for mm; bf16 values, exact in tf32, for mm_bf16 and mm_mixed's A), for each
-// operand layout, both warp tilings,
+// The tensor-core tile products of the gated delta rule's chunk kernels (mm and mm_bf16,
+// kernels/common/tile_mma.cuh) against an fp64 product of the same operands (tf32-rounded for
+// mm; bf16 values for mm_bf16), for each operand layout, both warp tilings,
 // tf32-flagged operands and a tf32-rounded C; beta reads C back and the padding between rows
 // stays untouched. Operands flagged as tf32 must give the same bits as the same values
 // converted in the product ([cuda]).

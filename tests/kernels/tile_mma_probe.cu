@@ -1,4 +1,4 @@
-// One block runs mm, mm_bf16 or mm_mixed on the case's operands in shared memory (see
+// One block runs mm or mm_bf16 on the case's operands in shared memory (see
 // tile_mma_probe.h).
 #include <cuda_bf16.h>
 
@@ -35,9 +35,6 @@ __global__ void tile_mma_kernel(const void* a, const void* b, float* c, float al
     if constexpr (x.operands == kBf16Operands) {
         cuda::mm_bf16<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32,
                       x.big_tile_div>(sc, sa, sb, alpha, beta);
-    } else if constexpr (x.operands == kMixedOperands) {
-        cuda::mm_mixed<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32,
-                       x.big_tile_div>(sc, sa, sb, alpha, beta);
     } else {
         cuda::mm<x.op_a, x.op_b, x.m, x.n, x.k, x.lda, x.ldb, x.ldc, kThreads / 32, x.big_tile_div,
                  0, x.round_c>(sc, sa, sb, alpha, beta);

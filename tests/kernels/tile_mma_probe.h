@@ -1,4 +1,4 @@
-// The cases of tile_mma_cuda_test.cc: mm, mm_bf16 or mm_mixed (kernels/common/tile_mma.cuh) run by
+// The cases of tile_mma_cuda_test.cc: mm or mm_bf16 (kernels/common/tile_mma.cuh) run by
 // one 8-warp block on operands copied into shared memory as stored (strides included), C read back
 // whole.
 #pragma once
@@ -8,8 +8,8 @@
 
 namespace deltatune::cudatest {
 
-// Operand types of a case: fp32 (mm), bf16 (mm_bf16), bf16 A with fp32 B (mm_mixed).
-enum TileMmaOperands : int { kFp32Operands = 0, kBf16Operands = 1, kMixedOperands = 2 };
+// Operand types of a case: fp32 (mm), bf16 (mm_bf16).
+enum TileMmaOperands : int { kFp32Operands = 0, kBf16Operands = 1 };
 
 struct TileMmaCase {
     const char* name;
@@ -37,9 +37,6 @@ inline constexpr TileMmaCase kTileMmaCases[] = {
     {"bf16: A m x k, B k x n", 0, 0, 64, 128, 64, 72, 136, 132, 4, false, kBf16Operands},
     {"bf16: A k x m, B n x k", 1, 1, 128, 64, 64, 136, 72, 72, 4, false, kBf16Operands},
     {"bf16: one 16 x 16 tile", 0, 0, 16, 16, 16, 24, 24, 20, 1, false, kBf16Operands},
-    {"mixed: A m x k, B k x n", 0, 0, 64, 32, 128, 136, 36, 36, 4, false, kMixedOperands},
-    {"mixed: A k x m, B k x n", 1, 0, 128, 64, 64, 136, 68, 68, 4, false, kMixedOperands},
-    {"mixed: A k x m, B k x n tf32", 1, 2, 64, 32, 64, 72, 36, 36, 1, false, kMixedOperands},
 };
 inline constexpr int kTileMmaCaseCount = sizeof(kTileMmaCases) / sizeof(kTileMmaCases[0]);
 

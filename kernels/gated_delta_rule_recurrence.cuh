@@ -1,0 +1,375 @@
+// The forward recurrence of the gated delta rule with the state in registers (included by
+// gated_delta_rule_common.cuh; see gated_delta_rule.cu for the math). Per chunk, for one value
+// head and a slice of kBV value columns:
+//   Vn = U - W S;  O = Qd S + Aqk Vn;  S <- gam S + Kd^T Vn.
+// The fp32 state lives in the warps' mma accumulators (warp w owns rows [w * kSRows, ...) of the
+// slice) and is never rounded; the products read a bf16 shadow of it and a bf16 Vn from shared
+// memory on bf16 m16n8k16 mma, as flash-linear-attention's state pass does. That halves the
+// dependent tensor-core steps of every chunk against fp32 operands on tf32 mma, and the chunk
+// steps' latency is what bounds this kernel. Each chunk's tiles are copied in (double-buffered)
+// while the previous chunk computes: two barriers per chunk.
+#pragma once
+
+namespace deltatune {
+namespace {
+
+// Geometry of the register-state recurrences for kBV value columns per block: kBV / 8 warps,
+// each owning kD / warps rows of the state and one 16 x 32 tile of the chunk's 64 x kBV results.
+template <int kBV>
+struct RegRec {
+    static constexpr int kWarps = kBV / 8;
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kSRows = kD / kWarps;
+    static constexpr int kSFm = kSRows / 16;
+    static constexpr int kSFn = kBV / 8;
+    // bf16 rows kBV wide read by ldmatrix: a stride of an odd number of 16-byte units puts the
+    // eight rows of a fragment load on eight different bank groups.
+    static constexpr int kLdS = kBV + 8;
+    static_assert(kBV == 32 || kBV == 64, "4 or 8 warps");
+    static_assert((kLdS / 8) % 2 == 1);
+    // This warp's tile of a 64 x kBV chunk result: row block warp % 4, column block warp / 4.
+    __device__ static int tile_row() { return 16 * ((threadIdx.x >> 5) & 3); }
+    __device__ static int tile_col() { return 32 * (threadIdx.x >> 7); }
+    __device__ static int state_row() { return (threadIdx.x >> 5) * kSRows; }
+};
+
+template <int kBV>
+struct ForwardRecSmem {
+    __nv_bfloat16 W[2][kC * kLdB];  // kC x kD, by chunk parity
+    __nv_bfloat16 Kd[2][kC * kLdB];
+    __nv_bfloat16 Qd[2][kC * kLdB];
+    __nv_bfloat16 Aqk[2][kC * kLdBS];                // kC x kC
+    __nv_bfloat16 S[2][kD * RegRec<kBV>::kLdS];      // bf16 shadow of the entering state
+    __nv_bfloat16 V[kC * RegRec<kBV>::kLdS];         // bf16 Vn
+};
+
+// A warp's m16n8 accumulator tile, fm x fn fragments.
+template <int kFm, int kFn>
+using Acc = float[kFm][kFn][4];
+
+// f(row, col, x0, x1) for each pair of adjacent columns a lane holds in a register tile at
+// (m0, n0) (layout at cuda::mma_tf32).
+template <int kFm, int kFn, typename F>
+__device__ __forceinline__ void for_each_acc_pair(Acc<kFm, kFn>& acc, int m0, int n0, F&& f) {
+    const int col = n0 + 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int fm = 0; fm < kFm; ++fm) {
+#pragma unroll
+        for (int fn = 0; fn < kFn; ++fn) {
+#pragma unroll
+            for (int i = 0; i < 4; i += 2) {
+                f(cuda::fragment_row(m0, fm, i), col + fn * 8, acc[fm][fn][i], acc[fm][fn][i + 1]);
+            }
+        }
+    }
+}
+
+template <int kFm, int kFn>
+__device__ __forceinline__ void scale_acc(Acc<kFm, kFn>& acc, float x) {
+#pragma unroll
+    for (int i = 0; i < kFm; ++i) {
+#pragma unroll
+        for (int j = 0; j < kFn; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] *= x;
+        }
+    }
+}
+
+__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* p, float x0, float x1) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x0, x1);
+}
+
+// Starts copying chunk tile `tile`'s W, Kd (and with the output Qd, Aqk) into buffer b.
+template <int kBV>
+__device__ __forceinline__ void copy_forward_tiles(ForwardRecSmem<kBV>& sm, int b, const Ws& ws,
+                                                   int64_t tile, bool out) {
+    copy_tile(sm.W[b], kLdB, ws.W + tile * kTile, kD, kC, kD);
+    copy_tile(sm.Kd[b], kLdB, ws.Kd + tile * kTile, kD, kC, kD);
+    if (out) {
+        copy_tile(sm.Qd[b], kLdB, ws.Qd + tile * kTile, kD, kC, kD);
+        copy_tile(sm.Aqk[b], kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
+    }
+}
+
+// This warp's 16 x 32 tile of U (bf16, global) at chunk tile `tile`, negated: the start of
+// -(U - W S) = W S - U, so the product accumulates onto it.
+template <int kBV>
+__device__ __forceinline__ void load_neg_u(Acc<1, 4>& u, const __nv_bfloat16* U, int64_t tile,
+                                           int v0) {
+    const __nv_bfloat16* base = U + tile * kTile + v0;
+    for_each_acc_pair<1, 4>(
+        u, RegRec<kBV>::tile_row(), RegRec<kBV>::tile_col(), [&](int r, int c, float& x0, float& x1) {
+            const float2 v =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(base + r * kD + c));
+            x0 = -v.x, x1 = -v.y;
+        });
+}
+
+// Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
+// is set, and with save_states each chunk's entering state and Vn (fp32, every row, zero past the
+// end) for the backward.
+template <int kBV>
+__global__ void __launch_bounds__(RegRec<kBV>::kThreads)
+    gdn_recurrence_forward_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads,
+                                  bool save_states) {
+    using G = RegRec<kBV>;
+    constexpr int kLdS = G::kLdS;
+    extern __shared__ __align__(128) unsigned char rec_smem_raw[];
+    auto& sm = *reinterpret_cast<ForwardRecSmem<kBV>*>(rec_smem_raw);
+    const int h = blockIdx.x, v0 = blockIdx.y * kBV;
+    const int s0 = G::state_row(), m0 = G::tile_row(), n0 = G::tile_col();
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    Acc<G::kSFm, G::kSFn> S = {};
+    Acc<1, 4> neg_u;
+    copy_forward_tiles(sm, 0, ws, tile_of(0), out != nullptr);
+    load_neg_u<kBV>(neg_u, ws.U, tile_of(0), v0);
+    float gam = ws.gam[tile_of(0)];
+    for (int c = 0; c < chunks; ++c) {
+        const int b = c & 1;
+        const int64_t tile = tile_of(c);
+        // The entering state's bf16 shadow, for this chunk's products and the backward's.
+        __nv_bfloat16* saved = save_states ? ws.h + tile * kState + v0 : nullptr;
+        for_each_acc_pair<G::kSFm, G::kSFn>(S, s0, 0, [&](int r, int col, float& x0, float& x1) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<__nv_bfloat162*>(sm.S[b] + r * kLdS + col) = x;
+            if (saved) *reinterpret_cast<__nv_bfloat162*>(saved + r * kD + col) = x;
+        });
+        copies_wait();
+        __syncthreads();  // the shadow and this chunk's tiles are in; chunk c - 1 is done
+        if (c + 1 < chunks) copy_forward_tiles(sm, b ^ 1, ws, tile_of(c + 1), out != nullptr);
+
+        // Vn = U - W S: this warp's 16 x 32 tile, in bf16 for the products and the backward.
+        Acc<1, 4> vn;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) vn[0][i][j] = neg_u[0][i][j];
+        }
+        cuda::warp_tile_mma<kN, kN, 1, 4, kD, kLdB, kLdS>(vn, sm.W[b], sm.S[b], m0, n0);
+        __nv_bfloat16* vn_saved = save_states ? ws.Vn + tile * kTile + v0 : nullptr;
+        for_each_acc_pair<1, 4>(vn, m0, n0, [&](int r, int col, float& x0, float& x1) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(-x0, -x1);
+            *reinterpret_cast<__nv_bfloat162*>(sm.V + r * kLdS + col) = x;
+            if (vn_saved) *reinterpret_cast<__nv_bfloat162*>(vn_saved + r * kD + col) = x;
+        });
+        const float chunk_gam = gam;
+        if (c + 1 < chunks) {
+            load_neg_u<kBV>(neg_u, ws.U, tile_of(c + 1), v0);
+            gam = ws.gam[tile_of(c + 1)];
+        }
+        __syncthreads();  // Vn is in
+
+        // S <- gam S + Kd^T Vn on this warp's rows; O = Qd S + Aqk Vn on its tile.
+        scale_acc(S, chunk_gam);
+        cuda::warp_tile_mma<kT, kN, G::kSFm, G::kSFn, kC, kLdB, kLdS>(S, sm.Kd[b], sm.V, s0, 0);
+        if (out) {
+            Acc<1, 4> o = {};
+            cuda::warp_tile_mma<kN, kN, 1, 4, kD, kLdB, kLdS>(o, sm.Qd[b], sm.S[b], m0, n0);
+            cuda::warp_tile_mma<kN, kN, 1, 4, kC, kLdBS, kLdS>(o, sm.Aqk[b], sm.V, m0, n0);
+            const int32_t c0 = c * kC;
+            for_each_acc_pair<1, 4>(o, m0, n0, [&](int r, int col, float& x0, float& x1) {
+                if (c0 + r < tokens) {
+                    store_bf16_pair(out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 +
+                                        col,
+                                    x0, x1);
+                }
+            });
+        }
+    }
+}
+
+template <int kBV>
+struct ReverseRecSmem {
+    __nv_bfloat16 Aqk[2][kC * kLdBS];  // kC x kC, by chunk parity
+    __nv_bfloat16 Kd[2][kC * kLdB];    // kC x kD
+    __nv_bfloat16 Qd[2][kC * kLdB];
+    __nv_bfloat16 W[2][kC * kLdB];
+    __nv_bfloat16 dO[2][kC * RegRec<kBV>::kLdS];  // kC x kBV
+    __nv_bfloat16 dS[2][kD * RegRec<kBV>::kLdS];  // bf16 shadow of the leaving-state gradient
+    __nv_bfloat16 dV[kC * RegRec<kBV>::kLdS];     // bf16 -dVn
+};
+
+// Starts copying chunk c's operands of the reverse recurrence into buffer b: Aqk, Kd, Qd, W and
+// value head h's dO columns [v0, v0 + kBV) (rows past the end of the stream zeroed).
+template <int kBV>
+__device__ __forceinline__ void copy_reverse_tiles(ReverseRecSmem<kBV>& sm, int b, const Ws& ws,
+                                                   int64_t tile, const __nv_bfloat16* dout, int c,
+                                                   int32_t tokens, int v_heads, int h, int v0) {
+    constexpr int kLdS = RegRec<kBV>::kLdS;
+    copy_tile(sm.Aqk[b], kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
+    copy_tile(sm.Kd[b], kLdB, ws.Kd + tile * kTile, kD, kC, kD);
+    copy_tile(sm.Qd[b], kLdB, ws.Qd + tile * kTile, kD, kC, kD);
+    copy_tile(sm.W[b], kLdB, ws.W + tile * kTile, kD, kC, kD);
+    const int32_t c0 = c * kC;
+    const int64_t stride = int64_t{v_heads} * kD;
+    const __nv_bfloat16* src = dout + static_cast<int64_t>(c0) * stride + h * kD + v0;
+    constexpr int kVecs = kBV / 8;  // 16-byte pieces per row
+    for (int i = threadIdx.x; i < kC * kVecs; i += blockDim.x) {
+        const int r = i / kVecs, col = (i % kVecs) * 8;
+        __nv_bfloat16* dst = sm.dO[b] + r * kLdS + col;
+        if (c0 + r < tokens) {
+            cp_async16(dst, src + r * stride + col);
+        } else {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+
+// Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV), from the last chunk
+// to the first: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
+// gradient of the state leaving the chunk (saved as dh, fp32, before the update) and dVn is
+// saved fp32. dS stays fp32 in the warps' accumulators; the products read bf16 shadows.
+template <int kBV>
+__global__ void __launch_bounds__(RegRec<kBV>::kThreads)
+    gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
+    using G = RegRec<kBV>;
+    constexpr int kLdS = G::kLdS;
+    extern __shared__ __align__(128) unsigned char rec_smem_raw[];
+    auto& sm = *reinterpret_cast<ReverseRecSmem<kBV>*>(rec_smem_raw);
+    const int h = blockIdx.x, v0 = blockIdx.y * kBV;
+    const int s0 = G::state_row(), m0 = G::tile_row(), n0 = G::tile_col();
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    Acc<G::kSFm, G::kSFn> dS = {};
+    copy_reverse_tiles(sm, (chunks - 1) & 1, ws, tile_of(chunks - 1), dout, chunks - 1, tokens,
+                       v_heads, h, v0);
+    float gam = ws.gam[tile_of(chunks - 1)];
+    for (int c = chunks - 1; c >= 0; --c) {
+        const int b = c & 1;
+        const int64_t tile = tile_of(c);
+        float* dh = ws.dh + tile * kState + v0;
+        for_each_acc_pair<G::kSFm, G::kSFn>(dS, s0, 0, [&](int r, int col, float& x0, float& x1) {
+            store_bf16_pair(sm.dS[b] + r * kLdS + col, x0, x1);
+            *reinterpret_cast<float2*>(dh + r * kD + col) = make_float2(x0, x1);
+        });
+        copies_wait();
+        __syncthreads();  // the shadow and this chunk's operands are in; chunk c + 1 is done
+        if (c > 0) {
+            copy_reverse_tiles(sm, b ^ 1, ws, tile_of(c - 1), dout, c - 1, tokens, v_heads, h, v0);
+        }
+
+        // dVn = Aqk^T dO + Kd dS on this warp's 16 x 32 tile: fp32 to the backward's scratch,
+        // negated bf16 for the state gradient's product.
+        Acc<1, 4> dvn = {};
+        cuda::warp_tile_mma<kT, kN, 1, 4, kC, kLdBS, kLdS>(dvn, sm.Aqk[b], sm.dO[b], m0, n0);
+        cuda::warp_tile_mma<kN, kN, 1, 4, kD, kLdB, kLdS>(dvn, sm.Kd[b], sm.dS[b], m0, n0);
+        float* dvn_out = ws.dVn + tile * kTile + v0;
+        for_each_acc_pair<1, 4>(dvn, m0, n0, [&](int r, int col, float& x0, float& x1) {
+            *reinterpret_cast<float2*>(dvn_out + r * kD + col) = make_float2(x0, x1);
+            store_bf16_pair(sm.dV + r * kLdS + col, -x0, -x1);
+        });
+        const float chunk_gam = gam;
+        if (c > 0) gam = ws.gam[tile_of(c - 1)];
+        __syncthreads();  // -dVn is in
+
+        // dS <- gam dS + Qd^T dO - W^T dVn on this warp's rows.
+        scale_acc(dS, chunk_gam);
+        cuda::warp_tile_mma<kT, kN, G::kSFm, G::kSFn, kC, kLdB, kLdS>(dS, sm.Qd[b], sm.dO[b], s0,
+                                                                       0);
+        cuda::warp_tile_mma<kT, kN, G::kSFm, G::kSFn, kC, kLdB, kLdS>(dS, sm.W[b], sm.dV, s0, 0);
+    }
+}
+
+template <int kBV>
+cudaError_t launch_recurrence_backward_bv(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
+                                          int v_heads, cudaStream_t stream) {
+    auto* kernel = gdn_recurrence_backward_kernel<kBV>;
+    constexpr size_t kSmem = sizeof(ReverseRecSmem<kBV>);
+    if (cudaError_t e = set_smem(kernel, kSmem); e != cudaSuccess) return e;
+    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kBV), RegRec<kBV>::kThreads, kSmem,
+             stream>>>(w, dout, tokens, v_heads);
+    return cudaGetLastError();
+}
+
+// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
+inline int recurrence_columns(int64_t v_heads) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    }
+    return v_heads * (kD / 32) > sms ? 64 : 32;
+}
+
+// The output of a saving forward, parallel over chunks and value heads: O = Qd S + Aqk Vn from
+// the bf16 state and Vn the recurrence saved (the products and order of its in-loop output, so
+// both give the same bits). Keeping the output off the serial loop halves what each of its chunk
+// steps reads.
+struct OutputSmem {
+    __nv_bfloat16 Qd[kC * kLdB];  // kC x kD
+    __nv_bfloat16 S[kD * kLdB];   // kD x kD
+    __nv_bfloat16 Aqk[kC * kLdBS];
+    __nv_bfloat16 V[kC * kLdB];  // Vn, kC x kD
+};
+constexpr int kOutputThreads = 256;  // eight warps, one 32 x 32 tile of O each
+
+__global__ void __launch_bounds__(kOutputThreads, 2)
+    gdn_output_kernel(__nv_bfloat16* out, Ws ws, int32_t tokens, int v_heads) {
+    extern __shared__ __align__(128) unsigned char out_smem_raw[];
+    auto& sm = *reinterpret_cast<OutputSmem*>(out_smem_raw);
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
+    copy_tile(sm.Qd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
+    copy_tile(sm.S, kLdB, ws.h + tile * kState, kD, kD, kD);
+    copy_tile(sm.Aqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
+    copy_tile(sm.V, kLdB, ws.Vn + tile * kTile, kD, kC, kD);
+    copies_wait();
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, m0 = 32 * (warp >> 2), n0 = 32 * (warp & 3);
+    Acc<2, 4> o = {};
+    cuda::warp_tile_mma<kN, kN, 2, 4, kD, kLdB, kLdB>(o, sm.Qd, sm.S, m0, n0);
+    cuda::warp_tile_mma<kN, kN, 2, 4, kC, kLdBS, kLdB>(o, sm.Aqk, sm.V, m0, n0);
+    const int32_t c0 = c * kC;
+    for_each_acc_pair<2, 4>(o, m0, n0, [&](int r, int col, float& x0, float& x1) {
+        if (c0 + r < tokens) {
+            store_bf16_pair(out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + col, x0, x1);
+        }
+    });
+}
+
+cudaError_t launch_output(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
+                          cudaStream_t stream) {
+    constexpr size_t kSmem = sizeof(OutputSmem);
+    if (cudaError_t e = set_smem(gdn_output_kernel, kSmem); e != cudaSuccess) return e;
+    const dim3 grid(static_cast<unsigned>(num_chunks(tokens)), static_cast<unsigned>(v_heads));
+    gdn_output_kernel<<<grid, kOutputThreads, kSmem, stream>>>(out, w, static_cast<int32_t>(tokens),
+                                                               static_cast<int>(v_heads));
+    return cudaGetLastError();
+}
+
+template <int kBV>
+cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
+                                 bool save_states, cudaStream_t stream) {
+    auto* kernel = gdn_recurrence_forward_kernel<kBV>;
+    constexpr size_t kSmem = sizeof(ForwardRecSmem<kBV>);
+    if (cudaError_t e = set_smem(kernel, kSmem); e != cudaSuccess) return e;
+    const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
+    kernel<<<grid, RegRec<kBV>::kThreads, kSmem, stream>>>(
+        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
+    return cudaGetLastError();
+}
+
+// The recurrence, and the output: in its loop when nothing is saved, else from what it saved.
+cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
+                              bool save_states, cudaStream_t stream) {
+    __nv_bfloat16* in_loop = save_states ? nullptr : out;
+    if (cudaError_t e =
+            recurrence_columns(v_heads) == 64
+                ? launch_recurrence_bv<64>(in_loop, w, tokens, v_heads, save_states, stream)
+                : launch_recurrence_bv<32>(in_loop, w, tokens, v_heads, save_states, stream);
+        e != cudaSuccess) {
+        return e;
+    }
+    return save_states && out ? launch_output(out, w, tokens, v_heads, stream) : cudaSuccess;
+}
+
+cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
+                                       int v_heads, cudaStream_t stream) {
+    return recurrence_columns(v_heads) == 64
+               ? launch_recurrence_backward_bv<64>(w, dout, tokens, v_heads, stream)
+               : launch_recurrence_backward_bv<32>(w, dout, tokens, v_heads, stream);
+}
+
+}  // namespace
+}  // namespace deltatune

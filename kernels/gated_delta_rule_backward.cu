@@ -28,17 +28,17 @@ __global__ void __launch_bounds__(kThreads)
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    copy_tile(sV, kLdK, ws.dVn + tile * kTile, kD, kC, kD);
+    load_bf16_rows<kD, kLdK>(sV, ws.dVn + tile * kTile, kD, kC);
     load_bf16_rows<kD, kLdK, kThreads, kD>(sS, ws.h + tile * kState, kD, kD);
     load_bf16_rows<kD, kLdK>(sdO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
                              int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    // S and Vn come from bf16 (exact in tf32: kTf32).
+    // dO, S, dVn and Vn come from bf16 (exact in tf32: kTf32); dW is stored bf16.
     mm<kTf32, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dQd + tile * kTile, sdO, sS,
                                                                      1.0f, 0.0f);
-    mm<kN, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS,
-                                                                  -1.0f, 0.0f);
+    mm<kTf32, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS,
+                                                                     -1.0f, 0.0f);
     __syncthreads();
     load_bf16_rows<kD, kLdK>(sV, ws.Vn + tile * kTile, kD, kC);
     // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.

@@ -204,13 +204,14 @@ __device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 
     }
 }
 
-// Workspace views, [chunk][v_head] tiles: fp32, except the forward's intermediates that only
-// products read (W, Qd, Kd, Aqk, T), which are bf16 as flash-linear-attention keeps them.
+// Workspace views, [chunk][v_head] tiles: what only products read is bf16, as
+// flash-linear-attention keeps it; the rest fp32.
 struct Ws {
     __nv_bfloat16 *W, *U, *Qd, *Kd, *Aqk, *T;  // forward, bf16
     float* gam;                                // forward, fp32
     __nv_bfloat16 *h, *Vn;                     // saved for the backward, bf16
-    float *dh, *dVn, *dQd, *dW, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
+    __nv_bfloat16 *dVn, *dW;                   // backward, bf16 (only products read them)
+    float *dh, *dQd, *dKd, *dAqk, *dgam, *dQn, *dKn, *pA, *pdt;  // backward
 };
 
 __host__ __device__ inline int64_t num_chunks(int64_t tokens) {
@@ -254,9 +255,9 @@ Ws carve_parts(void* base, const void* saved, int64_t tokens, int64_t v_heads, i
     if (to >= 2) {
         if (saved) p = static_cast<char*>(base), off = 0;
         w.dh = take(n * kState);
-        w.dVn = take(n * kTile);
+        w.dVn = take_bf16(n * kTile);
         w.dQd = take(n * kTile);
-        w.dW = take(n * kTile);
+        w.dW = take_bf16(n * kTile);
         w.dKd = take(n * kTile);
         w.dAqk = take(n * kSquare);
         w.dgam = take(n);

@@ -42,27 +42,6 @@ struct PrepBwdSmem {
 constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
 static_assert(2 * (kPrepBwdSmem + 1024) <= 228 * 1024, "two blocks per multiprocessor");
 
-// A kRows x kCols fp32 tile (stride kCols) from global into bf16 shared memory (stride kLd),
-// every load issued before the first store.
-template <int kRows, int kCols, int kLd>
-__device__ __forceinline__ void load_f32_as_bf16(__nv_bfloat16* dst, const float* src) {
-    constexpr int kVec = kCols / 4;
-    constexpr int kPer = kRows * kVec / kPrepBwdThreads;
-    static_assert(kPer >= 1 && kRows * kVec % kPrepBwdThreads == 0);
-    float4 x[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kPrepBwdThreads;
-        x[j] = *reinterpret_cast<const float4*>(src + (i / kVec) * kCols + (i % kVec) * 4);
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kPrepBwdThreads;
-        const float f[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
-        cuda::store4(dst + (i / kVec) * kLd + (i % kVec) * 4, f);
-    }
-}
-
 // kC bf16 rows of kD from global (row stride `stride`) into shared memory (stride kLdB) by
 // asynchronous copies; rows at or past `valid` are zeroed.
 __device__ __forceinline__ void copy_bf16_rows(__nv_bfloat16* dst, const __nv_bfloat16* src,
@@ -208,7 +187,7 @@ __device__ void u_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, __nv_bfloat1
     const ChunkMeta& m = sm.meta;
     __syncthreads();  // Qn and Z are free
     copy_bf16_rows(sm.QV, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv, tokens - c0);
-    load_f32_as_bf16<kC, kD, kLdB>(sm.DW, ws.dVn + tile * kTile);
+    copy_tile(sm.DW, kLdB, ws.dVn + tile * kTile, kD, kC, kD);
     copies_wait();
     __syncthreads();
     mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(
@@ -234,7 +213,8 @@ __device__ void w_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, WarpTile32& 
                        int n0) {
     const ChunkMeta& m = sm.meta;
     __syncthreads();  // dVn is free
-    load_f32_as_bf16<kC, kD, kLdB>(sm.DW, ws.dW + tile * kTile);
+    copy_tile(sm.DW, kLdB, ws.dW + tile * kTile, kD, kC, kD);
+    copies_wait();
     __syncthreads();
     mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sm.F1, sm.DW,
                                                                                   sm.K, 1.0f, 0.0f);

@@ -38,9 +38,9 @@ struct ForwardRecSmem {
     __nv_bfloat16 W[2][kC * kLdB];  // kC x kD, by chunk parity
     __nv_bfloat16 Kd[2][kC * kLdB];
     __nv_bfloat16 Qd[2][kC * kLdB];
-    __nv_bfloat16 Aqk[2][kC * kLdBS];                // kC x kC
-    __nv_bfloat16 S[2][kD * RegRec<kBV>::kLdS];      // bf16 shadow of the entering state
-    __nv_bfloat16 V[kC * RegRec<kBV>::kLdS];         // bf16 Vn
+    __nv_bfloat16 Aqk[2][kC * kLdBS];            // kC x kC
+    __nv_bfloat16 S[2][kD * RegRec<kBV>::kLdS];  // bf16 shadow of the entering state
+    __nv_bfloat16 V[kC * RegRec<kBV>::kLdS];     // bf16 Vn
 };
 
 // A warp's m16n8 accumulator tile, fm x fn fragments.
@@ -98,12 +98,12 @@ template <int kBV>
 __device__ __forceinline__ void load_neg_u(Acc<1, 4>& u, const __nv_bfloat16* U, int64_t tile,
                                            int v0) {
     const __nv_bfloat16* base = U + tile * kTile + v0;
-    for_each_acc_pair<1, 4>(
-        u, RegRec<kBV>::tile_row(), RegRec<kBV>::tile_col(), [&](int r, int c, float& x0, float& x1) {
-            const float2 v =
-                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(base + r * kD + c));
-            x0 = -v.x, x1 = -v.y;
-        });
+    for_each_acc_pair<1, 4>(u, RegRec<kBV>::tile_row(), RegRec<kBV>::tile_col(),
+                            [&](int r, int c, float& x0, float& x1) {
+                                const float2 v = __bfloat1622float2(
+                                    *reinterpret_cast<const __nv_bfloat162*>(base + r * kD + c));
+                                x0 = -v.x, x1 = -v.y;
+                            });
 }
 
 // Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
@@ -171,9 +171,8 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
             const int32_t c0 = c * kC;
             for_each_acc_pair<1, 4>(o, m0, n0, [&](int r, int col, float& x0, float& x1) {
                 if (c0 + r < tokens) {
-                    store_bf16_pair(out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 +
-                                        col,
-                                    x0, x1);
+                    store_bf16_pair(
+                        out + (static_cast<int64_t>(c0 + r) * v_heads + h) * kD + v0 + col, x0, x1);
                 }
             });
         }
@@ -220,7 +219,7 @@ __device__ __forceinline__ void copy_reverse_tiles(ReverseRecSmem<kBV>& sm, int 
 // Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV), from the last chunk
 // to the first: dVn = Aqk^T dO + Kd dS;  dS <- gam dS + Qd^T dO - W^T dVn, where dS is the
 // gradient of the state leaving the chunk (saved as dh, fp32, before the update) and dVn is
-// saved fp32. dS stays fp32 in the warps' accumulators; the products read bf16 shadows.
+// saved bf16. dS stays fp32 in the warps' accumulators; the products read bf16 shadows.
 template <int kBV>
 __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
     gdn_recurrence_backward_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
@@ -250,14 +249,14 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
             copy_reverse_tiles(sm, b ^ 1, ws, tile_of(c - 1), dout, c - 1, tokens, v_heads, h, v0);
         }
 
-        // dVn = Aqk^T dO + Kd dS on this warp's 16 x 32 tile: fp32 to the backward's scratch,
-        // negated bf16 for the state gradient's product.
+        // dVn = Aqk^T dO + Kd dS on this warp's 16 x 32 tile, in bf16: to the backward's
+        // scratch, and negated for the state gradient's product.
         Acc<1, 4> dvn = {};
         cuda::warp_tile_mma<kT, kN, 1, 4, kC, kLdBS, kLdS>(dvn, sm.Aqk[b], sm.dO[b], m0, n0);
         cuda::warp_tile_mma<kN, kN, 1, 4, kD, kLdB, kLdS>(dvn, sm.Kd[b], sm.dS[b], m0, n0);
-        float* dvn_out = ws.dVn + tile * kTile + v0;
+        __nv_bfloat16* dvn_out = ws.dVn + tile * kTile + v0;
         for_each_acc_pair<1, 4>(dvn, m0, n0, [&](int r, int col, float& x0, float& x1) {
-            *reinterpret_cast<float2*>(dvn_out + r * kD + col) = make_float2(x0, x1);
+            store_bf16_pair(dvn_out + r * kD + col, x0, x1);
             store_bf16_pair(sm.dV + r * kLdS + col, -x0, -x1);
         });
         const float chunk_gam = gam;
@@ -267,7 +266,7 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
         // dS <- gam dS + Qd^T dO - W^T dVn on this warp's rows.
         scale_acc(dS, chunk_gam);
         cuda::warp_tile_mma<kT, kN, G::kSFm, G::kSFn, kC, kLdB, kLdS>(dS, sm.Qd[b], sm.dO[b], s0,
-                                                                       0);
+                                                                      0);
         cuda::warp_tile_mma<kT, kN, G::kSFm, G::kSFn, kC, kLdB, kLdS>(dS, sm.W[b], sm.dV, s0, 0);
     }
 }
@@ -345,8 +344,8 @@ cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens
     constexpr size_t kSmem = sizeof(ForwardRecSmem<kBV>);
     if (cudaError_t e = set_smem(kernel, kSmem); e != cudaSuccess) return e;
     const dim3 grid(static_cast<unsigned>(v_heads), kD / kBV);
-    kernel<<<grid, RegRec<kBV>::kThreads, kSmem, stream>>>(
-        out, w, static_cast<int32_t>(tokens), static_cast<int>(v_heads), save_states);
+    kernel<<<grid, RegRec<kBV>::kThreads, kSmem, stream>>>(out, w, static_cast<int32_t>(tokens),
+                                                           static_cast<int>(v_heads), save_states);
     return cudaGetLastError();
 }
 

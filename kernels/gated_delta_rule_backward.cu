@@ -7,62 +7,66 @@
 namespace deltatune {
 namespace {
 
+// bf16 tiles, small enough for three blocks per multiprocessor: the kernel waits on its loads.
 struct StateGradSmem {
-    float dO[kSTile];    // kC x kD, stride kLdK
-    float V[kSTile];     // dVn, then Vn
-    float S[kD * kLdK];  // the entering state, then the leaving-state gradient
+    __nv_bfloat16 dO[kC * kLdB];  // kC x kD
+    __nv_bfloat16 V[kC * kLdB];   // dVn, then Vn
+    __nv_bfloat16 S[kD * kLdB];   // the entering state, then the leaving-state gradient
     float scratch[32];
 };
 constexpr size_t kStateGradSmem = sizeof(StateGradSmem);
+constexpr int kStateGradBlocks = 3;
+
+// dgam = <S, dS> over the bf16 state in shared memory and the fp32 gradient dh (global), then dS
+// replaces S, rounded to bf16 for the dKd product; half the loads in flight at a time.
+__device__ float state_dot_and_swap(__nv_bfloat16* sS, const float* dh, float* scratch) {
+    constexpr int kParts = 2, kVecs = kState / 4, kPer = kVecs / kThreads / kParts;
+    const float4* dh4 = reinterpret_cast<const float4*>(dh);
+    float dot = 0.0f;
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+        float4 d[kPer];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) d[j] = dh4[threadIdx.x + (part * kPer + j) * kThreads];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int i = threadIdx.x + (part * kPer + j) * kThreads;
+            __nv_bfloat16* p = sS + (i / (kD / 4)) * kLdB + (i % (kD / 4)) * 4;
+            float s[4];
+            cuda::unpack4(*reinterpret_cast<const uint2*>(p), s);
+            dot += s[0] * d[j].x + s[1] * d[j].y + s[2] * d[j].z + s[3] * d[j].w;
+            const float f[4] = {d[j].x, d[j].y, d[j].z, d[j].w};
+            cuda::store4(p, f);
+        }
+    }
+    return cuda::block_sum(dot, scratch);
+}
 
 // Per chunk and value head, from the entering state S and the leaving-state gradient dS:
-// dQd = dO S^T, dW = -dVn S^T, dKd = Vn dS^T, dAqk = dO Vn^T, dgam = <S, dS>.
-__global__ void __launch_bounds__(kThreads)
+// dQd = dO S^T, dW = -dVn S^T, dKd = Vn dS^T, dAqk = dO Vn^T, dgam = <S, dS>. Products on bf16
+// tiles (dO, S, dVn, Vn are bf16 already; dS is rounded), fp32 accumulation.
+__global__ void __launch_bounds__(kThreads, kStateGradBlocks)
     gdn_state_grads_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens, int v_heads) {
-    extern __shared__ __align__(128) float smem[];
-    StateGradSmem& sm = *reinterpret_cast<StateGradSmem*>(smem);
-    float* sdO = sm.dO;
-    float* sV = sm.V;
-    float* sS = sm.S;
-    float* scratch = sm.scratch;
+    extern __shared__ __align__(128) unsigned char state_grad_smem[];
+    StateGradSmem& sm = *reinterpret_cast<StateGradSmem*>(state_grad_smem);
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    load_bf16_rows<kD, kLdK>(sV, ws.dVn + tile * kTile, kD, kC);
-    load_bf16_rows<kD, kLdK, kThreads, kD>(sS, ws.h + tile * kState, kD, kD);
-    load_bf16_rows<kD, kLdK>(sdO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                             int64_t{v_heads} * kD, tokens - c0);
+    copy_tile(sm.V, kLdB, ws.dVn + tile * kTile, kD, kC, kD);
+    copy_tile(sm.S, kLdB, ws.h + tile * kState, kD, kD, kD);
+    copy_bf16_rows(sm.dO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                   int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
-    // dO, S, dVn and Vn come from bf16 (exact in tf32: kTf32); dW is stored bf16.
-    mm<kTf32, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dQd + tile * kTile, sdO, sS,
-                                                                     1.0f, 0.0f);
-    mm<kTf32, kT | kTf32, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dW + tile * kTile, sV, sS,
-                                                                     -1.0f, 0.0f);
+    mm_bf16<kN, kT, kC, kD, kD, kLdB, kLdB, kD>(ws.dQd + tile * kTile, sm.dO, sm.S, 1.0f, 0.0f);
+    mm_bf16<kN, kT, kC, kD, kD, kLdB, kLdB, kD>(ws.dW + tile * kTile, sm.V, sm.S, -1.0f, 0.0f);
     __syncthreads();
-    load_bf16_rows<kD, kLdK>(sV, ws.Vn + tile * kTile, kD, kC);
-    // dgam = <S, dS>, then dS replaces S; 16 loads in flight per thread.
-    constexpr int kPer = kState / 4 / kThreads;
-    const float4* dh4 = reinterpret_cast<const float4*>(ws.dh + tile * kState);
-    float4 d[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) d[j] = dh4[threadIdx.x + j * kThreads];
-    float dot = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        float4* p = reinterpret_cast<float4*>(sS + (i / (kD / 4)) * kLdK + (i % (kD / 4)) * 4);
-        const float4 s = *p;
-        dot += s.x * d[j].x + s.y * d[j].y + s.z * d[j].z + s.w * d[j].w;
-        *p = d[j];
-    }
-    dot = cuda::block_sum(dot, scratch);
+    copy_tile(sm.V, kLdB, ws.Vn + tile * kTile, kD, kC, kD);
+    const float dot = state_dot_and_swap(sm.S, ws.dh + tile * kState, sm.scratch);
     copies_wait();
     __syncthreads();
-    mm<kTf32, kT, kC, kD, kD, kLdK, kLdK, kD, kThreads / 32>(ws.dKd + tile * kTile, sV, sS, 1.0f,
-                                                             0.0f);
-    mm<kTf32, kT | kTf32, kC, kC, kD, kLdK, kLdK, kC, kThreads / 32>(ws.dAqk + tile * kSquare, sdO,
-                                                                     sV, 1.0f, 0.0f);
+    mm_bf16<kN, kT, kC, kD, kD, kLdB, kLdB, kD>(ws.dKd + tile * kTile, sm.V, sm.S, 1.0f, 0.0f);
+    mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kC>(ws.dAqk + tile * kSquare, sm.dO, sm.V, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.dgam[tile] = dot;
 }
 
@@ -145,6 +149,12 @@ cudaError_t backward_from(const Ws& w, bool replay, const GatedDeltaRuleGrads& g
         return e;
     }
     if (cudaError_t e = set_smem(gdn_state_grads_kernel, kStateGradSmem); e != cudaSuccess) {
+        return e;
+    }
+    if (cudaError_t e = cudaFuncSetAttribute(gdn_state_grads_kernel,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+        e != cudaSuccess) {
         return e;
     }
     gdn_state_grads_kernel<<<dim3(chunks, vh), kThreads, kStateGradSmem, stream>>>(w, dout, t32,

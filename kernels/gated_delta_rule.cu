@@ -21,11 +21,11 @@
 // the reverse recurrence for dVn and each chunk's leaving-state gradient, then per chunk forms
 // the gradients of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the
 // masks, the gates and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). W, Qd, Kd,
-// Aqk and T, which only products read, are kept in bf16. Products: tf32 mma.sync m16n8k8 on fp32
-// shared memory in chunk_prep and state_grads, bf16 m16n8k16 in the recurrences (against bf16
-// shadows of the fp32 state and of Vn) and in chunk_prep_backward
-// (gated_delta_rule_prep_backward.cuh). Every accumulation is fp32 and every reduction has a
-// fixed order.
+// Aqk and T, which only products read, are kept in bf16 (so are U, the saved states and Vn, and
+// the backward's dVn and dW). Products: tf32 mma.sync m16n8k8 on fp32 shared memory in
+// chunk_prep; bf16 m16n8k16 in the recurrences (against bf16 shadows of the fp32 state and of
+// Vn), state_grads and chunk_prep_backward (gated_delta_rule_prep_backward.cuh). Every
+// accumulation is fp32 and every reduction has a fixed order.
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/gated_delta_rule_common.cuh"
 

@@ -13,6 +13,7 @@ export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/li
 A_BIN=${A_BIN:?the baseline kernels_bench}
 B_BIN=${B_BIN:-$B/bin/kernels_bench}
 FILTER=${FILTER:-[gdn_bench]}
+echo "A: $A_BIN (the baseline); B: $B_BIN"
 keep() { grep -vE "^$|^[=-]+$|^Filters|^Randomness|is a Catch|^All tests|^test cases"; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in A B; do

@@ -39,7 +39,9 @@ for r in $(seq 1 ${ROUNDS:-3}); do
     else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
     env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
       --recompute ${RECOMPUTE:-auto} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
+    [[ -s $O/ab_$label$r.err ]] || rm -f "$O/ab_$label$r.err"  # the device returns few files
     row "$label$r" "$O/ab_$label$r.json"
   done
 done
-if [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done; fi
+if [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done
+else echo "A: $B/daemon/deltatune (this bundle); B: ${B_BIN:-$B/daemon/deltatune} ${AB_ENV:-}"; fi

@@ -17,8 +17,7 @@ namespace {
 
 using cuda::kN;
 using cuda::kT;
-using cuda::kTf32;
-using cuda::mm;
+using cuda::mm_bf16;
 
 constexpr int kD = 128;  // dk = dv
 constexpr int kC = 64;   // chunk
@@ -30,14 +29,9 @@ constexpr int64_t kTile = int64_t{kC} * kD;    // one chunk-head (64 x 128) fp32
 constexpr int64_t kSquare = int64_t{kC} * kC;  // one chunk-head (64 x 64) tile
 constexpr int64_t kState = int64_t{kD} * kD;   // one chunk-head state
 
-// Shared-memory row strides, by how the products read an operand. A fragment load touches rows
-// g (0-7) at column t (0-3) of an operand stored m x k (a plain A, a transposed B), or rows t at
-// column g of one stored k x n (a transposed A, a plain B; C's float2 rows likewise): rows 4 banks
-// apart serve the first without conflicts (4g + t), rows 8 banks apart the second (8t + g).
-constexpr int kLdK = kD + 4;   // kC x kD tiles and kD x kD states
-constexpr int kLdC = kC + 4;   // kC x kC
-constexpr int kLdKT = kD + 8;  // kC x kD tiles read as k x n
-constexpr int kSTile = kC * kLdK;
+// Shared-memory row strides. fp32 squares (kC x kC, written by the products as float2 pairs and
+// read across rows and columns) have rows 4 banks apart.
+constexpr int kLdC = kC + 4;
 constexpr int kSSquare = kC * kLdC;
 // bf16 tiles, read through ldmatrix in either orientation: rows 16 bytes apart modulo 128.
 constexpr int kLdB = kD + 8;   // kC x kD
@@ -64,25 +58,17 @@ struct ChunkMeta {
     int last;         // last valid row
 };
 
-// Four consecutive values of a shared-memory row, fp32 or rounded to bf16.
-__device__ __forceinline__ void store_row4(float* p, const float (&f)[4]) {
-    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
-}
-__device__ __forceinline__ void store_row4(__nv_bfloat16* p, const float (&f)[4]) {
-    cuda::store4(p, f);
-}
-
 // Fills meta (gates, documents, Gamma, masks) for chunk c of value head h and loads the
-// L2-normalised q, k rows of its key head into sQ, sK (kC x kD, stride kLd, fp32 or bf16, zero
-// past the end); ldqk: elements from one token's q (and k) row to the next.
+// L2-normalised q, k rows of its key head into sQ, sK (kC x kD bf16, stride kLdB, zero past the
+// end); ldqk: elements from one token's q (and k) row to the next.
 // Each lane holds 4 consecutive channels of a row; a warp issues all its rows' loads before the
 // first reduction, so they overlap.
-template <int kWarps = kThreads / 32, int kLd = kLdK, typename TS = float>
-__device__ void load_chunk(ChunkMeta& m, TS* sQ, TS* sK, const __nv_bfloat16* q,
-                           const __nv_bfloat16* k, int64_t ldqk, const __nv_bfloat16* a,
-                           const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
-                           const int32_t* cu, int64_t num_docs, int32_t tokens, int k_heads,
-                           int v_heads, int h, int c) {
+template <int kWarps>
+__device__ void load_chunk(ChunkMeta& m, __nv_bfloat16* sQ, __nv_bfloat16* sK,
+                           const __nv_bfloat16* q, const __nv_bfloat16* k, int64_t ldqk,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b, const float* A_log,
+                           const float* dt_bias, const int32_t* cu, int64_t num_docs,
+                           int32_t tokens, int k_heads, int v_heads, int h, int c) {
     constexpr int kRowsPerWarp = kC / kWarps;
     const int32_t c0 = c * kC;
     const int kh = h / (v_heads / k_heads);
@@ -134,8 +120,8 @@ __device__ void load_chunk(ChunkMeta& m, TS* sQ, TS* sK, const __nv_bfloat16* q,
         const float rk = rsqrtf(cuda::warp_sum(sk) + kNormEps);
         const float qn[4] = {qf[0] * rq, qf[1] * rq, qf[2] * rq, qf[3] * rq};
         const float kn[4] = {kf[0] * rk, kf[1] * rk, kf[2] * rk, kf[3] * rk};
-        store_row4(sQ + r * kLd + lane * 4, qn);
-        store_row4(sK + r * kLd + lane * 4, kn);
+        cuda::store4(sQ + r * kLdB + lane * 4, qn);
+        cuda::store4(sK + r * kLdB + lane * 4, kn);
     }
     __syncthreads();
     if (threadIdx.x < kC) {
@@ -305,60 +291,113 @@ __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int ldd, const __n
     }
 }
 
-// kRows rows x kCols bf16 from global (row stride `stride` elements, 16-byte aligned) into fp32
-// shared memory of stride kLd; rows at or past `valid` read 0. All loads are issued before the
-// first store.
-template <int kCols, int kLd, int kBlock = kThreads, int kRows = kC>
-__device__ __forceinline__ void load_bf16_rows(float* dst, const __nv_bfloat16* src, int64_t stride,
-                                               int valid) {
-    constexpr int kVecPerRow = kCols / 8;
-    constexpr int kPer = kRows * kVecPerRow / kBlock;
-    static_assert(kPer >= 1 && kRows * kVecPerRow % kBlock == 0);
-    uint4 raw[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kBlock;
-        const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
-        raw[j] = r < valid ? *reinterpret_cast<const uint4*>(src + r * stride + c)
-                           : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = threadIdx.x + j * kBlock;
-        const int r = i / kVecPerRow, c = (i % kVecPerRow) * 8;
-        float f[8];
-        cuda::unpack8(*reinterpret_cast<const cuda::Bf16x8*>(&raw[j]), f);
-        *reinterpret_cast<float4*>(dst + r * kLd + c) = make_float4(f[0], f[1], f[2], f[3]);
-        *reinterpret_cast<float4*>(dst + r * kLd + c + 4) = make_float4(f[4], f[5], f[6], f[7]);
-    }
-}
-
-// Writes a kC x kD shared tile (stride kLdK) to global (stride kD), 16 bytes at a time.
-__device__ __forceinline__ void store_tile(float* dst, const float* src) {
-    for (int i = threadIdx.x; i < kC * kD / 4; i += blockDim.x) {
-        const int r = i / (kD / 4), c = (i % (kD / 4)) * 4;
-        *reinterpret_cast<float4*>(dst + r * kD + c) =
-            *reinterpret_cast<const float4*>(src + r * kLdK + c);
+// kC bf16 rows of kD from global (row stride `stride`) into shared memory (stride kLdB) by
+// asynchronous copies; rows at or past `valid` are zeroed.
+__device__ __forceinline__ void copy_bf16_rows(__nv_bfloat16* dst, const __nv_bfloat16* src,
+                                               int64_t stride, int valid) {
+    constexpr int kVec = kD / 8;
+    for (int i = threadIdx.x; i < kC * kVec; i += blockDim.x) {
+        const int r = i / kVec, col = (i % kVec) * 8;
+        if (r < valid) {
+            cuda::cp_async16(dst + r * kLdB + col, src + r * stride + col);
+        } else {
+            *reinterpret_cast<uint4*>(dst + r * kLdB + col) = make_uint4(0u, 0u, 0u, 0u);
+        }
     }
 }
 
 // Warp tiles of the chunk kernels' products (see mm): measured per kernel on the 27B layer.
 constexpr int kPrepTileDiv = 4;
 
-// Shared memory of chunk_prep; small enough for two blocks per multiprocessor. Its size is the
+// Shared memory of chunk_prep: bf16 operand tiles (Qn, Kn, V, the scaled T), fp32 squares for
+// the masks and the inverse; small enough for three blocks per multiprocessor. Its size is the
 // launch's (kPrepSmem), so the layout and the launch cannot disagree.
 struct PrepSmem {
-    float K[kSTile];       // kC x kD, stride kLdK
-    float QV[kC * kLdKT];  // Q (stride kLdK), then V (kLdKT)
-    float A[kSSquare];     // kC x kC, stride kLdC
-    float T[kSSquare];
+    __nv_bfloat16 K[kC * kLdB];   // Kn
+    __nv_bfloat16 QV[kC * kLdB];  // Qn, then V
+    float A[kSSquare];            // Qn Kn^T, then A; then the scaled T as bf16 (stride kLdBS)
+    float T[kSSquare];            // (I + A)^-1
     float scratch[3 * 256];
     ChunkMeta meta;
 };
 constexpr size_t kPrepSmem = sizeof(PrepSmem);
-static_assert(2 * kPrepSmem <= 227 * 1024, "two chunk_prep blocks per multiprocessor");
+static_assert(3 * (kPrepSmem + 1024) <= 228 * 1024, "three chunk_prep blocks per multiprocessor");
+static_assert(kC * kLdBS * sizeof(__nv_bfloat16) <= sizeof(PrepSmem::A));
 
-__global__ void __launch_bounds__(kThreads, 2)
+// Qd = scale diag(exp(Gamma) f) Qn and Kd = diag(l exp(Gamma_L - Gamma)) Kn to global (bf16).
+__device__ void store_qd_kd(const PrepSmem& sm, const Ws& ws, int64_t tile, float scale) {
+    const ChunkMeta& m = sm.meta;
+    for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
+        const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
+        const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
+        float qv[4], kv[4];
+        cuda::load4(sm.QV + r * kLdB + col, qv);
+        cuda::load4(sm.K + r * kLdB + col, kv);
+        const float qd[4] = {sq * qv[0], sq * qv[1], sq * qv[2], sq * qv[3]};
+        const float kd[4] = {sk * kv[0], sk * kv[1], sk * kv[2], sk * kv[3]};
+        cuda::store4(ws.Qd + tile * kTile + r * kD + col, qd);
+        cuda::store4(ws.Kd + tile * kTile + r * kD + col, kd);
+    }
+}
+
+// The chunk's squares in groups of four columns of one row (r, s0..s0 + 3): a quarter of the
+// element-wise passes' index arithmetic and shared-memory accesses.
+template <typename F>
+__device__ __forceinline__ void for_each_quad(F&& f) {
+    for (int n = threadIdx.x; n < kSquare / 4; n += blockDim.x) f(n / (kC / 4), (n % (kC / 4)) * 4);
+}
+
+// Aqk = scale lower_same(S * E) from S = Qn Kn^T (sA), to global (bf16).
+__device__ void store_aqk(const PrepSmem& sm, __nv_bfloat16* aqk, float scale) {
+    const ChunkMeta& m = sm.meta;
+    for_each_quad([&](int r, int s0) {
+        float x[4];
+        *reinterpret_cast<float4*>(x) = *reinterpret_cast<const float4*>(sm.A + r * kLdC + s0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int s = s0 + j;
+            x[j] = pair_on(m, r, s, false) ? scale * x[j] * expf(m.gam[r] - m.gam[s]) : 0.0f;
+        }
+        cuda::store4(aqk + r * kC + s0, x);
+    });
+}
+
+// sA = strict_lower_same(diag(beta) S * E) in place, from S = Kn Kn^T.
+__device__ void mask_a(PrepSmem& sm) {
+    const ChunkMeta& m = sm.meta;
+    for_each_quad([&](int r, int s0) {
+        float4& q = *reinterpret_cast<float4*>(sm.A + r * kLdC + s0);
+        float x[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int s = s0 + j;
+            x[j] = pair_on(m, r, s, true) ? m.beta[r] * x[j] * expf(m.gam[r] - m.gam[s]) : 0.0f;
+        }
+        q = make_float4(x[0], x[1], x[2], x[3]);
+    });
+}
+
+// sTs = T diag(col) in bf16 (stride kLdBS), col[s] = beta[s] (times exp(Gamma) f with `gated`);
+// with t_out, T itself to global (bf16) as well.
+__device__ void scale_t(__nv_bfloat16* sTs, const PrepSmem& sm, bool gated, __nv_bfloat16* t_out) {
+    const ChunkMeta& m = sm.meta;
+    for_each_quad([&](int r, int s0) {
+        float t[4], x[4];
+        *reinterpret_cast<float4*>(t) = *reinterpret_cast<const float4*>(sm.T + r * kLdC + s0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int s = s0 + j;
+            x[j] = t[j] * m.beta[s] * (gated ? m.eg[s] * m.f[s] : 1.0f);
+        }
+        cuda::store4(sTs + r * kLdBS + s0, x);
+        if (t_out) cuda::store4(t_out + r * kC + s0, t);
+    });
+}
+
+// One block per chunk and value head: Aqk, Qd, Kd, T = (I + A)^-1, W and U (see
+// gated_delta_rule.cu), all bf16 in the workspace. Products on bf16 tiles as FLA's kernels keep
+// them; masks, gates and the inverse in fp32.
+__global__ void __launch_bounds__(kThreads, 3)
     gdn_chunk_prep_kernel(Ws ws, const __nv_bfloat16* q, const __nv_bfloat16* k,
                           const __nv_bfloat16* v, int64_t ldqk, int64_t ldv, const __nv_bfloat16* a,
                           const __nv_bfloat16* b, const float* A_log, const float* dt_bias,
@@ -366,65 +405,41 @@ __global__ void __launch_bounds__(kThreads, 2)
                           int v_heads, float scale) {
     extern __shared__ __align__(128) float smem[];
     PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem);
-    float* sK = sm.K;
-    float* sQV = sm.QV;
     float* sA = sm.A;
     float* sT = sm.T;
-    float* scratch = sm.scratch;
+    __nv_bfloat16* sTs = reinterpret_cast<__nv_bfloat16*>(sm.A);
     ChunkMeta& m = sm.meta;
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    load_chunk(m, sQV, sK, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs, tokens, k_heads, v_heads,
-               h, c);
-    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd. W, Qd, Kd, Aqk and T are stored in bf16 (only
-    // products read them).
-    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sQV, sK, 1.0f, 0.0f);
-    for (int n = threadIdx.x; n < kTile / 4; n += blockDim.x) {
-        const int r = n / (kD / 4), col = (n % (kD / 4)) * 4;
-        const float sq = scale * m.eg[r] * m.f[r], sk = m.l[r] * m.el[r];
-        const float4 qv = *reinterpret_cast<const float4*>(sQV + r * kLdK + col);
-        const float4 kv = *reinterpret_cast<const float4*>(sK + r * kLdK + col);
-        const float qd[4] = {sq * qv.x, sq * qv.y, sq * qv.z, sq * qv.w};
-        const float kd[4] = {sk * kv.x, sk * kv.y, sk * kv.z, sk * kv.w};
-        cuda::store4(ws.Qd + tile * kTile + r * kD + col, qd);
-        cuda::store4(ws.Kd + tile * kTile + r * kD + col, kd);
-    }
+    load_chunk<kThreads / 32>(m, sm.QV, sm.K, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs,
+                              tokens, k_heads, v_heads, h, c);
+    // Aqk = scale lower_same(Qn Kn^T * E), Qd, Kd.
+    mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kThreads / 32, kPrepTileDiv>(sA, sm.QV, sm.K,
+                                                                               1.0f, 0.0f);
+    store_qd_kd(sm, ws, tile, scale);
     __syncthreads();
-    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
-        const int r = n / kC, s = n % kC;
-        ws.Aqk[tile * kSquare + n] = __float2bfloat16_rn(
-            pair_on(m, r, s, false) ? scale * sA[r * kLdC + s] * expf(m.gam[r] - m.gam[s]) : 0.0f);
-    }
+    copy_bf16_rows(sm.QV, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv, tokens - c0);
+    store_aqk(sm, ws.Aqk + tile * kSquare, scale);
     __syncthreads();
     // A = strict_lower_same(diag(beta) Kn Kn^T * E), T = (I + A)^-1.
-    load_bf16_rows<kD, kLdKT>(sQV, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv, tokens - c0);
-    mm<kN, kT, kC, kC, kD, kLdK, kLdK, kLdC, kThreads / 32, kPrepTileDiv>(sA, sK, sK, 1.0f, 0.0f);
+    mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kThreads / 32, kPrepTileDiv>(sA, sm.K, sm.K, 1.0f,
+                                                                               0.0f);
     __syncthreads();
-    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
-        const int r = n / kC, s = n % kC;
-        float& x = sA[r * kLdC + s];
-        x = pair_on(m, r, s, true) ? m.beta[r] * x * expf(m.gam[r] - m.gam[s]) : 0.0f;
-    }
+    mask_a(sm);
     __syncthreads();
-    invert_unit_lower(sT, sA, scratch);
-    // W = (T diag(beta exp(Gamma) f)) Kn, U = (T diag(beta)) V; sA holds the scaled T.
-    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
-        const int r = n / kC, s = n % kC;
-        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s] * m.eg[s] * m.f[s];
-        ws.T[tile * kSquare + n] = __float2bfloat16_rn(sT[r * kLdC + s]);
-    }
+    invert_unit_lower(sT, sA, sm.scratch);
+    // W = (T diag(beta exp(Gamma) f)) Kn, U = (T diag(beta)) V; sTs holds the scaled T.
+    scale_t(sTs, sm, true, ws.T + tile * kSquare);
     __syncthreads();
-    mm<kN, kN, kC, kD, kC, kLdC, kLdK, kD, kThreads / 32, kPrepTileDiv>(ws.W + tile * kTile, sA, sK,
-                                                                        1.0f, 0.0f);
+    mm_bf16<kN, kN, kC, kD, kC, kLdBS, kLdB, kD, kThreads / 32, kPrepTileDiv>(
+        ws.W + tile * kTile, sTs, sm.K, 1.0f, 0.0f);
     __syncthreads();
-    for (int n = threadIdx.x; n < kSquare; n += blockDim.x) {
-        const int r = n / kC, s = n % kC;
-        sA[r * kLdC + s] = sT[r * kLdC + s] * m.beta[s];
-    }
+    scale_t(sTs, sm, false, nullptr);
+    copies_wait();
     __syncthreads();
-    mm<kN, kTf32, kC, kD, kC, kLdC, kLdKT, kD, kThreads / 32, kPrepTileDiv>(ws.U + tile * kTile, sA,
-                                                                            sQV, 1.0f, 0.0f);
+    mm_bf16<kN, kN, kC, kD, kC, kLdBS, kLdB, kD, kThreads / 32, kPrepTileDiv>(
+        ws.U + tile * kTile, sTs, sm.QV, 1.0f, 0.0f);
     if (threadIdx.x == 0) ws.gam[tile] = m.f[m.last] * expf(m.gam[m.last]);
 }
 

@@ -42,21 +42,6 @@ struct PrepBwdSmem {
 constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
 static_assert(2 * (kPrepBwdSmem + 1024) <= 228 * 1024, "two blocks per multiprocessor");
 
-// kC bf16 rows of kD from global (row stride `stride`) into shared memory (stride kLdB) by
-// asynchronous copies; rows at or past `valid` are zeroed.
-__device__ __forceinline__ void copy_bf16_rows(__nv_bfloat16* dst, const __nv_bfloat16* src,
-                                               int64_t stride, int valid) {
-    constexpr int kVec = kD / 8;
-    for (int i = threadIdx.x; i < kC * kVec; i += blockDim.x) {
-        const int r = i / kVec, col = (i % kVec) * 8;
-        if (r < valid) {
-            cuda::cp_async16(dst + r * kLdB + col, src + r * stride + col);
-        } else {
-            *reinterpret_cast<uint4*>(dst + r * kLdB + col) = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-}
-
 // out[r] = sum_c G[r,c] S[r,c]: G a kC x kD fp32 tile in global memory, S bf16 in shared memory
 // (stride kLdB). One warp per row, 4 columns per lane, a warp's loads issued together.
 __device__ void row_dots_global(float* out, const float* G, const __nv_bfloat16* S) {
@@ -350,8 +335,8 @@ __global__ void __launch_bounds__(kPrepBwdThreads, 2)
         sm.dbeta[threadIdx.x] = 0.0f;
         sm.dG[threadIdx.x] = 0.0f;
     }
-    load_chunk<kPrepBwdWarps, kLdB>(sm.meta, sm.QV, sm.K, q, k, ldqk, a, b, A_log, dt_bias, cu,
-                                    num_docs, tokens, k_heads, v_heads, h, c);
+    load_chunk<kPrepBwdWarps>(sm.meta, sm.QV, sm.K, q, k, ldqk, a, b, A_log, dt_bias, cu, num_docs,
+                              tokens, k_heads, v_heads, h, c);
     copies_wait();  // T
     __syncthreads();
     WarpTile32 dkn = {};

@@ -8,7 +8,7 @@
 // fp32. dKn is accumulated in registers (each warp owns a 32 x 32 tile through the kernel),
 // dQn and dV are written from the products' registers, and the two row sums that would need a
 // 64 x 128 product result are taken from 64 x 64 squares instead (rowsum((T^T G) * X) =
-// colsum(T * (G X^T))). That leaves 99 KB of shared memory: two blocks per multiprocessor, so
+// colsum(T * (G X^T))). That leaves 100 KB of shared memory: two blocks per multiprocessor, so
 // one block's global loads overlap the other's products.
 #pragma once
 
@@ -37,6 +37,7 @@ struct PrepBwdSmem {
     float dG[kC];
     float tmp[kC];
     float red[4];
+    float part[kPrepBwdThreads];  // column-sum partials
     ChunkMeta meta;
 };
 constexpr size_t kPrepBwdSmem = sizeof(PrepBwdSmem);
@@ -63,32 +64,54 @@ __device__ void row_dots_global(float* out, const float* G, const __nv_bfloat16*
     }
 }
 
-// out[r] = sum_s T[s,r] X[s,r]: T the bf16 square (stride kLdBS), X an fp32 one (kLdC). One warp
-// per column, fixed order.
-__device__ void col_dots(float* out, const __nv_bfloat16* T, const float* X) {
-    const int lane = threadIdx.x & 31;
-    for (int r = threadIdx.x >> 5; r < kC; r += kPrepBwdWarps) {
-        float s = 0.0f;
+// Column reductions of the 64 x 64 squares: thread (quarter q, column c) walks rows 16q..16q+15
+// of column c, so a warp reads 32 consecutive words of a row (no bank conflicts, where a warp per
+// column reads words 68 apart); the four quarters' partials are added in order.
+constexpr int kColParts = kPrepBwdThreads / kC;
+static_assert(kColParts * kC == kPrepBwdThreads && kC % kColParts == 0);
+
+// part[c] = sum of column c's products over all rows, from the quarters' partials (after a
+// barrier); threads below kC return their column's sum, the others 0.
+__device__ float sum_col_parts(float* part, float partial) {
+    part[threadIdx.x] = partial;
+    __syncthreads();
+    if (threadIdx.x >= kC) return 0.0f;
+    float s = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = lane + 32 * h;
-            s += __bfloat162float(T[row * kLdBS + r]) * X[row * kLdC + r];
-        }
-        s = cuda::warp_sum(s);
-        if (lane == 0) out[r] = s;
+    for (int q = 0; q < kColParts; ++q) s += part[q * kC + threadIdx.x];
+    return s;
+}
+
+// out[r] = sum_s T[s,r] X[s,r]: T the bf16 square (stride kLdBS), X an fp32 one (kLdC).
+__device__ void col_dots(float* out, const __nv_bfloat16* T, const float* X, float* part) {
+    const int c = threadIdx.x % kC, s0 = (threadIdx.x / kC) * (kC / kColParts);
+    float s = 0.0f;
+#pragma unroll 4
+    for (int j = s0; j < s0 + kC / kColParts; ++j) {
+        s += __bfloat162float(T[j * kLdBS + c]) * X[j * kLdC + c];
     }
+    s = sum_col_parts(part, s);
+    if (threadIdx.x < kC) out[threadIdx.x] = s;
 }
 
 // acc[i] += sum_j X[i,j] - (with_cols ? sum_j X[j,i] : 0) for a kC x kC matrix of stride kLdC.
-// One warp per row, fixed order.
-__device__ void add_row_col_sums(float* acc, const float* X, bool with_cols) {
+// Row sums one warp per row, column sums as col_dots; fixed order.
+__device__ void add_row_col_sums(float* acc, const float* X, bool with_cols, float* part) {
     __syncthreads();
+    float col = 0.0f;
+    if (with_cols) {
+        const int c = threadIdx.x % kC, s0 = (threadIdx.x / kC) * (kC / kColParts);
+#pragma unroll 4
+        for (int j = s0; j < s0 + kC / kColParts; ++j) col += X[j * kLdC + c];
+    }
     const int lane = threadIdx.x & 31;
     for (int i = threadIdx.x >> 5; i < kC; i += blockDim.x >> 5) {
-        float s = X[i * kLdC + lane] + X[i * kLdC + lane + 32];
-        if (with_cols) s -= X[lane * kLdC + i] + X[(lane + 32) * kLdC + i];
-        s = cuda::warp_sum(s);
+        const float s = cuda::warp_sum(X[i * kLdC + lane] + X[i * kLdC + lane + 32]);
         if (lane == 0) acc[i] += s;
+    }
+    if (with_cols) {
+        col = sum_col_parts(part, col);  // its barrier orders the row sums' writes too
+        if (threadIdx.x < kC) acc[threadIdx.x] -= col;
     }
     __syncthreads();
 }
@@ -114,7 +137,7 @@ __device__ void aqk_qd_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, float s
     }
     const float* dQd = ws.dQd + tile * kTile;
     row_dots_global(sm.tmp, dQd, sm.QV);
-    add_row_col_sums(sm.dG, sm.F1, true);
+    add_row_col_sums(sm.dG, sm.F1, true, sm.part);
     if (threadIdx.x < kC) {
         const int r = threadIdx.x;
         if (m.f[r] != 0.0f) sm.dG[r] += scale * m.eg[r] * sm.tmp[r];
@@ -188,7 +211,7 @@ __device__ void u_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, __nv_bfloat1
         }
     });
     __syncthreads();
-    col_dots(sm.dbeta, sm.T, sm.F2);
+    col_dots(sm.dbeta, sm.T, sm.F2, sm.part);
 }
 
 // W = T diag(beta exp(Gamma) f) Kn: Y = dW Kn^T (left in F1 for dT), dBk = T^T dW, dKn += beta
@@ -216,7 +239,7 @@ __device__ void w_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, WarpTile32& 
         }
     }
     __syncthreads();
-    col_dots(sm.tmp, sm.T, sm.F1);
+    col_dots(sm.tmp, sm.T, sm.F1, sm.part);
     __syncthreads();
     if (threadIdx.x < kC) {
         const int r = threadIdx.x;
@@ -261,8 +284,8 @@ __device__ void t_a_part(PrepBwdSmem& sm, WarpTile32& dkn, int m0, int n0) {
         sm.F1[i] = hh;
         sdT[r * kLdBS + s] = __float2bfloat16_rn(p);
     }
-    add_row_col_sums(sm.dG, sm.F1, true);
-    add_row_col_sums(sm.dbeta, sm.F2, false);
+    add_row_col_sums(sm.dG, sm.F1, true, sm.part);
+    add_row_col_sums(sm.dbeta, sm.F2, false, sm.part);
     warp_tile_mma<kN, kN, 2, 4, kC, kLdBS, kLdB>(dkn, sdT, sm.K, m0, n0);
     warp_tile_mma<kT, kN, 2, 4, kC, kLdBS, kLdB>(dkn, sdT, sm.K, m0, n0);
 }

@@ -22,9 +22,10 @@
 // the gradients of W, Qd, Kd, Aqk and gam (state_grads) and pushes them back through T, the
 // masks, the gates and the L2 norm (chunk_prep_backward, qk_finalize, gate_reduce). W, Qd, Kd,
 // Aqk and T, which only products read, are kept in bf16 (so are U, the saved states and Vn, and
-// the backward's dVn and dW). Products: tf32 mma.sync m16n8k8 on fp32 shared memory in
-// chunk_prep; bf16 m16n8k16 in the recurrences (against bf16 shadows of the fp32 state and of
-// Vn), state_grads and chunk_prep_backward (gated_delta_rule_prep_backward.cuh). Every
+// the backward's dVn and dW). Products: bf16 m16n8k16 mma.sync throughout, on bf16 operand
+// tiles (Qn, Kn, V and the scaled T in chunk_prep; bf16 shadows of the fp32 state and of Vn in
+// the recurrences; state_grads and chunk_prep_backward, gated_delta_rule_prep_backward.cuh),
+// as flash-linear-attention keeps these operands. Masks, gates and the inverse are fp32, every
 // accumulation is fp32 and every reduction has a fixed order.
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/gated_delta_rule_common.cuh"

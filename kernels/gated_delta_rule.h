@@ -38,8 +38,9 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
 // v_heads) bf16; A_log, dt_bias: (v_heads) fp32; cu_seqlens: (num_docs + 1) int32 on the device.
 // Chunks are fixed 64-token windows of the packed stream; a chunk may hold several documents, and
 // every matrix that would couple two documents is masked, so the state resets at each start.
-// State math in fp32, chunk-local matrix products on tensor cores (tf32). `workspace` holds the
-// per-chunk intermediates (see the *_workspace_bytes functions); no host synchronisation.
+// State math in fp32, chunk-local matrix products on tensor cores (bf16 operands, fp32
+// accumulation). `workspace` holds the per-chunk intermediates (see the *_workspace_bytes
+// functions); no host synchronisation.
 bool gated_delta_rule_supported(int64_t tokens, int64_t k_heads, int64_t v_heads, int64_t dk,
                                 int64_t dv);
 

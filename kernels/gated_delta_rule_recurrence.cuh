@@ -48,7 +48,7 @@ template <int kFm, int kFn>
 using Acc = float[kFm][kFn][4];
 
 // f(row, col, x0, x1) for each pair of adjacent columns a lane holds in a register tile at
-// (m0, n0) (layout at cuda::mma_tf32).
+// (m0, n0) (layout at cuda::mma_bf16).
 template <int kFm, int kFn, typename F>
 __device__ __forceinline__ void for_each_acc_pair(Acc<kFm, kFn>& acc, int m0, int n0, F&& f) {
     const int col = n0 + 2 * (threadIdx.x & 3);

@@ -1,7 +1,6 @@
-// Tensor-core products of tiles in shared memory for the chunk kernels of the gated delta rule:
-// mm (fp32 tiles, tf32 mma.sync) and mm_bf16 (bf16 tiles) compute C = beta C + alpha op(A) op(B)
-// in fp32 with every warp of the block; the operand flags say which operands are stored
-// transposed and which fp32 ones already hold tf32 values. warp_tile_mma and for_each_pair serve
+// Tensor-core products of bf16 tiles in shared memory for the chunk kernels of the gated delta
+// rule: mm_bf16 computes C = beta C + alpha op(A) op(B) in fp32 with every warp of the block (the
+// operand flags say which operands are stored transposed); warp_tile_mma and for_each_pair serve
 // kernels that keep a result in registers.
 #pragma once
 
@@ -13,39 +12,9 @@
 
 namespace deltatune::cuda {
 
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// x rounded to tf32 as to_tf32 rounds it, kept as an fp32 value: an operand stored so needs no
-// conversion in the products (to_tf32 would return it unchanged). The gated delta rule stores
-// so the intermediates that only products read (W, Qd, Kd, Aqk, T).
-__device__ __forceinline__ float round_tf32(float x) {
-    return __uint_as_float(to_tf32(x) & 0xffffe000u);
-}
-__device__ __forceinline__ float4 round_tf32(float4 v) {
-    return make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
-}
-
-// d += a b on one m16n8k8 tf32 tensor-core tile (PTX fragment layouts, g = lane / 4, t = lane % 4:
-// a {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)}, b {(t, g), (t + 4, g)}, d {(g, 2t),
-// (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}).
-// Not volatile: it only reads and writes registers, and the compiler may then issue the next
-// k step's fragment loads (volatile asm) before this product.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Four 8 x 4 fp32 blocks of shared memory in one instruction: lane l gives the address of row
-// l % 8 of block l / 8 (16-byte aligned), and r[j] receives word (lane % 4) of row (lane / 4) of
-// block j. Read as b16 pairs by ldmatrix, that is the fp32 element (g, t) of each block: exactly
-// a tf32 fragment's, so the registers equal four scalar loads' (same bits, same results).
+// Four 8 x 8 bf16 blocks of shared memory in one instruction: lane l gives the address of row
+// l % 8 of block l / 8 (16-byte aligned), and r[j] receives elements (g, 2t) and (g, 2t + 1) of
+// block j (g = lane / 4, t = lane % 4).
 __device__ __forceinline__ void load_blocks_x4(uint32_t (&r)[4], const void* row) {
     const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -53,62 +22,11 @@ __device__ __forceinline__ void load_blocks_x4(uint32_t (&r)[4], const void* row
                  : "r"(addr));
 }
 
-// Operand flags of mm: kT, stored transposed; kTf32, every value already tf32 (round_tf32, or
-// converted from bf16, whose 8-bit significand tf32 holds exactly): the conversion is skipped.
-enum : int { kN = 0, kT = 1, kTf32 = 2 };
+// Operand flags of mm_bf16: kT, stored transposed.
+enum : int { kN = 0, kT = 1 };
 
-// The tf32 register of one operand value: converted unless the flags say it is tf32 already.
-template <int Op>
-__device__ __forceinline__ uint32_t operand_reg(float x) {
-    if constexpr ((Op & kTf32) != 0) return __float_as_uint(x);
-    return to_tf32(x);
-}
-
-// One m16 x k8 A fragment of op(A) at (m0, k0) (fragment layout at mma_tf32). A plain A is read
-// as four 8 x 4 blocks: rows m0 + 0-7, m0 + 8-15 at k0 + 0-3, then both at k0 + 4-7.
-template <int OpA, int LDA>
-__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const float* A, int m0, int k0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if constexpr ((OpA & kT) != 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int m = m0 + g + (i & 1) * 8, k = k0 + t + (i >> 1) * 4;
-            a[i] = operand_reg<OpA>(A[k * LDA + m]);
-        }
-    } else {
-        load_blocks_x4(a,
-                       A + (m0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDA + k0 + (lane >> 4) * 4);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = operand_reg<OpA>(__uint_as_float(a[i]));
-    }
-}
-
-// Two k8 x n8 B fragments of op(B) at (k0, n0) and (k0, n0 + 8). A transposed B is read as four
-// 8 x 4 blocks: rows n0 + 0-7 at k0 + 0-3 and k0 + 4-7, then rows n0 + 8-15 likewise.
-template <int OpB, int LDB>
-__device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2],
-                                                 const float* B, int k0, int n0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if constexpr ((OpB & kT) != 0) {
-        uint32_t r[4];
-        load_blocks_x4(r,
-                       B + (n0 + (lane & 7) + (lane >> 4) * 8) * LDB + k0 + ((lane >> 3) & 1) * 4);
-        b0[0] = operand_reg<OpB>(__uint_as_float(r[0]));
-        b0[1] = operand_reg<OpB>(__uint_as_float(r[1]));
-        b1[0] = operand_reg<OpB>(__uint_as_float(r[2]));
-        b1[1] = operand_reg<OpB>(__uint_as_float(r[3]));
-    } else {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int k = k0 + t + i * 4;
-            b0[i] = operand_reg<OpB>(B[k * LDB + n0 + g]);
-            b1[i] = operand_reg<OpB>(B[k * LDB + n0 + 8 + g]);
-        }
-    }
-}
-
-// How a product's M x N output is cut into warp tiles (see mm): kFm m16 blocks by kFn n8 blocks
-// per tile, kTiles tiles in row-major order, tile i to warp (i + kFirstWarp) % kWarpCount.
+// How a product's M x N output is cut into warp tiles (see mm_bf16): kFm m16 blocks by kFn n8
+// blocks per tile, kTiles tiles in row-major order, tile i to warp (i + kFirstWarp) % kWarpCount.
 template <int M, int N, int kWarpCount, int kBigTileDiv, int kFirstWarp>
 struct WarpTiles {
     static constexpr bool kBig =
@@ -121,9 +39,9 @@ struct WarpTiles {
     }
 };
 
-// C tile at (m0, n0) = beta C + alpha acc (fragment layout at mma_tf32), rounded to tf32 when
-// kRoundC, or to bf16 when C is bf16; a thread reads back only the C elements it writes.
-template <int kFm, int kFn, int LDC, bool kRoundC, typename TC>
+// C tile at (m0, n0) = beta C + alpha acc (fragment layout at mma_bf16), rounded to bf16 when C
+// is bf16; a thread reads back only the C elements it writes.
+template <int kFm, int kFn, int LDC, typename TC>
 __device__ __forceinline__ void store_tile_acc(TC* C, const float (&acc)[kFm][kFn][4], int m0,
                                                int n0, float alpha, float beta) {
     constexpr bool kBf16C = std::is_same_v<TC, __nv_bfloat16>;
@@ -151,7 +69,6 @@ __device__ __forceinline__ void store_tile_acc(TC* C, const float (&acc)[kFm][kF
                         v.x += beta * o.x;
                         v.y += beta * o.y;
                     }
-                    if constexpr (kRoundC) v = make_float2(round_tf32(v.x), round_tf32(v.y));
                     *q = v;
                 }
             }
@@ -159,11 +76,14 @@ __device__ __forceinline__ void store_tile_acc(TC* C, const float (&acc)[kFm][kF
     }
 }
 
-// bf16 products (the building block for bf16 chunk intermediates): m16n8k16 mma.sync with fp32
-// accumulation, every fragment fed by ldmatrix, transposed operands through its .trans form.
+// m16n8k16 mma.sync with fp32 accumulation, every fragment fed by ldmatrix, transposed operands
+// through its .trans form.
 //
-// d += a b on one m16n8k16 bf16 tile: a {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..),
-// (g + 8, 2t + 8..)}, b {(2t..2t+1, g), (2t + 8.., g)}, d as mma_tf32's.
+// d += a b on one m16n8k16 bf16 tile (PTX fragment layouts, g = lane / 4, t = lane % 4):
+// a {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)}, b {(2t..2t+1, g),
+// (2t + 8.., g)}, d {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}.
+// Not volatile: it only reads and writes registers, and the compiler may then issue the next
+// k step's fragment loads (volatile asm) before this product.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -214,15 +134,12 @@ __device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
-// acc += op(A) op(B) on one warp's kFm x kFn fragments at (m0, n0), over k in steps of one mma:
-// k8 for fp32 operands as tf32, k16 for bf16.
-template <int OpA, int OpB, int kFm, int kFn, int K, int LDA, int LDB, typename T>
-__device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const T* A, const T* B,
-                                              int m0, int n0) {
-    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-    constexpr int kStepK = kBf16 ? 16 : 8;
+// acc += op(A) op(B) on one warp's kFm x kFn fragments at (m0, n0), over k in steps of 16.
+template <int OpA, int OpB, int kFm, int kFn, int K, int LDA, int LDB>
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const __nv_bfloat16* A,
+                                              const __nv_bfloat16* B, int m0, int n0) {
 #pragma unroll
-    for (int k0 = 0; k0 < K; k0 += kStepK) {
+    for (int k0 = 0; k0 < K; k0 += 16) {
         uint32_t a[kFm][4];
 #pragma unroll
         for (int fm = 0; fm < kFm; ++fm) load_a_fragment<OpA, LDA>(a[fm], A, m0 + fm * 16, k0);
@@ -234,22 +151,17 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[kFm][kFn][4], const T
 #pragma unroll
         for (int fm = 0; fm < kFm; ++fm) {
 #pragma unroll
-            for (int fn = 0; fn < kFn; ++fn) {
-                if constexpr (kBf16) {
-                    mma_bf16(acc[fm][fn], a[fm], b[fn]);
-                } else {
-                    mma_tf32(acc[fm][fn], a[fm], b[fn]);
-                }
-            }
+            for (int fn = 0; fn < kFn; ++fn) mma_bf16(acc[fm][fn], a[fm], b[fn]);
         }
     }
 }
 
-// The warp-tile loop of mm and mm_bf16: each warp's output tiles (WarpTiles), accumulated over k,
-// then stored.
+// The warp-tile loop of mm_bf16: each warp's output tiles (WarpTiles), accumulated over k, then
+// stored.
 template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount,
-          int kBigTileDiv, int kFirstWarp, bool kRoundC, typename T, typename TC>
-__device__ __forceinline__ void warp_tile_products(TC* C, const T* A, const T* B, float alpha,
+          int kBigTileDiv, int kFirstWarp, typename TC>
+__device__ __forceinline__ void warp_tile_products(TC* C, const __nv_bfloat16* A,
+                                                   const __nv_bfloat16* B, float alpha,
                                                    float beta) {
     using Tiles = WarpTiles<M, N, kWarpCount, kBigTileDiv, kFirstWarp>;
     constexpr int kFm = Tiles::kFm, kFn = Tiles::kFn;
@@ -257,7 +169,7 @@ __device__ __forceinline__ void warp_tile_products(TC* C, const T* A, const T* B
         const int m0 = (tile / Tiles::kTn) * 16 * kFm, n0 = (tile % Tiles::kTn) * 8 * kFn;
         float acc[kFm][kFn][4] = {};
         warp_tile_mma<OpA, OpB, kFm, kFn, K, LDA, LDB>(acc, A, B, m0, n0);
-        store_tile_acc<kFm, kFn, LDC, kRoundC>(C, acc, m0, n0, alpha, beta);
+        store_tile_acc<kFm, kFn, LDC>(C, acc, m0, n0, alpha, beta);
     }
 }
 
@@ -266,7 +178,7 @@ __device__ __forceinline__ void warp_tile_products(TC* C, const T* A, const T* B
 using WarpTile32 = float[2][4][4];
 
 // The row of accumulator element i (0-3) of this lane's m16 fragment fm in a warp tile at row m0
-// (layout at mma_tf32: elements 0, 1 in row g, 2, 3 in row g + 8).
+// (layout at mma_bf16: elements 0, 1 in row g, 2, 3 in row g + 8).
 __device__ __forceinline__ int fragment_row(int m0, int fm, int i) {
     return m0 + fm * 16 + ((threadIdx.x & 31) >> 2) + (i >> 1) * 8;
 }
@@ -288,16 +200,14 @@ __device__ __forceinline__ void for_each_pair(WarpTile32& acc, int m0, int n0, F
     }
 }
 
-// C (M x N, stride LDC) = beta C + alpha op(A) op(B), op(A): M x K, op(B): K x N. OpA: kT when A
-// is stored K x M row-major (op(A) = A^T), | kTf32 as above; OpB: kT when B is stored N x K. M, N
-// multiples of 16, K of 8. A and B are shared memory (16-byte aligned, LDA and LDB multiples of
-// 4); C may be global memory. Each warp owns whole output tiles (32 x 32 when there are enough for
-// every warp, else 16 x 16) in a fixed order, and every thread reads back (beta != 0) only the C
-// elements it wrote itself in an earlier call of the same shape. Callers put barriers around
-// shared operands written by other threads.
-//
-// Operands whose k runs along a row (A plain, B transposed) are fed by load_blocks_x4: a quarter
-// of the load instructions of scalar loads, which bound these short products' issue rate.
+// C (M x N, stride LDC; fp32, or bf16: rounded when stored) = beta C + alpha op(A) op(B), op(A):
+// M x K, op(B): K x N, on bf16 operands. OpA: kT when A is stored K x M row-major (op(A) = A^T);
+// OpB: kT when B is stored N x K. M, N and K multiples of 16. A and B are shared memory (16-byte
+// aligned; LDA and LDB multiples of 8, and rows 16 bytes apart modulo 128, LD = 8 mod 64, read
+// without bank conflicts); C may be global memory. Each warp owns whole output tiles (32 x 32 when
+// there are enough for every warp, else 16 x 16) in a fixed order, and every thread reads back
+// (beta != 0) only the C elements it wrote itself in an earlier call of the same shape. Callers
+// put barriers around shared operands written by other threads.
 //
 // kWarpCount: the block's warps (8 unless the caller says otherwise).
 //
@@ -308,30 +218,14 @@ __device__ __forceinline__ void for_each_pair(WarpTile32& acc, int m0, int n0, F
 //
 // kFirstWarp: the warp that takes the first tile, so that two products of one phase with fewer
 // tiles than warps can run on different warps (a C read back needs the same value in each call).
-//
-// kRoundC: C is written rounded to tf32 (round_tf32), for an intermediate only used as an operand.
-// A bf16 C is written rounded to bf16.
-template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount = 8,
-          int kBigTileDiv = 1, int kFirstWarp = 0, bool kRoundC = false, typename TC = float>
-__device__ __forceinline__ void mm(TC* C, const float* A, const float* B, float alpha, float beta) {
-    static_assert(M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && LDC % 2 == 0);
-    static_assert(LDA % 4 == 0 && LDB % 4 == 0);
-    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
-                       kRoundC>(C, A, B, alpha, beta);
-}
-
-// mm on bf16 operands: C (fp32, or bf16: rounded when stored) = beta C + alpha op(A) op(B), the
-// same tiling and parameters as mm (OpA, OpB: kT only). K a multiple of 16; LDA and LDB
-// multiples of 8 (16-byte rows), and rows 16 bytes apart modulo 128 (LD = 8 mod 64) read without
-// bank conflicts.
 template <int OpA, int OpB, int M, int N, int K, int LDA, int LDB, int LDC, int kWarpCount = 8,
           int kBigTileDiv = 1, int kFirstWarp = 0, typename TC = float>
 __device__ __forceinline__ void mm_bf16(TC* C, const __nv_bfloat16* A, const __nv_bfloat16* B,
                                         float alpha, float beta) {
     static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && LDC % 2 == 0);
     static_assert(LDA % 8 == 0 && LDB % 8 == 0);
-    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp,
-                       false>(C, A, B, alpha, beta);
+    warp_tile_products<OpA, OpB, M, N, K, LDA, LDB, LDC, kWarpCount, kBigTileDiv, kFirstWarp>(
+        C, A, B, alpha, beta);
 }
 
 }  // namespace deltatune::cuda

@@ -52,16 +52,16 @@ __global__ void __launch_bounds__(kThreads, kStateGradBlocks)
     const int c = blockIdx.x, h = blockIdx.y;
     const int32_t c0 = c * kC;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    copy_tile(sm.V, kLdB, ws.dVn + tile * kTile, kD, kC, kD);
-    copy_tile(sm.S, kLdB, ws.h + tile * kState, kD, kD, kD);
-    copy_bf16_rows(sm.dO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
-                   int64_t{v_heads} * kD, tokens - c0);
+    copy_tile<kThreads, kC, kD, kLdB>(sm.V, ws.dVn + tile * kTile);
+    copy_tile<kThreads, kD, kD, kLdB>(sm.S, ws.h + tile * kState);
+    copy_rows<kThreads, kC, kD, kLdB>(sm.dO, dout + (static_cast<int64_t>(c0) * v_heads + h) * kD,
+                                      int64_t{v_heads} * kD, tokens - c0);
     copies_wait();
     __syncthreads();
     mm_bf16<kN, kT, kC, kD, kD, kLdB, kLdB, kD>(ws.dQd + tile * kTile, sm.dO, sm.S, 1.0f, 0.0f);
     mm_bf16<kN, kT, kC, kD, kD, kLdB, kLdB, kD>(ws.dW + tile * kTile, sm.V, sm.S, -1.0f, 0.0f);
     __syncthreads();
-    copy_tile(sm.V, kLdB, ws.Vn + tile * kTile, kD, kC, kD);
+    copy_tile<kThreads, kC, kD, kLdB>(sm.V, ws.Vn + tile * kTile);
     const float dot = state_dot_and_swap(sm.S, ws.dh + tile * kState, sm.scratch);
     copies_wait();
     __syncthreads();

@@ -194,8 +194,9 @@ __device__ void u_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, __nv_bfloat1
                        int32_t tokens, int h, int m0, int n0) {
     const ChunkMeta& m = sm.meta;
     __syncthreads();  // Qn and Z are free
-    copy_bf16_rows(sm.QV, v + static_cast<int64_t>(c0) * ldv + h * kD, ldv, tokens - c0);
-    copy_tile(sm.DW, kLdB, ws.dVn + tile * kTile, kD, kC, kD);
+    copy_rows<kPrepBwdThreads, kC, kD, kLdB>(sm.QV, v + static_cast<int64_t>(c0) * ldv + h * kD,
+                                             ldv, tokens - c0);
+    copy_tile<kPrepBwdThreads, kC, kD, kLdB>(sm.DW, ws.dVn + tile * kTile);
     copies_wait();
     __syncthreads();
     mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(
@@ -221,7 +222,7 @@ __device__ void w_part(PrepBwdSmem& sm, const Ws& ws, int64_t tile, WarpTile32& 
                        int n0) {
     const ChunkMeta& m = sm.meta;
     __syncthreads();  // dVn is free
-    copy_tile(sm.DW, kLdB, ws.dW + tile * kTile, kD, kC, kD);
+    copy_tile<kPrepBwdThreads, kC, kD, kLdB>(sm.DW, ws.dW + tile * kTile);
     copies_wait();
     __syncthreads();
     mm_bf16<kN, kT, kC, kC, kD, kLdB, kLdB, kLdC, kPrepBwdWarps, kPrepBwdTileDiv>(sm.F1, sm.DW,
@@ -353,7 +354,7 @@ __global__ void __launch_bounds__(kPrepBwdThreads, 2)
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
     const int warp = threadIdx.x >> 5;
     const int m0 = (warp >> 2) * 32, n0 = (warp & 3) * 32;  // the warp's part of kC x kD results
-    copy_tile(sm.T, kLdBS, ws.T + tile * kSquare, kC, kC, kC);
+    copy_tile<kPrepBwdThreads, kC, kC, kLdBS>(sm.T, ws.T + tile * kSquare);
     if (threadIdx.x < kC) {
         sm.dbeta[threadIdx.x] = 0.0f;
         sm.dG[threadIdx.x] = 0.0f;

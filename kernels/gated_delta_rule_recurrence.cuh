@@ -84,26 +84,47 @@ __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* p, float x0, floa
 template <int kBV>
 __device__ __forceinline__ void copy_forward_tiles(ForwardRecSmem<kBV>& sm, int b, const Ws& ws,
                                                    int64_t tile, bool out) {
-    copy_tile(sm.W[b], kLdB, ws.W + tile * kTile, kD, kC, kD);
-    copy_tile(sm.Kd[b], kLdB, ws.Kd + tile * kTile, kD, kC, kD);
+    constexpr int kBlock = RegRec<kBV>::kThreads;
+    copy_tile<kBlock, kC, kD, kLdB>(sm.W[b], ws.W + tile * kTile);
+    copy_tile<kBlock, kC, kD, kLdB>(sm.Kd[b], ws.Kd + tile * kTile);
     if (out) {
-        copy_tile(sm.Qd[b], kLdB, ws.Qd + tile * kTile, kD, kC, kD);
-        copy_tile(sm.Aqk[b], kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
+        copy_tile<kBlock, kC, kD, kLdB>(sm.Qd[b], ws.Qd + tile * kTile);
+        copy_tile<kBlock, kC, kC, kLdBS>(sm.Aqk[b], ws.Aqk + tile * kSquare);
     }
 }
 
-// This warp's 16 x 32 tile of U (bf16, global) at chunk tile `tile`, negated: the start of
-// -(U - W S) = W S - U, so the product accumulates onto it.
+// This warp's 16 x 32 tile of U (bf16, global) at chunk tile `tile`, as raw bf16 pairs in
+// for_each_acc_pair's order. Loaded a chunk ahead and converted only where used (neg_u): a
+// conversion right after the load would stall the warp for the load's whole latency.
 template <int kBV>
-__device__ __forceinline__ void load_neg_u(Acc<1, 4>& u, const __nv_bfloat16* U, int64_t tile,
-                                           int v0) {
+__device__ __forceinline__ void load_u(uint32_t (&raw)[8], const __nv_bfloat16* U, int64_t tile,
+                                       int v0) {
     const __nv_bfloat16* base = U + tile * kTile + v0;
-    for_each_acc_pair<1, 4>(u, RegRec<kBV>::tile_row(), RegRec<kBV>::tile_col(),
-                            [&](int r, int c, float& x0, float& x1) {
-                                const float2 v = __bfloat1622float2(
-                                    *reinterpret_cast<const __nv_bfloat162*>(base + r * kD + c));
-                                x0 = -v.x, x1 = -v.y;
-                            });
+    const int m0 = RegRec<kBV>::tile_row();
+    const int col = RegRec<kBV>::tile_col() + 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int fn = 0; fn < 4; ++fn) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            raw[fn * 2 + h] = *reinterpret_cast<const uint32_t*>(
+                base + cuda::fragment_row(m0, 0, 2 * h) * kD + col + fn * 8);
+        }
+    }
+}
+
+// vn = -U from load_u's pairs: the start of -(U - W S) = W S - U, so the product accumulates
+// onto it.
+__device__ __forceinline__ void neg_u(Acc<1, 4>& vn, const uint32_t (&raw)[8]) {
+#pragma unroll
+    for (int fn = 0; fn < 4; ++fn) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float2 v =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw[fn * 2 + h]));
+            vn[0][fn][2 * h] = -v.x;
+            vn[0][fn][2 * h + 1] = -v.y;
+        }
+    }
 }
 
 // Forward recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV): the output when `out`
@@ -122,9 +143,9 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
     const int chunks = static_cast<int>(num_chunks(tokens));
     auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
     Acc<G::kSFm, G::kSFn> S = {};
-    Acc<1, 4> neg_u;
+    uint32_t u_raw[8];
     copy_forward_tiles(sm, 0, ws, tile_of(0), out != nullptr);
-    load_neg_u<kBV>(neg_u, ws.U, tile_of(0), v0);
+    load_u<kBV>(u_raw, ws.U, tile_of(0), v0);
     float gam = ws.gam[tile_of(0)];
     for (int c = 0; c < chunks; ++c) {
         const int b = c & 1;
@@ -142,11 +163,7 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
 
         // Vn = U - W S: this warp's 16 x 32 tile, in bf16 for the products and the backward.
         Acc<1, 4> vn;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) vn[0][i][j] = neg_u[0][i][j];
-        }
+        neg_u(vn, u_raw);
         cuda::warp_tile_mma<kN, kN, 1, 4, kD, kLdB, kLdS>(vn, sm.W[b], sm.S[b], m0, n0);
         __nv_bfloat16* vn_saved = save_states ? ws.Vn + tile * kTile + v0 : nullptr;
         for_each_acc_pair<1, 4>(vn, m0, n0, [&](int r, int col, float& x0, float& x1) {
@@ -156,7 +173,7 @@ __global__ void __launch_bounds__(RegRec<kBV>::kThreads)
         });
         const float chunk_gam = gam;
         if (c + 1 < chunks) {
-            load_neg_u<kBV>(neg_u, ws.U, tile_of(c + 1), v0);
+            load_u<kBV>(u_raw, ws.U, tile_of(c + 1), v0);
             gam = ws.gam[tile_of(c + 1)];
         }
         __syncthreads();  // Vn is in
@@ -197,23 +214,15 @@ __device__ __forceinline__ void copy_reverse_tiles(ReverseRecSmem<kBV>& sm, int 
                                                    int64_t tile, const __nv_bfloat16* dout, int c,
                                                    int32_t tokens, int v_heads, int h, int v0) {
     constexpr int kLdS = RegRec<kBV>::kLdS;
-    copy_tile(sm.Aqk[b], kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
-    copy_tile(sm.Kd[b], kLdB, ws.Kd + tile * kTile, kD, kC, kD);
-    copy_tile(sm.Qd[b], kLdB, ws.Qd + tile * kTile, kD, kC, kD);
-    copy_tile(sm.W[b], kLdB, ws.W + tile * kTile, kD, kC, kD);
+    constexpr int kBlock = RegRec<kBV>::kThreads;
+    copy_tile<kBlock, kC, kC, kLdBS>(sm.Aqk[b], ws.Aqk + tile * kSquare);
+    copy_tile<kBlock, kC, kD, kLdB>(sm.Kd[b], ws.Kd + tile * kTile);
+    copy_tile<kBlock, kC, kD, kLdB>(sm.Qd[b], ws.Qd + tile * kTile);
+    copy_tile<kBlock, kC, kD, kLdB>(sm.W[b], ws.W + tile * kTile);
     const int32_t c0 = c * kC;
     const int64_t stride = int64_t{v_heads} * kD;
-    const __nv_bfloat16* src = dout + static_cast<int64_t>(c0) * stride + h * kD + v0;
-    constexpr int kVecs = kBV / 8;  // 16-byte pieces per row
-    for (int i = threadIdx.x; i < kC * kVecs; i += blockDim.x) {
-        const int r = i / kVecs, col = (i % kVecs) * 8;
-        __nv_bfloat16* dst = sm.dO[b] + r * kLdS + col;
-        if (c0 + r < tokens) {
-            cp_async16(dst, src + r * stride + col);
-        } else {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
+    copy_rows<kBlock, kC, kBV, kLdS>(
+        sm.dO[b], dout + static_cast<int64_t>(c0) * stride + h * kD + v0, stride, tokens - c0);
 }
 
 // Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + kBV), from the last chunk
@@ -309,10 +318,10 @@ __global__ void __launch_bounds__(kOutputThreads, 2)
     auto& sm = *reinterpret_cast<OutputSmem*>(out_smem_raw);
     const int c = blockIdx.x, h = blockIdx.y;
     const int64_t tile = static_cast<int64_t>(c) * v_heads + h;
-    copy_tile(sm.Qd, kLdB, ws.Qd + tile * kTile, kD, kC, kD);
-    copy_tile(sm.S, kLdB, ws.h + tile * kState, kD, kD, kD);
-    copy_tile(sm.Aqk, kLdBS, ws.Aqk + tile * kSquare, kC, kC, kC);
-    copy_tile(sm.V, kLdB, ws.Vn + tile * kTile, kD, kC, kD);
+    copy_tile<kOutputThreads, kC, kD, kLdB>(sm.Qd, ws.Qd + tile * kTile);
+    copy_tile<kOutputThreads, kD, kD, kLdB>(sm.S, ws.h + tile * kState);
+    copy_tile<kOutputThreads, kC, kC, kLdBS>(sm.Aqk, ws.Aqk + tile * kSquare);
+    copy_tile<kOutputThreads, kC, kD, kLdB>(sm.V, ws.Vn + tile * kTile);
     copies_wait();
     __syncthreads();
     const int warp = threadIdx.x >> 5, m0 = 32 * (warp >> 2), n0 = 32 * (warp & 3);

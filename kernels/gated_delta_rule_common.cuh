@@ -312,7 +312,7 @@ __device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, const __nv_bfloat1
     }
 }
 
-// Warp tiles of the chunk kernels' products (see mm): measured per kernel on the 27B layer.
+// Warp tiles of the chunk kernels' products (see mm_bf16): measured per kernel on the 27B layer.
 constexpr int kPrepTileDiv = 4;
 
 // Shared memory of chunk_prep: bf16 operand tiles (Qn, Kn, V, the scaled T), fp32 squares for

@@ -82,15 +82,21 @@ __device__ float sum_col_parts(float* part, float partial) {
     return s;
 }
 
-// out[r] = sum_s T[s,r] X[s,r]: T the bf16 square (stride kLdBS), X an fp32 one (kLdC).
-__device__ void col_dots(float* out, const __nv_bfloat16* T, const float* X, float* part) {
+// This thread's quarter of its column: sum of value(j, c) over rows j = 16q..16q+15 of column c.
+template <typename F>
+__device__ __forceinline__ float column_quarter(F&& value) {
     const int c = threadIdx.x % kC, s0 = (threadIdx.x / kC) * (kC / kColParts);
     float s = 0.0f;
 #pragma unroll 4
-    for (int j = s0; j < s0 + kC / kColParts; ++j) {
-        s += __bfloat162float(T[j * kLdBS + c]) * X[j * kLdC + c];
-    }
-    s = sum_col_parts(part, s);
+    for (int j = s0; j < s0 + kC / kColParts; ++j) s += value(j, c);
+    return s;
+}
+
+// out[r] = sum_s T[s,r] X[s,r]: T the bf16 square (stride kLdBS), X an fp32 one (kLdC).
+__device__ void col_dots(float* out, const __nv_bfloat16* T, const float* X, float* part) {
+    const float s = sum_col_parts(part, column_quarter([&](int j, int c) {
+                                      return __bfloat162float(T[j * kLdBS + c]) * X[j * kLdC + c];
+                                  }));
     if (threadIdx.x < kC) out[threadIdx.x] = s;
 }
 
@@ -99,11 +105,7 @@ __device__ void col_dots(float* out, const __nv_bfloat16* T, const float* X, flo
 __device__ void add_row_col_sums(float* acc, const float* X, bool with_cols, float* part) {
     __syncthreads();
     float col = 0.0f;
-    if (with_cols) {
-        const int c = threadIdx.x % kC, s0 = (threadIdx.x / kC) * (kC / kColParts);
-#pragma unroll 4
-        for (int j = s0; j < s0 + kC / kColParts; ++j) col += X[j * kLdC + c];
-    }
+    if (with_cols) col = column_quarter([&](int j, int c) { return X[j * kLdC + c]; });
     const int lane = threadIdx.x & 31;
     for (int i = threadIdx.x >> 5; i < kC; i += blockDim.x >> 5) {
         const float s = cuda::warp_sum(X[i * kLdC + lane] + X[i * kLdC + lane + 32]);

@@ -5,9 +5,11 @@
 // further (looked up once per tile by binary search in cu_seqlens). The backward recomputes the
 // pre-activation, keeps the last K pre-activation gradients in registers to write dx K-1 tokens
 // behind, and writes one row of dw partials per token tile for the deterministic column reduction.
+// Tiles inside one document (most of them) take a fast path without per-token tests.
 #include "kernels/causal_conv1d.h"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/varlen.cuh"
@@ -20,26 +22,19 @@ constexpr int kTile = 64;      // tokens per block
 constexpr int kThreads = 128;  // threads per block
 constexpr int kMaxKernel = 4;  // Qwen3.5 uses 4
 constexpr int kGroup = 8;      // tokens whose loads a thread issues together
+constexpr int kEdgeGroup = 4;  // the same in the backward's tiles at document starts and the end
 
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
     return __bfloat162float(p[i]);
 }
 
-// V consecutive bf16 values as one load.
+// V consecutive bf16 values as one load (V = 1 or 4).
 template <int V>
-struct Raw;
-template <>
-struct Raw<1> {
-    using type = __nv_bfloat16;
-};
-template <>
-struct Raw<4> {
-    using type = uint2;
-};
+using Raw = std::conditional_t<V == 4, uint2, __nv_bfloat16>;
 
 template <int V>
-__device__ __forceinline__ typename Raw<V>::type load_raw(const __nv_bfloat16* p, int64_t i) {
-    return *reinterpret_cast<const typename Raw<V>::type*>(p + i);
+__device__ __forceinline__ Raw<V> load_raw(const __nv_bfloat16* p, int64_t i) {
+    return *reinterpret_cast<const Raw<V>*>(p + i);
 }
 
 __device__ __forceinline__ void unpack(const __nv_bfloat16& raw, float (&f)[1]) {
@@ -101,13 +96,15 @@ __device__ __forceinline__ float preactivation(const float (&wk)[K][V], const fl
     return pre;
 }
 
+// Fast division (MUFU.RCP and a multiply, within 2 ulp): the IEEE one is five instructions more
+// and a slow-path test per element. A huge denominator gives 0, the limit.
 __device__ __forceinline__ float silu(float pre) {
-    return pre / (1.0f + __expf(-pre));
+    return __fdividef(pre, 1.0f + __expf(-pre));
 }
 
 // The pre-activation's gradient from the output's.
 __device__ __forceinline__ float silu_backward(float dout, float pre) {
-    const float sig = 1.0f / (1.0f + __expf(-pre));
+    const float sig = __fdividef(1.0f, 1.0f + __expf(-pre));
     return dout * sig * (1.0f + pre * (1.0f - sig));
 }
 
@@ -136,6 +133,42 @@ __device__ __forceinline__ void shift(float (&a)[K][V]) {
     }
 }
 
+// The ring of the fast paths below: token i's x in slot i % K, seeded with the K-1 tokens before
+// the tile (hist[j] is token j - (K-1)).
+template <int K, int V>
+__device__ __forceinline__ void ring_from_hist(float (&xs)[K][V], const float (&hist)[K][V]) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) xs[(j + 1) % K][v] = hist[j][v];
+    }
+}
+
+// The forward's fast path (a tile inside the batch and inside one document that starts at least
+// K-1 tokens before it): kN tokens from offset n, i0 % K == 0, the sums in the general path's
+// order.
+template <int K, int V, int kN>
+__device__ __forceinline__ void forward_group_fast(float (&xs)[K][V], const float (&wk)[K][V],
+                                                   __nv_bfloat16* out, const __nv_bfloat16* x,
+                                                   int64_t n, int64_t channels) {
+    Raw<V> xr[kN];
+#pragma unroll
+    for (int u = 0; u < kN; ++u) xr[u] = load_raw<V>(x, n + u * channels);
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+        unpack(xr[u], xs[u % K]);
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            float pre = 0.0f;  // tap j reads token u - (K-1) + j: slot (u + 1 + j) % K
+#pragma unroll
+            for (int j = 0; j < K; ++j) pre += wk[j][v] * xs[(u + 1 + j) % K][v];
+            o[v] = silu(pre);
+        }
+        cuda::store_vec(out + n + u * channels, o);
+    }
+}
+
 // kernels
 
 template <int K, int V>
@@ -150,15 +183,25 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
     if (c >= channels) return;
     float wk[K][V], hist[K][V];
     load_taps(wk, hist, x, w, t0, c, channels);
+    if constexpr (kGroup % K == 0) {  // the fast path's ring needs groups of a multiple of K
+        if (begin[kTile - 1] <= t0 - (K - 1)) {
+            float xs[K][V];
+            ring_from_hist(xs, hist);
+            const int64_t n0 = static_cast<int64_t>(t0) * channels + c;
+            for (int i0 = 0; i0 < kTile; i0 += kGroup) {
+                forward_group_fast<K, V, kGroup>(xs, wk, out, x, n0 + i0 * channels, channels);
+            }
+            return;
+        }
+    }
     const int32_t t_end = min(tokens, t0 + kTile);
     for (int32_t g0 = t0; g0 < t_end; g0 += kGroup) {
         // The group's loads first, all in flight together (see the backward).
-        typename Raw<V>::type xr[kGroup];
+        Raw<V> xr[kGroup];
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
             const int32_t t = g0 + u;
-            xr[u] = t < t_end ? load_raw<V>(x, static_cast<int64_t>(t) * channels + c)
-                              : typename Raw<V>::type{};
+            xr[u] = t < t_end ? load_raw<V>(x, static_cast<int64_t>(t) * channels + c) : Raw<V>{};
         }
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
@@ -176,6 +219,55 @@ __global__ void causal_conv1d_forward_kernel(__nv_bfloat16* __restrict__ out,
             }
             cuda::store_vec(out + static_cast<int64_t>(t) * channels + c, o);
             shift(hist);
+        }
+    }
+}
+
+// The fast path of the backward, for a tile whose tokens and the K-1 after them lie inside the
+// batch and inside one document that starts at least K-1 tokens before the tile: no token needs a
+// bounds or document test. Token i's x and pre-activation gradient live in ring slot i % K, so a
+// group of tokens starting at a multiple of K indexes its registers at compile time (no shifts).
+// kN tokens from `n` (token i0's offset, i0 % K == 0); dx written for group tokens from kDxFrom
+// on (token u's dx is that of u - (K-1)); dw taps added where kTaps. The sums run in the general
+// path's order: both give the same bits.
+template <int K, int V, int kN, int kDxFrom, bool kTaps>
+__device__ __forceinline__ void backward_group_fast(float (&xs)[K][V], float (&dp)[K][V],
+                                                    float (&dwk)[K][V], const float (&wk)[K][V],
+                                                    __nv_bfloat16* dx, const __nv_bfloat16* dout,
+                                                    const __nv_bfloat16* x, int64_t n,
+                                                    int64_t channels) {
+    Raw<V> xr[kN], dr[kN];
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+        xr[u] = load_raw<V>(x, n + u * channels);
+        dr[u] = load_raw<V>(dout, n + u * channels);
+    }
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+        unpack(xr[u], xs[u % K]);
+        float d[V];
+        unpack(dr[u], d);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            float pre = 0.0f;  // tap j reads token u - (K-1) + j: slot (u + 1 + j) % K
+#pragma unroll
+            for (int j = 0; j < K; ++j) pre += wk[j][v] * xs[(u + 1 + j) % K][v];
+            d[v] = silu_backward(d[v], pre);
+            if constexpr (kTaps) {
+#pragma unroll
+                for (int j = 0; j < K; ++j) dwk[j][v] += d[v] * xs[(u + 1 + j) % K][v];
+            }
+            dp[u % K][v] = d[v];
+        }
+        if (u >= kDxFrom) {  // folded: u is unrolled
+            float g[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                g[v] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < K; ++j) g[v] += wk[j][v] * dp[(u - j + K) % K][v];
+            }
+            cuda::store_vec(dx + n + (u - (K - 1)) * channels, g);
         }
     }
 }
@@ -202,21 +294,46 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
 #pragma unroll
         for (int v = 0; v < V; ++v) dwk[j][v] = dpre[j][v] = 0.0f;
     }
+    float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * channels * K + c * K;
+    if constexpr (kGroup % K == 0) {  // as the forward's
+        if (begin[kSpan - 1] <= t0 - (K - 1)) {
+            static_assert(kTile % kGroup == 0);
+            float xs[K][V];
+            ring_from_hist(xs, hist);
+            const int64_t n0 = static_cast<int64_t>(t0) * channels + c;
+            backward_group_fast<K, V, kGroup, K - 1, true>(xs, dpre, dwk, wk, dx, dout, x, n0,
+                                                           channels);
+            for (int i0 = kGroup; i0 < kTile; i0 += kGroup) {
+                backward_group_fast<K, V, kGroup, 0, true>(xs, dpre, dwk, wk, dx, dout, x,
+                                                           n0 + i0 * channels, channels);
+            }
+            if constexpr (K > 1) {
+                backward_group_fast<K, V, K - 1, 0, false>(xs, dpre, dwk, wk, dx, dout, x,
+                                                           n0 + kTile * channels, channels);
+            }
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+#pragma unroll
+                for (int j = 0; j < K; ++j) part[v * K + j] = dwk[j][v];
+            }
+            return;
+        }
+    }
     const int32_t t_end = min(tokens, t0 + kTile);
-    for (int i0 = 0; i0 < kSpan; i0 += kGroup) {
+    for (int i0 = 0; i0 < kSpan; i0 += kEdgeGroup) {
         // The group's loads first, all in flight together (a thread walks its channels token by
         // token; one load at a time would wait out every load's latency).
-        typename Raw<V>::type xr[kGroup], dr[kGroup];
+        Raw<V> xr[kEdgeGroup], dr[kEdgeGroup];
 #pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
+        for (int u = 0; u < kEdgeGroup; ++u) {
             const int32_t t = t0 + i0 + u;
             const bool in = i0 + u < kSpan && t < tokens;
             const int64_t n = static_cast<int64_t>(t) * channels + c;
-            xr[u] = in ? load_raw<V>(x, n) : typename Raw<V>::type{};
-            dr[u] = in ? load_raw<V>(dout, n) : typename Raw<V>::type{};
+            xr[u] = in ? load_raw<V>(x, n) : Raw<V>{};
+            dr[u] = in ? load_raw<V>(dout, n) : Raw<V>{};
         }
 #pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
+        for (int u = 0; u < kEdgeGroup; ++u) {
             const int i = i0 + u;
             const int32_t t = t0 + i;
             if (i >= kSpan) break;
@@ -270,7 +387,6 @@ __global__ void causal_conv1d_backward_kernel(__nv_bfloat16* __restrict__ dx,
             cuda::store_vec(dx + static_cast<int64_t>(s) * channels + c, g);
         }
     }
-    float* part = dw_partials + static_cast<int64_t>(blockIdx.x) * channels * K + c * K;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
 #pragma unroll
@@ -319,6 +435,21 @@ cudaError_t launch_backward(__nv_bfloat16* dx, float* partials, const __nv_bfloa
     return cudaGetLastError();
 }
 
+// f(std::integral_constant<int, K>{}) for the kernel size (1..kMaxKernel) given at run time.
+template <typename F>
+cudaError_t with_kernel_size(int64_t kernel, F&& f) {
+    switch (kernel) {
+        case 1:
+            return f(std::integral_constant<int, 1>{});
+        case 2:
+            return f(std::integral_constant<int, 2>{});
+        case 3:
+            return f(std::integral_constant<int, 3>{});
+        default:
+            return f(std::integral_constant<int, 4>{});
+    }
+}
+
 }  // namespace
 
 // launchers
@@ -336,16 +467,10 @@ cudaError_t causal_conv1d_forward(__nv_bfloat16* out, const __nv_bfloat16* x,
         return cudaErrorInvalidValue;
     }
     if (tokens == 0) return cudaSuccess;
-    switch (kernel) {
-        case 1:
-            return launch_forward<1>(out, x, w, cu_seqlens, num_docs, tokens, channels, stream);
-        case 2:
-            return launch_forward<2>(out, x, w, cu_seqlens, num_docs, tokens, channels, stream);
-        case 3:
-            return launch_forward<3>(out, x, w, cu_seqlens, num_docs, tokens, channels, stream);
-        default:
-            return launch_forward<4>(out, x, w, cu_seqlens, num_docs, tokens, channels, stream);
-    }
+    return with_kernel_size(kernel, [&](auto k) {
+        return launch_forward<decltype(k)::value>(out, x, w, cu_seqlens, num_docs, tokens, channels,
+                                                  stream);
+    });
 }
 
 size_t causal_conv1d_backward_workspace_bytes(int64_t tokens, int64_t channels, int64_t kernel) {
@@ -365,24 +490,10 @@ cudaError_t causal_conv1d_backward(__nv_bfloat16* dx, float* dw, const __nv_bflo
         return cudaErrorInvalidValue;
     }
     auto* partials = static_cast<float*>(workspace);
-    cudaError_t e;
-    switch (kernel) {
-        case 1:
-            e = launch_backward<1>(dx, partials, dout, x, w, cu_seqlens, num_docs, tokens, channels,
-                                   stream);
-            break;
-        case 2:
-            e = launch_backward<2>(dx, partials, dout, x, w, cu_seqlens, num_docs, tokens, channels,
-                                   stream);
-            break;
-        case 3:
-            e = launch_backward<3>(dx, partials, dout, x, w, cu_seqlens, num_docs, tokens, channels,
-                                   stream);
-            break;
-        default:
-            e = launch_backward<4>(dx, partials, dout, x, w, cu_seqlens, num_docs, tokens, channels,
-                                   stream);
-    }
+    const cudaError_t e = with_kernel_size(kernel, [&](auto k) {
+        return launch_backward<decltype(k)::value>(dx, partials, dout, x, w, cu_seqlens, num_docs,
+                                                   tokens, channels, stream);
+    });
     if (e != cudaSuccess) return e;
     return cuda::column_partials_accumulate(dw, partials, static_cast<int>(token_tiles(tokens)),
                                             static_cast<int>(channels * kernel), stream);

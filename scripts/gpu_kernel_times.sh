@@ -17,7 +17,8 @@ times = {}
 for r in csv.DictReader(rows):
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r["Metric Unit"], 1.0)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(
+        r["Metric Unit"], 1.0)
     name = r["Kernel Name"].split("(")[0][:60]
     times.setdefault(name, []).append(float(r["Metric Value"].replace(",", "")) * scale)
 print(f"{'kernel':60s} {'launches':>8s} {'median us':>10s} {'total us':>10s}")

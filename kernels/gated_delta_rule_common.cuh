@@ -167,24 +167,41 @@ __device__ void invert_unit_lower(float* sT, const float* sA, float* scratch /* 
         }
     }
     __syncthreads();
+    // The block rows: a thread takes four columns of a row (one 16-byte read of the right operand
+    // per step, where one element per thread read two words per multiply-add).
     for (int i = 1; i < 4; ++i) {
         // P_j = sum_{m=j}^{i-1} A_im T_mj for j < i, then T_ij = -T_ii P_j.
-        for (int n = threadIdx.x; n < i * 256; n += blockDim.x) {
-            const int j = n / 256, r = (n % 256) / 16, col = n % 16;
-            float p = 0.0f;
+        for (int n = threadIdx.x; n < i * 64; n += blockDim.x) {
+            const int j = n / 64, r = (n % 64) / 4, c0 = (n % 4) * 4;
+            float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int s = j * 16; s < i * 16; ++s) {
-                p += sA[(i * 16 + r) * kLdC + s] * sT[s * kLdC + j * 16 + col];
+                const float a = sA[(i * 16 + r) * kLdC + s];
+                const float4 t = *reinterpret_cast<const float4*>(sT + s * kLdC + j * 16 + c0);
+                p[0] += a * t.x;
+                p[1] += a * t.y;
+                p[2] += a * t.z;
+                p[3] += a * t.w;
             }
-            scratch[n] = p;
+            *reinterpret_cast<float4*>(scratch + j * 256 + r * 16 + c0) =
+                make_float4(p[0], p[1], p[2], p[3]);
         }
         __syncthreads();
-        for (int n = threadIdx.x; n < i * 256; n += blockDim.x) {
-            const int j = n / 256, r = (n % 256) / 16, col = n % 16;
-            float t = 0.0f;
-            for (int s = 0; s <= r; ++s) {
-                t += sT[(i * 16 + r) * kLdC + i * 16 + s] * scratch[j * 256 + s * 16 + col];
+        // T_ii is lower triangular with exact zeros above: summing all 16 steps adds only zero
+        // products past s = r (the same bits as stopping there) and keeps the warp's rows in step.
+        for (int n = threadIdx.x; n < i * 64; n += blockDim.x) {
+            const int j = n / 64, r = (n % 64) / 4, c0 = (n % 4) * 4;
+            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                const float a = sT[(i * 16 + r) * kLdC + i * 16 + s];
+                const float4 x = *reinterpret_cast<const float4*>(scratch + j * 256 + s * 16 + c0);
+                t[0] += a * x.x;
+                t[1] += a * x.y;
+                t[2] += a * x.z;
+                t[3] += a * x.w;
             }
-            sT[(i * 16 + r) * kLdC + j * 16 + col] = -t;
+            *reinterpret_cast<float4*>(sT + (i * 16 + r) * kLdC + j * 16 + c0) =
+                make_float4(-t[0], -t[1], -t[2], -t[3]);
         }
         __syncthreads();
     }

@@ -50,12 +50,15 @@ __global__ void adamw_multi_tensor_kernel(const AdamWTensorArgs* tensors, int nu
             aligned16(t.param + begin) && aligned16(t.m + begin) && aligned16(t.v + begin) &&
             aligned16(t.grad + begin) &&
             (!t.param_bf16 || (reinterpret_cast<uintptr_t>(t.param_bf16 + begin) & 7) == 0);
+        // Rows the mask knows to be zero update with g = 0, their gradient unread.
+        const ChunkRead read = chunk_read(t.rows, begin);
         int64_t i = begin;
         if (vec) {
             const int64_t quads = (end - begin) / 4;
             for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
                 const int64_t at = begin + 4 * q;
-                const float4 g4 = *reinterpret_cast<const float4*>(t.grad + at);
+                const float4 g4 = read.at(at) ? *reinterpret_cast<const float4*>(t.grad + at)
+                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 float4 p4 = *reinterpret_cast<const float4*>(t.param + at);
                 float4 m4 = *reinterpret_cast<const float4*>(t.m + at);
                 float4 v4 = *reinterpret_cast<const float4*>(t.v + at);
@@ -79,7 +82,7 @@ __global__ void adamw_multi_tensor_kernel(const AdamWTensorArgs* tensors, int nu
         }
         for (i += threadIdx.x; i < end; i += blockDim.x) {
             float p = t.param[i], m = t.m[i], v = t.v[i];
-            update(p, m, v, t.grad[i] * scale, s);
+            update(p, m, v, (read.at(i) ? t.grad[i] : 0.0f) * scale, s);
             t.param[i] = p;
             t.m[i] = m;
             t.v[i] = v;

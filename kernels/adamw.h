@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common/multi_tensor.h"
+
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,6 +37,7 @@ struct AdamWTensorArgs {
     __nv_bfloat16* param_bf16;
     int64_t n;
     int64_t chunk_begin;
+    RowMask rows = {};  // gradient rows known to be zero, not read (optional; row_mask_valid)
 };
 
 // Host side, once per parameter set: assigns each tensor its first chunk and returns the total

@@ -21,6 +21,8 @@ __global__ void grad_norm_partials_kernel(float* partials, const GradNormTensor*
         const GradNormTensor t = tensors[find_tensor(tensors, num_tensors, chunk)];
         const int64_t begin = (chunk - t.chunk_begin) * kMultiTensorChunk;
         const int64_t end = min(t.n, begin + kMultiTensorChunk);
+        // Rows the mask knows to be zero add nothing (the same bits as adding their zeros).
+        const ChunkRead read = chunk_read(t.rows, begin);
         float s = 0.0f;
         int64_t tail = begin;
         if (reinterpret_cast<uintptr_t>(t.grad) % 16 == 0) {  // chunks start at multiples of 4
@@ -28,12 +30,15 @@ __global__ void grad_norm_partials_kernel(float* partials, const GradNormTensor*
             const int64_t n4 = (end - begin) / 4;
 #pragma unroll 4
             for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
+                if (!read.at(begin + 4 * i)) continue;
                 const float4 x = g4[i];
                 s += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
             }
             tail = begin + n4 * 4;
         }
-        for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) s += t.grad[i] * t.grad[i];
+        for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+            if (read.at(i)) s += t.grad[i] * t.grad[i];
+        }
         s = cuda::block_sum(s, scratch);
         if (threadIdx.x == 0) partials[chunk] = s;
     }

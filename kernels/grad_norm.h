@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/multi_tensor.h"
+
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -17,6 +19,7 @@ struct GradNormTensor {
     const float* grad;  // device, fp32
     int64_t n;
     int64_t chunk_begin;  // filled by grad_norm_plan_chunks
+    RowMask rows = {};    // gradient rows known to be zero, not read (optional; row_mask_valid)
 };
 
 int64_t grad_norm_plan_chunks(GradNormTensor* tensors, int num_tensors);

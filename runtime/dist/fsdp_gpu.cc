@@ -66,7 +66,10 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
                             &f->rep_half_, &f->rep_grad_, &f->rep_moments_, &f->scalars_}) {
         if (m->get()) DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
-    if (!frozen) DT_RETURN_IF_ERROR(f->plan_adamw());
+    if (!frozen) {
+        DT_RETURN_IF_ERROR(f->track_embedding_rows());
+        DT_RETURN_IF_ERROR(f->plan_adamw());
+    }
     return f;
 }
 
@@ -89,7 +92,7 @@ absl::Status FsdpGpuParams::plan_adamw() {
     std::vector<AdamWTensorArgs> ts;
     ts.push_back(AdamWTensorArgs{master_.as<float>(), moments_.as<float>(),
                                  moments_.as<float>() + n, grad_.as<float>(), half_.as<bf16>(), n,
-                                 0});
+                                 0, embed_mask_});
     if (r > 0) {
         ts.push_back(AdamWTensorArgs{rep_master_.as<float>(), rep_moments_.as<float>(),
                                      rep_moments_.as<float>() + r, rep_grad_.as<float>(),
@@ -98,7 +101,8 @@ absl::Status FsdpGpuParams::plan_adamw() {
     adamw_chunks_ = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
     DT_ASSIGN_OR_RETURN(adamw_tensors_, dev_.allocate(sizeof(AdamWTensorArgs) * ts.size()));
     // One planned GradNormTensor array per norm: [shard], [replicated].
-    GradNormTensor norms[2] = {{grad_.as<float>(), n, 0}, {rep_grad_.as<float>(), r, 0}};
+    GradNormTensor norms[2] = {{grad_.as<float>(), n, 0, embed_mask_},
+                               {rep_grad_.as<float>(), r, 0, RowMask{}}};
     norm_chunks_shard_ = grad_norm_plan_chunks(&norms[0], 1);
     norm_chunks_rep_ = r > 0 ? grad_norm_plan_chunks(&norms[1], 1) : 0;
     norm_work_bytes_ = grad_norm_workspace_bytes(std::max(norm_chunks_shard_, norm_chunks_rep_));
@@ -258,77 +262,6 @@ absl::Status FsdpGpuParams::require_trained(const char* what) const {
         absl::StrCat(what, ": the base is frozen (bf16 shards only, nothing trains here)"));
 }
 
-absl::Status FsdpGpuParams::zero_grads() {
-    DT_RETURN_IF_ERROR(require_trained("zero_grads"));
-    const cudaStream_t s = compute();
-    DT_RETURN_IF_ERROR(order(comm_stream(), s));
-    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_.get(), 0, grad_.bytes(), s));
-    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rep_grad_.get(), 0, rep_grad_.bytes(), s));
-    for (Unit& u : units_) {
-        if (u.full_grad.get()) {  // unsynced accumulation left over: discard on the comm stream
-            DT_RETURN_IF_ERROR(order(s, comm_stream()));
-            u.full_grad.reset();
-        }
-    }
-    return absl::OkStatus();
-}
-
-absl::Status FsdpGpuParams::zero_marked_grads(const std::vector<char>& zero) {
-    DT_RETURN_IF_ERROR(require_trained("zero_grads"));
-    if (comm_.world_size() != 1 || zero.size() != layout_.slots.size()) {
-        return absl::FailedPreconditionError("partial gradient zeroing needs world size 1");
-    }
-    std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) in grad_, by start
-    std::vector<std::pair<int64_t, bool>> slots;    // (begin, zero it) of every sharded slot
-    for (size_t i = 0; i < layout_.slots.size(); ++i) {
-        const GpuParamSlot& slot = layout_.slots[i];
-        if (slot.replicated) continue;
-        slots.emplace_back(units_[static_cast<size_t>(slot.unit)].shard_begin + slot.offset,
-                           zero[i]);
-    }
-    std::vector<size_t> order(slots.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return slots[a].first < slots[b].first; });
-    // A run ends where a kept slot starts: padding between zeroed neighbours is zeroed too
-    // (nothing ever writes it), never a kept slot's values.
-    float* g = grad_.as<float>();
-    for (size_t k = 0; k < order.size(); ++k) {
-        const size_t i = order[k];
-        if (!slots[i].second) continue;
-        const int64_t end = k + 1 < order.size() ? slots[order[k + 1]].first : shard_total_;
-        if (!runs.empty() && runs.back().second == slots[i].first) {
-            runs.back().second = end;
-        } else {
-            runs.emplace_back(slots[i].first, end);
-        }
-    }
-    for (const auto& [b, e] : runs) {
-        DT_CUDA_RETURN_IF_ERROR(
-            cudaMemsetAsync(g + b, 0, sizeof(float) * static_cast<size_t>(e - b), compute()));
-    }
-    return absl::OkStatus();
-}
-
-absl::Status FsdpGpuParams::zero_grads_except(const std::vector<char>& skip) {
-    std::vector<char> zero(skip.size());
-    for (size_t i = 0; i < skip.size(); ++i) zero[i] = !skip[i];
-    DT_RETURN_IF_ERROR(order(comm_stream(), compute()));
-    DT_RETURN_IF_ERROR(zero_marked_grads(zero));
-    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rep_grad_.get(), 0, rep_grad_.bytes(), compute()));
-    return absl::OkStatus();
-}
-
-absl::Status FsdpGpuParams::zero_param_grads(const std::vector<size_t>& params) {
-    if (params.empty()) return absl::OkStatus();
-    std::vector<char> zero(layout_.slots.size(), 0);
-    for (size_t i : params) {
-        if (i >= zero.size()) return absl::OutOfRangeError("zero_param_grads: no such parameter");
-        zero[i] = 1;
-    }
-    return zero_marked_grads(zero);
-}
-
 int FsdpGpuParams::next_unit(int unit, Phase phase) const {
     const int layers = layout_.num_units - 2, head = layout_.head_unit();
     if (phase == Phase::kBackward) return unit >= 2 && unit <= layers ? unit - 1 : -1;
@@ -371,7 +304,13 @@ absl::StatusOr<GpuUnitPtrs> FsdpGpuParams::acquire(int unit, Phase phase, bool g
         return absl::OutOfRangeError("parameter unit out of range");
     }
     Unit& u = units_[static_cast<size_t>(unit)];
-    if (comm_.world_size() == 1) return whole_unit(u);
+    if (comm_.world_size() == 1) {
+        GpuUnitPtrs p = whole_unit(u);
+        if (embed_slot_ >= 0 && unit == layout_.slots[static_cast<size_t>(embed_slot_)].unit) {
+            p.embed_rows_touched = embed_rows_.as<uint8_t>();
+        }
+        return p;
+    }
     // The embedding's backward scatters rows into its gradient and never reads the weights.
     const bool weights = !(unit == 0 && phase == Phase::kBackward);
     if (weights && !u.live) DT_RETURN_IF_ERROR(gather(unit));

@@ -94,6 +94,9 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status release(int unit, Phase phase) override;
     absl::Status synchronize() override;
 
+    // Whether the embedding gradient's rows are tracked (world size 1, untied): the norm and
+    // AdamW skip the rows no token touched, zero_grads_except zeroes only the touched ones.
+    bool tracks_embedding_rows() const { return embed_slot_ >= 0; }
     // Sizes, elements: this rank's shard of the units and the replicated segment.
     int64_t shard_numel() const { return shard_total_; }
     int64_t replicated_numel() const { return layout_.replicated_numel; }
@@ -121,6 +124,7 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
+    absl::Status track_embedding_rows();                   // world size 1, untied: see embed_mask_
     absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
     absl::Status for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
@@ -140,6 +144,11 @@ class FsdpGpuParams final : public GpuParamSource {
     DeviceMemory adamw_tensors_, norm_work_, norm_tensors_, scalars_;
     int64_t adamw_chunks_ = 0, norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;
     size_t norm_work_bytes_ = 0;
+    // World size 1, untied: the embedding gradient's rows that may be nonzero (one byte per
+    // vocabulary row, set by the model's embedding backward) and where they lie in grad_.
+    DeviceMemory embed_rows_;
+    RowMask embed_mask_;
+    int embed_slot_ = -1;  // its ParamSet index, -1 when not tracked
     cudaEvent_t scratch_ = nullptr;
 };
 

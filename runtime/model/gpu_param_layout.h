@@ -65,6 +65,10 @@ struct GpuUnitPtrs {
     const __nv_bfloat16* rep_half = nullptr;
     const float* rep_master = nullptr;
     float* rep_grad = nullptr;
+    // Where the source tracks which rows of the embedding's gradient may be nonzero (its unit,
+    // untied, whole on this rank): one byte per vocabulary row, which the model sets for each
+    // id its embedding backward adds into (kernels/grad_rows.h). Null otherwise.
+    uint8_t* embed_rows_touched = nullptr;
 };
 
 // Where the model gets its parameters. The model acquires a unit before computing with it and

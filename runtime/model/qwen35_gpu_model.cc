@@ -32,6 +32,7 @@ const char* recompute_name(Recompute r) {
 #include "kernels/cast.h"
 #include "kernels/embedding.h"
 #include "kernels/fused_linear_cross_entropy.h"
+#include "kernels/grad_rows.h"
 #include "kernels/init_fill.h"
 #include "kernels/rmsnorm.h"
 #include "runtime/base/status_macros.h"
@@ -471,6 +472,9 @@ absl::Status Qwen35GpuModel::backward() {
     if (dembed) {
         DT_CUDA_RETURN_IF_ERROR(embedding_backward_sorted(
             dembed, g.as<bf16>(), m.ids_sorted, m.id_positions_sorted, T, H, ework.get(), we, s));
+        if (e.embed_rows_touched) {
+            DT_CUDA_RETURN_IF_ERROR(mark_rows(e.embed_rows_touched, m.ids_sorted, T, s));
+        }
     }
     DT_RETURN_IF_ERROR(m.source->release(m.layout.tied ? head_unit : 0, Phase::kBackward));
     m.head = GpuUnitPtrs{};

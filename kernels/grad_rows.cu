@@ -40,6 +40,12 @@ __global__ void zero_marked_rows_kernel(float* grad, uint8_t* touched, int64_t r
     }
 }
 
+__global__ void set_marked_rows_kernel(int32_t* dst, const uint8_t* touched, int64_t rows,
+                                       int32_t value) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (r < rows && touched[r]) dst[r] = value;
+}
+
 }  // namespace
 
 // launchers
@@ -60,6 +66,15 @@ cudaError_t zero_marked_rows(float* grad, uint8_t* touched, int64_t rows, int64_
     const int64_t blocks = std::min<int64_t>((rows + kWarps - 1) / kWarps, 4096);
     zero_marked_rows_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         grad, touched, rows, row_len, vec);
+    return cudaGetLastError();
+}
+
+cudaError_t set_marked_rows(int32_t* dst, const uint8_t* touched, int64_t rows, int32_t value,
+                            cudaStream_t stream) {
+    if (rows < 0) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    const auto blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
+    set_marked_rows_kernel<<<blocks, kThreads, 0, stream>>>(dst, touched, rows, value);
     return cudaGetLastError();
 }
 

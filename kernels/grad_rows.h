@@ -4,6 +4,7 @@
 //   mark_rows:        touched[ids[i]] = 1 for every i < n.
 //   zero_marked_rows: rows r with touched[r] set become zero (row_len values each), and their
 //                     mark is cleared.
+//   set_marked_rows:  dst[r] = value for the rows r with touched[r] set.
 #pragma once
 #include <cstdint>
 
@@ -16,6 +17,7 @@ namespace deltatune {
 // CPU references. ids must lie in [0, rows).
 void mark_rows_ref(uint8_t* touched, const int32_t* ids, int64_t n);
 void zero_marked_rows_ref(float* grad, uint8_t* touched, int64_t rows, int64_t row_len);
+void set_marked_rows_ref(int32_t* dst, const uint8_t* touched, int64_t rows, int32_t value);
 
 #if DELTATUNE_HAVE_CUDA
 // Device pointers, stream-ordered. mark_rows: ids in [0, rows of `touched`) (the embedding
@@ -24,6 +26,8 @@ void zero_marked_rows_ref(float* grad, uint8_t* touched, int64_t rows, int64_t r
 cudaError_t mark_rows(uint8_t* touched, const int32_t* ids, int64_t n, cudaStream_t stream);
 cudaError_t zero_marked_rows(float* grad, uint8_t* touched, int64_t rows, int64_t row_len,
                              cudaStream_t stream);
+cudaError_t set_marked_rows(int32_t* dst, const uint8_t* touched, int64_t rows, int32_t value,
+                            cudaStream_t stream);
 #endif
 
 }  // namespace deltatune

@@ -16,4 +16,10 @@ void zero_marked_rows_ref(float* grad, uint8_t* touched, int64_t rows, int64_t r
     }
 }
 
+void set_marked_rows_ref(int32_t* dst, const uint8_t* touched, int64_t rows, int32_t value) {
+    for (int64_t r = 0; r < rows; ++r) {
+        if (touched[r]) dst[r] = value;
+    }
+}
+
 }  // namespace deltatune

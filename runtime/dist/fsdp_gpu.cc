@@ -92,7 +92,8 @@ absl::Status FsdpGpuParams::plan_adamw() {
     std::vector<AdamWTensorArgs> ts;
     ts.push_back(AdamWTensorArgs{master_.as<float>(), moments_.as<float>(),
                                  moments_.as<float>() + n, grad_.as<float>(), half_.as<bf16>(), n,
-                                 0, embed_mask_});
+                                 0, embed_mask_, /*defer_unmarked=*/embed_slot_ >= 0});
+    embed_args_ = ts[0];
     if (r > 0) {
         ts.push_back(AdamWTensorArgs{rep_master_.as<float>(), rep_moments_.as<float>(),
                                      rep_moments_.as<float>() + r, rep_grad_.as<float>(),
@@ -158,6 +159,7 @@ absl::Status FsdpGpuParams::for_each_local_piece(
 absl::Status FsdpGpuParams::refresh_half_from_masters() {
     const cudaStream_t s = compute();
     if (!frozen_) {  // frozen: for_each_local_piece wrote the bf16 shards
+        DT_RETURN_IF_ERROR(reset_embedding_deferral());  // new masters: nothing is owed
         DT_CUDA_RETURN_IF_ERROR(
             cast_f32_to_bf16(half_.as<bf16>(), master_.as<float>(), shard_total_, s));
     }
@@ -206,6 +208,7 @@ std::vector<size_t> FsdpGpuParams::sample_order() const {
 absl::StatusOr<std::vector<float>> FsdpGpuParams::download_sample(int64_t stride) {
     if (stride < 1) return absl::InvalidArgumentError("download_sample: stride must be >= 1");
     DT_RETURN_IF_ERROR(require_trained("download"));
+    DT_RETURN_IF_ERROR(catch_up_embedding());
     const cudaStream_t s = compute();
     DT_RETURN_IF_ERROR(order(comm_stream(), s));
     std::vector<float> out;
@@ -388,9 +391,11 @@ absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step
     DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(sc + 2, 1, s));
     DT_CUDA_RETURN_IF_ERROR(
         grad_norm_from_square(sc + 3, sc + 4, sc + 2, static_cast<float>(max_grad_norm), s));
+    DT_RETURN_IF_ERROR(defer_embedding_step(hyper, step, /*before=*/true));
     DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensors_.as<AdamWTensorArgs>(),
                                                     r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
                                                     max_grad_norm > 0 ? sc + 4 : nullptr, s));
+    DT_RETURN_IF_ERROR(defer_embedding_step(hyper, step, /*before=*/false));
     // Wait (polling NCCL) before reading back: a copy into pageable memory blocks the host until
     // the stream reaches it, which a dead peer would make forever.
     DT_RETURN_IF_ERROR(comm_.wait(s));

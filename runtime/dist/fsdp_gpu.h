@@ -93,9 +93,11 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::StatusOr<GpuUnitPtrs> acquire(int unit, Phase phase, bool grads) override;
     absl::Status release(int unit, Phase phase) override;
     absl::Status synchronize() override;
+    absl::Status refresh_embedding_rows(const int32_t* sorted_ids, int64_t n) override;
 
-    // Whether the embedding gradient's rows are tracked (world size 1, untied): the norm and
-    // AdamW skip the rows no token touched, zero_grads_except zeroes only the touched ones.
+    // Whether the embedding gradient's rows are tracked (world size 1, untied): the norm skips
+    // the rows no token touched, AdamW defers their (zero-gradient) updates until a forward
+    // reads them or the masters are read, and zero_grads_except zeroes only the touched ones.
     bool tracks_embedding_rows() const { return embed_slot_ >= 0; }
     // Sizes, elements: this rank's shard of the units and the replicated segment.
     int64_t shard_numel() const { return shard_total_; }
@@ -124,7 +126,14 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
     absl::Status plan_adamw();
-    absl::Status track_embedding_rows();                   // world size 1, untied: see embed_mask_
+    absl::Status track_embedding_rows();  // world size 1, untied: see embed_mask_
+    // Every deferred embedding update applied (before the masters or moments are read), or
+    // dropped (after they are overwritten).
+    absl::Status catch_up_embedding();
+    absl::Status reset_embedding_deferral();
+    // Around AdamW in step(): records the step's scalars (before), then counts it for the rows
+    // it updated (after), catching every row up when the record is full.
+    absl::Status defer_embedding_step(const AdamWHyper& hyper, int64_t step, bool before);
     absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
     absl::Status for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
@@ -149,6 +158,12 @@ class FsdpGpuParams final : public GpuParamSource {
     DeviceMemory embed_rows_;
     RowMask embed_mask_;
     int embed_slot_ = -1;  // its ParamSet index, -1 when not tracked
+    // Deferred updates: the scalars of the steps since the last catch-up (AdamWStepScalars, at
+    // most kDeferredSteps) and per row how many of them it has had (int32).
+    static constexpr int32_t kDeferredSteps = 1024;
+    DeviceMemory embed_steps_, embed_row_steps_;
+    int32_t embed_steps_len_ = 0;
+    AdamWTensorArgs embed_args_{};  // the shard's AdamW tensor, for adamw_catch_up_rows
     cudaEvent_t scratch_ = nullptr;
 };
 

@@ -31,7 +31,8 @@ std::vector<int64_t> FsdpGpuParams::group_sizes() const {
 
 absl::Status FsdpGpuParams::save_shard(const std::string& path) {
     DT_RETURN_IF_ERROR(require_trained("save_shard"));
-    DT_RETURN_IF_ERROR(synchronize());  // the last step's update is in the masters
+    DT_RETURN_IF_ERROR(catch_up_embedding());  // the deferred embedding updates, applied
+    DT_RETURN_IF_ERROR(synchronize());         // the last step's update is in the masters
     const int64_t n = shard_total_, r = layout_.replicated_numel;
     const float* shard_src[3] = {master_.as<float>(), moments_.as<float>(),
                                  moments_.as<float>() + n};

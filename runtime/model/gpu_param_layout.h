@@ -86,6 +86,12 @@ class GpuParamSource {
     // Waits on the host for the compute stream (the loss read-back). A sharded source polls its
     // communicator instead of blocking, so a dead peer ends in an error, never a hang.
     virtual absl::Status synchronize() = 0;
+    // Before the forward reads the embedding rows of these ids (device, ascending, repeats
+    // allowed): a source that defers the updates of rows no step touched applies them now.
+    virtual absl::Status refresh_embedding_rows(const int32_t* sorted_ids, int64_t n) {
+        (void)sorted_ids, (void)n;
+        return absl::OkStatus();
+    }
 };
 #endif
 

@@ -367,6 +367,7 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
         if (!m.layout.tied) {
             DT_ASSIGN_OR_RETURN(e, m.source->acquire(0, Phase::kForward, false));
         }
+        DT_RETURN_IF_ERROR(m.source->refresh_embedding_rows(m.ids_sorted, T));
         DT_CUDA_RETURN_IF_ERROR(
             embedding_forward(emb.as<bf16>(), m.param(m.embed_idx, e).w, m.ids, T, H, s));
         if (!m.layout.tied) DT_RETURN_IF_ERROR(m.source->release(0, Phase::kForward));

@@ -89,6 +89,15 @@ std::vector<MaskedTensor> masked_tensors(std::mt19937& rng) {
     return ts;
 }
 
+// AdamW's starting master, moments (v from squares: non-negative) for n values.
+struct AdamWStart {
+    std::vector<float> p, m, v;
+    AdamWStart(size_t n, std::mt19937& rng)
+        : p(random_f32(n, rng)), m(random_f32(n, rng, 0.01f)), v(random_f32(n, rng, 1e-3f)) {
+        for (auto& x : v) x = x * x;
+    }
+};
+
 TEST_CASE("the gradient norm under a row mask skips the zero rows, same bits", "[kernels][cuda]") {
     if (!have_gpu()) return;
     std::mt19937 rng(72);
@@ -128,11 +137,9 @@ TEST_CASE("AdamW under a row mask updates the zero rows unread, same bits", "[ke
     for (const MaskedTensor& t : masked_tensors(rng)) {
         INFO("row_len " << t.row_len);
         const size_t n = static_cast<size_t>(t.n);
-        const auto p0 = random_f32(n, rng), m0 = random_f32(n, rng, 0.01f);
-        auto v0 = random_f32(n, rng, 1e-3f);
-        for (auto& x : v0) x = x * x;
+        const AdamWStart start(n, rng);
         auto run = [&](const std::vector<float>& grad, RowMask mask) {
-            DeviceBuffer<float> p(p0), m(m0), v(v0), g(grad);
+            DeviceBuffer<float> p(start.p), m(start.m), v(start.v), g(grad);
             DeviceBuffer<uint16_t> half(n);
             half.poison();
             std::vector<AdamWTensorArgs> ts = {
@@ -153,6 +160,89 @@ TEST_CASE("AdamW under a row mask updates the zero rows unread, same bits", "[ke
         CHECK(bits(masked.v) == bits(dense.v));
         CHECK(masked.half == dense.half);
         CHECK(std::isfinite(dense.p[static_cast<size_t>(t.begin)]));
+    }
+}
+
+// Three steps whose touched rows change (and whose learning rate does), once updating every row
+// each step and once deferring the untouched rows: caught up before the rows are used, as
+// FsdpGpuParams does, and all at the end. Same bits.
+TEST_CASE("AdamW's deferred zero-gradient steps, caught up, equal every step's",
+          "[kernels][cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(74);
+    DeviceBuffer<float> scale(std::vector<float>{0.5f});
+    for (const MaskedTensor& t : masked_tensors(rng)) {
+        INFO("row_len " << t.row_len);
+        const size_t n = static_cast<size_t>(t.n);
+        const AdamWStart start(n, rng);
+        const auto g_all = random_f32(n, rng, 0.1f);
+        // The rows each step touches: all, then two, then one.
+        const std::vector<std::vector<int32_t>> touched_by_step = {
+            [&] {
+                std::vector<int32_t> all(static_cast<size_t>(t.rows));
+                for (int32_t r = 0; r < static_cast<int32_t>(t.rows); ++r) all[r] = r;
+                return all;
+            }(),
+            {1, 4},
+            {2}};
+        auto hyper_of = [](int64_t step) {
+            AdamWHyper h;
+            h.lr = 1e-3 / static_cast<double>(step);
+            h.weight_decay = 0.1;
+            return h;
+        };
+        DeviceBuffer<float> pe(start.p), me(start.m), ve(start.v), pl(start.p), ml(start.m),
+            vl(start.v);
+        DeviceBuffer<uint16_t> he(n), hl(n);
+        DeviceBuffer<AdamWStepScalars> table(touched_by_step.size());
+        DeviceBuffer<int32_t> row_pos(std::vector<int32_t>(static_cast<size_t>(t.rows), 0));
+        int32_t len = 0;
+        for (size_t k = 0; k < touched_by_step.size(); ++k) {
+            const int64_t step = static_cast<int64_t>(k) + 1;
+            std::vector<uint8_t> touched(static_cast<size_t>(t.rows), 0);
+            for (int32_t r : touched_by_step[k]) touched[static_cast<size_t>(r)] = 1;
+            std::vector<float> g = g_all;  // zero in the untouched rows
+            for (int64_t r = 0; r < t.rows; ++r) {
+                if (touched[static_cast<size_t>(r)]) continue;
+                for (int64_t i = 0; i < t.row_len; ++i) {
+                    g[static_cast<size_t>(t.begin + r * t.row_len + i)] = 0.0f;
+                }
+            }
+            DeviceBuffer<float> d_g(g);
+            DeviceBuffer<uint8_t> d_touched(touched);
+            std::vector<AdamWTensorArgs> eager = {
+                {pe.get(), me.get(), ve.get(), d_g.get(), bf16_ptr(he), t.n, 0}};
+            std::vector<AdamWTensorArgs> lazy = {{pl.get(), ml.get(), vl.get(), d_g.get(),
+                                                  bf16_ptr(hl), t.n, 0, t.mask(d_touched.get()),
+                                                  /*defer_unmarked=*/true}};
+            const int64_t chunks = adamw_plan_chunks(eager.data(), 1);
+            adamw_plan_chunks(lazy.data(), 1);
+            DeviceBuffer<AdamWTensorArgs> d_eager(eager), d_lazy(lazy);
+            REQUIRE(adamw_multi_tensor_step(d_eager.get(), 1, chunks, hyper_of(step), step,
+                                            scale.get(), nullptr) == cudaSuccess);
+            DeviceBuffer<int32_t> ids(touched_by_step[k]);  // ascending
+            REQUIRE(adamw_catch_up_rows(lazy[0], ids.get(), ids.size(), row_pos.get(), table.get(),
+                                        len, nullptr) == cudaSuccess);
+            REQUIRE(adamw_record_scalars(table.get(), len, hyper_of(step), step, nullptr) ==
+                    cudaSuccess);
+            REQUIRE(adamw_multi_tensor_step(d_lazy.get(), 1, chunks, hyper_of(step), step,
+                                            scale.get(), nullptr) == cudaSuccess);
+            ++len;
+            REQUIRE(set_marked_rows(row_pos.get(), d_touched.get(), t.rows, len, nullptr) ==
+                    cudaSuccess);
+        }
+        DeviceBuffer<uint8_t> unused(static_cast<size_t>(t.rows));  // catch-up reads no marks
+        const AdamWTensorArgs all = {pl.get(),     ml.get(), vl.get(), nullptr,
+                                     bf16_ptr(hl), t.n,      0,        t.mask(unused.get())};
+        REQUIRE(adamw_catch_up_rows(all, nullptr, 0, row_pos.get(), table.get(), len, nullptr) ==
+                cudaSuccess);
+        CHECK(bits(pl.download()) == bits(pe.download()));
+        CHECK(bits(ml.download()) == bits(me.download()));
+        CHECK(bits(vl.download()) == bits(ve.download()));
+        const auto half_e = he.download(), half_l = hl.download();
+        // The bf16 copy: every element the eager steps wrote (all of them: step 1 touched all).
+        CHECK(half_l == half_e);
+        CHECK(row_pos.download() == std::vector<int32_t>(static_cast<size_t>(t.rows), len));
     }
 }
 #else

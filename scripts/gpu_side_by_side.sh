@@ -8,6 +8,8 @@
 #   BUNDLE_DIR=.device-build bash scripts/gpu_side_by_side.sh
 # PEER_PROFILE=1 adds the peer's profiled step (kernel counts; the torch profiler takes minutes),
 # PEER_CU=1 adds its document-isolated variant, PEER_TIMEOUT (s) bounds each peer run.
+# AUTO_ONLY=1 runs only the rows without checkpointing (the peer's best and our automatic policy:
+# about half the device time).
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
@@ -29,9 +31,10 @@ peer() {  # NAME [flags...]
 # The peer at its best (FLA kernels, 1D packing, fused AdamW; every timed shape warmed first):
 # no activation checkpointing (fits in 83 GiB), and with per-layer checkpointing.
 peer peer_ckpt0 --fused-adam --ckpt 0 ${PEER_PROFILE:+--profile} --tag fla-packed-fused-ckpt0
-peer peer_ckpt1 --fused-adam --ckpt 1 --tag fla-packed-fused-ckpt1
+[[ ${AUTO_ONLY:-0} == 1 ]] || peer peer_ckpt1 --fused-adam --ckpt 1 --tag fla-packed-fused-ckpt1
 [[ ${PEER_CU:-0} == 1 ]] && peer peer_cu --fused-adam --ckpt 0 --cu --tag fla-packed-cu  # documents kept apart
-"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
+[[ ${AUTO_ONLY:-0} == 1 ]] ||
+  "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
 "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
 printf '%-12s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
 for f in peer_ckpt0 peer_ckpt1 peer_cu; do
@@ -39,10 +42,12 @@ for f in peer_ckpt0 peer_ckpt1 peer_cu; do
   printf '%-12s %-10s %-8s %-9s %s\n' $f "$(field $O/$f.json real_tok_s)" - "$(field $O/$f.json peak_gib)" "$(field $O/$f.json gpu_kernels)"
 done
 for f in dt_layer dt_auto; do
+  [[ -s $O/$f.json ]] || continue
   printf '%-12s %-10.0f %-8.3f %-9.2f %s\n' $f "$(field $O/$f.json tokens_per_s)" "$(field $O/$f.json mfu)" \
     "$(field $O/$f.json device_used_gib_cudaMemGetInfo)" "$(field $O/$f.json kernel_launches_per_step) / $(field $O/$f.json kernel_launches_per_layer) per layer"
 done
 for f in dt_layer dt_auto; do
+  [[ -s $O/$f.json ]] || continue
   echo "$f: step $(field $O/$f.json step_ms) ms, profiled $(field $O/$f.json profiled_step_ms) ms, by part $(field $O/$f.json step_breakdown_ms_profiled_step)"
 done
 field $O/peer_ckpt0.json impl_chunk_gated_delta_rule; field $O/peer_ckpt0.json fla_available

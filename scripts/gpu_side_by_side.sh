@@ -12,6 +12,9 @@
 # about half the device time).
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
+# A fresh machine holds only what was carried: unpack the carried bundle first.
+[[ -x $B/daemon/deltatune || ! -f .carry/bundle.tar.xz ]] || tar -xJf .carry/bundle.tar.xz
+[[ -x $B/daemon/deltatune ]] || { echo "no $B/daemon/deltatune: carry the bundle" >&2; exit 2; }
 S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1

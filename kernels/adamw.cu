@@ -28,6 +28,18 @@ __device__ __forceinline__ void update(float& p, float& m, float& v, float g,
     p = p + s.neg_step_size * m / denom;
 }
 
+// Element i of t: its master and moments through f(p, m, v), then written back with the bf16
+// copy (the step's scalar path and the deferred steps' catch-up).
+template <typename F>
+__device__ __forceinline__ void update_element(const AdamWTensorArgs& t, int64_t i, F&& f) {
+    float p = t.param[i], m = t.m[i], v = t.v[i];
+    f(p, m, v);
+    t.param[i] = p;
+    t.m[i] = m;
+    t.v[i] = v;
+    if (t.param_bf16) t.param_bf16[i] = __float2bfloat16_rn(p);
+}
+
 __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
@@ -80,12 +92,9 @@ __global__ void adamw_multi_tensor_kernel(const AdamWTensorArgs* tensors, int nu
         }
         for (i += threadIdx.x; i < end; i += blockDim.x) {
             if (!read.at(i) && t.defer_unmarked) continue;
-            float p = t.param[i], m = t.m[i], v = t.v[i];
-            update(p, m, v, (read.at(i) ? t.grad[i] : 0.0f) * scale, s);
-            t.param[i] = p;
-            t.m[i] = m;
-            t.v[i] = v;
-            if (t.param_bf16) t.param_bf16[i] = __float2bfloat16_rn(p);
+            update_element(t, i, [&](float& p, float& m, float& v) {
+                update(p, m, v, (read.at(i) ? t.grad[i] : 0.0f) * scale, s);
+            });
         }
     }
 }
@@ -114,12 +123,9 @@ __global__ void catch_up_rows_kernel(AdamWTensorArgs t, const int32_t* sorted_id
         if (from >= table_len) continue;
         const int64_t base = t.rows.begin + r * t.rows.row_len;
         for (int64_t i = base + lane; i < base + t.rows.row_len; i += 32) {
-            float p = t.param[i], m = t.m[i], v = t.v[i];
-            for (int32_t j = from; j < table_len; ++j) update(p, m, v, 0.0f, table[j]);
-            t.param[i] = p;
-            t.m[i] = m;
-            t.v[i] = v;
-            if (t.param_bf16) t.param_bf16[i] = __float2bfloat16_rn(p);
+            update_element(t, i, [&](float& p, float& m, float& v) {
+                for (int32_t j = from; j < table_len; ++j) update(p, m, v, 0.0f, table[j]);
+            });
         }
         __syncwarp();  // every lane has read row_pos[r]
         if (lane == 0) row_pos[r] = table_len;

@@ -391,11 +391,11 @@ absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step
     DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(sc + 2, 1, s));
     DT_CUDA_RETURN_IF_ERROR(
         grad_norm_from_square(sc + 3, sc + 4, sc + 2, static_cast<float>(max_grad_norm), s));
-    DT_RETURN_IF_ERROR(defer_embedding_step(hyper, step, /*before=*/true));
+    DT_RETURN_IF_ERROR(record_embedding_step(hyper, step));
     DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensors_.as<AdamWTensorArgs>(),
                                                     r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
                                                     max_grad_norm > 0 ? sc + 4 : nullptr, s));
-    DT_RETURN_IF_ERROR(defer_embedding_step(hyper, step, /*before=*/false));
+    DT_RETURN_IF_ERROR(count_embedding_step());
     // Wait (polling NCCL) before reading back: a copy into pageable memory blocks the host until
     // the stream reaches it, which a dead peer would make forever.
     DT_RETURN_IF_ERROR(comm_.wait(s));

@@ -93,6 +93,7 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::StatusOr<GpuUnitPtrs> acquire(int unit, Phase phase, bool grads) override;
     absl::Status release(int unit, Phase phase) override;
     absl::Status synchronize() override;
+    // sorted_ids null: every row (adamw_catch_up_rows).
     absl::Status refresh_embedding_rows(const int32_t* sorted_ids, int64_t n) override;
 
     // Whether the embedding gradient's rows are tracked (world size 1, untied): the norm skips
@@ -131,9 +132,11 @@ class FsdpGpuParams final : public GpuParamSource {
     // dropped (after they are overwritten).
     absl::Status catch_up_embedding();
     absl::Status reset_embedding_deferral();
-    // Around AdamW in step(): records the step's scalars (before), then counts it for the rows
-    // it updated (after), catching every row up when the record is full.
-    absl::Status defer_embedding_step(const AdamWHyper& hyper, int64_t step, bool before);
+    // Around AdamW in step(): record_embedding_step stores the step's scalars before it;
+    // count_embedding_step then counts the step for the rows it updated, catching every row up
+    // when the record is full.
+    absl::Status record_embedding_step(const AdamWHyper& hyper, int64_t step);
+    absl::Status count_embedding_step();
     absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
     absl::Status for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);

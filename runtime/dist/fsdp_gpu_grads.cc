@@ -16,7 +16,7 @@ namespace deltatune {
 
 // At world size 1 with untied embeddings only the embedding's backward writes its gradient, and
 // only into the rows of the step's ids (a few thousand of ~250k). Those rows are marked, so the
-// gradient norm skips the others (exact zeros), AdamW defers their updates (defer_embedding_step)
+// gradient norm skips the others (exact zeros), AdamW defers their updates (record_embedding_step)
 // and zero_grads_except zeroes only the marked ones: at the 27B shape no 5 GB memset and no
 // 5 GB gradient read per step.
 absl::Status FsdpGpuParams::track_embedding_rows() {
@@ -51,15 +51,16 @@ absl::Status FsdpGpuParams::track_embedding_rows() {
 // since its last update, applied with the same bits by adamw_catch_up_rows before a forward
 // reads it (refresh_embedding_rows) or anything reads the masters (catch_up_embedding). At
 // the 27B shape that spares AdamW about 97% of the embedding's 1.27 B parameters per step.
-absl::Status FsdpGpuParams::defer_embedding_step(const AdamWHyper& hyper, int64_t step,
-                                                 bool before) {
+absl::Status FsdpGpuParams::record_embedding_step(const AdamWHyper& hyper, int64_t step) {
     if (embed_slot_ < 0) return absl::OkStatus();
-    if (before) {
-        DT_CUDA_RETURN_IF_ERROR(adamw_record_scalars(embed_steps_.as<AdamWStepScalars>(),
-                                                     embed_steps_len_, hyper, step, compute()));
-        return absl::OkStatus();
-    }
-    ++embed_steps_len_;  // the rows AdamW updated have had every recorded step
+    DT_CUDA_RETURN_IF_ERROR(adamw_record_scalars(embed_steps_.as<AdamWStepScalars>(),
+                                                 embed_steps_len_, hyper, step, compute()));
+    return absl::OkStatus();
+}
+
+absl::Status FsdpGpuParams::count_embedding_step() {
+    if (embed_slot_ < 0) return absl::OkStatus();
+    ++embed_steps_len_;  // the marked rows AdamW just updated have had every recorded step
     DT_CUDA_RETURN_IF_ERROR(set_marked_rows(embed_row_steps_.as<int32_t>(),
                                             embed_rows_.as<uint8_t>(), embed_mask_.rows,
                                             embed_steps_len_, compute()));
@@ -77,9 +78,7 @@ absl::Status FsdpGpuParams::refresh_embedding_rows(const int32_t* sorted_ids, in
 
 absl::Status FsdpGpuParams::catch_up_embedding() {
     if (embed_slot_ < 0 || embed_steps_len_ == 0) return absl::OkStatus();
-    DT_CUDA_RETURN_IF_ERROR(
-        adamw_catch_up_rows(embed_args_, nullptr, 0, embed_row_steps_.as<int32_t>(),
-                            embed_steps_.as<AdamWStepScalars>(), embed_steps_len_, compute()));
+    DT_RETURN_IF_ERROR(refresh_embedding_rows(nullptr, 0));  // no ids: every row
     return reset_embedding_deferral();
 }
 

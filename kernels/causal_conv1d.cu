@@ -144,6 +144,17 @@ __device__ __forceinline__ void ring_from_hist(float (&xs)[K][V], const float (&
     }
 }
 
+// The pre-activation of channel v at token u of a fast-path group (u unrolled, so the slots are
+// fixed): tap j reads token u - (K-1) + j, ring slot (u + 1 + j) % K; the general path's order.
+template <int K, int V>
+__device__ __forceinline__ float ring_preactivation(const float (&wk)[K][V],
+                                                    const float (&xs)[K][V], int v, int u) {
+    float pre = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) pre += wk[j][v] * xs[(u + 1 + j) % K][v];
+    return pre;
+}
+
 // The forward's fast path (a tile inside the batch and inside one document that starts at least
 // K-1 tokens before it): kN tokens from offset n, i0 % K == 0, the sums in the general path's
 // order.
@@ -160,9 +171,7 @@ __device__ __forceinline__ void forward_group_fast(float (&xs)[K][V], const floa
         float o[V];
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-            float pre = 0.0f;  // tap j reads token u - (K-1) + j: slot (u + 1 + j) % K
-#pragma unroll
-            for (int j = 0; j < K; ++j) pre += wk[j][v] * xs[(u + 1 + j) % K][v];
+            const float pre = ring_preactivation(wk, xs, v, u);
             o[v] = silu(pre);
         }
         cuda::store_vec(out + n + u * channels, o);
@@ -249,9 +258,7 @@ __device__ __forceinline__ void backward_group_fast(float (&xs)[K][V], float (&d
         unpack(dr[u], d);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-            float pre = 0.0f;  // tap j reads token u - (K-1) + j: slot (u + 1 + j) % K
-#pragma unroll
-            for (int j = 0; j < K; ++j) pre += wk[j][v] * xs[(u + 1 + j) % K][v];
+            const float pre = ring_preactivation(wk, xs, v, u);
             d[v] = silu_backward(d[v], pre);
             if constexpr (kTaps) {
 #pragma unroll

@@ -291,6 +291,14 @@ cudaError_t launch_recurrence_backward_bv(const Ws& w, const __nv_bfloat16* dout
     return cudaGetLastError();
 }
 
+}  // namespace
+}  // namespace deltatune
+
+#include "kernels/gated_delta_rule_recurrence_wgmma.cuh"
+
+namespace deltatune {
+namespace {
+
 // 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
 inline int recurrence_columns(int64_t v_heads) {
     int device = 0, sms = 132;
@@ -372,10 +380,12 @@ cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, i
     return save_states && out ? launch_output(out, w, tokens, v_heads, stream) : cudaSuccess;
 }
 
+// 64-column blocks run on wgmma (gated_delta_rule_recurrence_wgmma.cuh), 32-column ones (one
+// warpgroup, the state's rows then not a warpgroup's m64 layout) on mma.sync.
 cudaError_t launch_recurrence_backward(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
                                        int v_heads, cudaStream_t stream) {
     return recurrence_columns(v_heads) == 64
-               ? launch_recurrence_backward_bv<64>(w, dout, tokens, v_heads, stream)
+               ? launch_recurrence_backward_wgmma(w, dout, tokens, v_heads, stream)
                : launch_recurrence_backward_bv<32>(w, dout, tokens, v_heads, stream);
 }
 

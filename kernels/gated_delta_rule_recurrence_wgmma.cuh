@@ -1,0 +1,186 @@
+// The reverse recurrence of the gated delta rule for 64-column blocks on wgmma (included by
+// gated_delta_rule_recurrence.cuh; the math is gdn_recurrence_backward_kernel's). The mma.sync
+// version is bound by the shared-memory pipe: its eight warps re-read the same operand fragments
+// (2,432 of about 3,970 wavefronts per chunk step). Here each of the two warpgroups reads an
+// operand tile once. The accumulators stay where the mma.sync version keeps them: a warpgroup's
+// m64 result gives warp w rows 16 (w % 4).., the rows and columns each warp owns there.
+//
+// Tiles are 128-byte swizzled 64-column chunks (kernels/common/hopper.cuh): row r of a chunk is
+// 128 bytes at r * 128, its 16-byte unit u at (u ^ (r % 8)) * 16.
+#pragma once
+
+#include "kernels/common/hopper.cuh"
+
+namespace deltatune {
+namespace {
+
+// Byte offset of element (row, col) in a swizzled tile of kRows rows (64-column chunks).
+template <int kRows>
+__device__ __forceinline__ int sw_offset(int row, int col) {
+    return (col >> 6) * (kRows * 128) + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
+           (col & 7) * 2;
+}
+
+// Starts copying rows [0, valid) of a kRows x kCols bf16 tile (global rows `stride` elements
+// apart) into a swizzled tile, 16 bytes per copy; rows at or past `valid` are zeroed.
+template <int kBlock, int kRows, int kCols>
+__device__ __forceinline__ void copy_swizzled(unsigned char* dst, const __nv_bfloat16* src,
+                                              int64_t stride, int valid) {
+    constexpr int kUnits = kCols / 8, kPieces = kRows * kUnits;
+    static_assert(kPieces % kBlock == 0);
+#pragma unroll
+    for (int j = 0; j < kPieces / kBlock; ++j) {
+        const int p = threadIdx.x + j * kBlock, r = p / kUnits, u = p % kUnits;
+        unsigned char* d = dst + sw_offset<kRows>(r, u * 8);
+        if (r < valid) {
+            cp_async16(d, src + r * stride + u * 8);
+        } else {
+            *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+
+constexpr int kChunkRows64 = kC * 128;  // bytes of a 64-row, 64-column swizzled chunk
+
+// Per buffer (chunk parity): Aqk (64 x 64), Kd, Qd, W (64 x 128: two chunks each), dO's 64
+// columns; then the bf16 shadow of the state gradient (128 x 64) by parity and -dVn (64 x 64).
+struct WgReverseSmem {
+    unsigned char Aqk[2][kChunkRows64];
+    unsigned char Kd[2][2 * kChunkRows64];
+    unsigned char Qd[2][2 * kChunkRows64];
+    unsigned char W[2][2 * kChunkRows64];
+    unsigned char dO[2][kChunkRows64];
+    unsigned char dS[2][2 * kChunkRows64];
+    unsigned char dV[kChunkRows64];
+};
+constexpr size_t kWgReverseSmem = sizeof(WgReverseSmem) + 1024;  // + alignment
+
+__device__ __forceinline__ void copy_wg_reverse_tiles(WgReverseSmem& sm, int b, const Ws& ws,
+                                                      int64_t tile, const __nv_bfloat16* dout,
+                                                      int c, int32_t tokens, int v_heads, int h,
+                                                      int v0) {
+    copy_swizzled<256, kC, kC>(sm.Aqk[b], ws.Aqk + tile * kSquare, kC, kC);
+    copy_swizzled<256, kC, kD>(sm.Kd[b], ws.Kd + tile * kTile, kD, kC);
+    copy_swizzled<256, kC, kD>(sm.Qd[b], ws.Qd + tile * kTile, kD, kC);
+    copy_swizzled<256, kC, kD>(sm.W[b], ws.W + tile * kTile, kD, kC);
+    const int32_t c0 = c * kC;
+    const int64_t stride = int64_t{v_heads} * kD;
+    copy_swizzled<256, kC, 64>(sm.dO[b], dout + static_cast<int64_t>(c0) * stride + h * kD + v0,
+                               stride, tokens - c0);
+}
+
+// bf16 pair (x0, x1) at (row, col) of a swizzled tile of kRows rows.
+template <int kRows>
+__device__ __forceinline__ void store_sw_pair(unsigned char* tile, int row, int col, float x0,
+                                              float x1) {
+    *reinterpret_cast<__nv_bfloat162*>(tile + sw_offset<kRows>(row, col)) =
+        __floats2bfloat162_rn(x0, x1);
+}
+
+// dVn (this warpgroup's 64 x 32 columns) = Aqk^T dO + Kd dS, on wgmma.
+__device__ __forceinline__ void wg_dvn(float (&dvn)[16], const WgReverseSmem& sm, int b, int g) {
+    using namespace hopper;
+    const uint64_t aqk_t = sw128_desc(smem_addr(sm.Aqk[b]), kChunkRows64, 1024);
+    const uint64_t do_cols = sw128_desc(smem_addr(sm.dO[b]) + 64 * g, kChunkRows64, 1024);
+    const uint64_t kd = sw128_desc(smem_addr(sm.Kd[b]), 16, 1024);
+    const uint64_t ds_cols = sw128_desc(smem_addr(sm.dS[b]) + 64 * g, 2 * kChunkRows64, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) {
+        wgmma_m64n32k16_ss_t<1, 1>(dvn, desc_at(aqk_t, kk * 2048), desc_at(do_cols, kk * 2048));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        wgmma_m64n32k16_ss_t<0, 1>(dvn, desc_at(kd, (kk / 4) * kChunkRows64 + (kk % 4) * 32),
+                                   desc_at(ds_cols, kk * 2048));
+    }
+}
+
+// The state gradient's rows 64g.. += X^T Y for X (kC x kD, swizzled) and Y (kC x 64, swizzled).
+__device__ __forceinline__ void wg_state_update(float (&dS)[32], const unsigned char* X,
+                                                const unsigned char* Y, int g) {
+    using namespace hopper;
+    const uint64_t xt = sw128_desc(smem_addr(X) + g * kChunkRows64, kChunkRows64, 1024);
+    const uint64_t y = sw128_desc(smem_addr(Y), kChunkRows64, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) {
+        wgmma_m64n64k16_ss_t<1, 1>(dS, desc_at(xt, kk * 2048), desc_at(y, kk * 2048));
+    }
+}
+
+// Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + 64): see
+// gdn_recurrence_backward_kernel. Warpgroup g computes dVn's columns 32g.. and the state
+// gradient's rows 64g.., warp w of it rows 16 (w % 4).. of each.
+__global__ void __launch_bounds__(256)
+    gdn_recurrence_backward_wgmma_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens,
+                                         int v_heads) {
+    extern __shared__ __align__(128) unsigned char wg_rec_smem_raw[];
+    auto& sm = *reinterpret_cast<WgReverseSmem*>(hopper::align1024(wg_rec_smem_raw));
+    const int h = blockIdx.x, v0 = blockIdx.y * 64;
+    const int warp = threadIdx.x >> 5, g = hopper::warpgroup_index();
+    const int s0 = 16 * warp, m0 = 16 * (warp & 3), n0 = 32 * g;
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    float dS[32] = {};
+    auto& dS_acc = *reinterpret_cast<Acc<1, 8>*>(dS);
+    copy_wg_reverse_tiles(sm, (chunks - 1) & 1, ws, tile_of(chunks - 1), dout, chunks - 1, tokens,
+                          v_heads, h, v0);
+    float gam = ws.gam[tile_of(chunks - 1)];
+    for (int c = chunks - 1; c >= 0; --c) {
+        const int b = c & 1;
+        const int64_t tile = tile_of(c);
+        float* dh = ws.dh + tile * kState + v0;
+        for_each_acc_pair<1, 8>(dS_acc, s0, 0, [&](int r, int col, float& x0, float& x1) {
+            store_sw_pair<kD>(sm.dS[b], r, col, x0, x1);
+            *reinterpret_cast<float2*>(dh + r * kD + col) = make_float2(x0, x1);
+        });
+        copies_wait();
+        hopper::fence_proxy_async_smem();  // the shadow and the copies, for wgmma's reads
+        __syncthreads();  // the shadow and this chunk's operands are in; chunk c + 1 is done
+        if (c > 0) {
+            copy_wg_reverse_tiles(sm, b ^ 1, ws, tile_of(c - 1), dout, c - 1, tokens, v_heads, h,
+                                  v0);
+        }
+
+        float dvn[16] = {};
+        hopper::fence_regs(dvn);
+        hopper::wgmma_fence();
+        wg_dvn(dvn, sm, b, g);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_regs(dvn);
+        __nv_bfloat16* dvn_out = ws.dVn + tile * kTile + v0;
+        auto& dvn_acc = *reinterpret_cast<Acc<1, 4>*>(dvn);
+        for_each_acc_pair<1, 4>(dvn_acc, m0, n0, [&](int r, int col, float& x0, float& x1) {
+            store_bf16_pair(dvn_out + r * kD + col, x0, x1);
+            store_sw_pair<kC>(sm.dV, r, col, -x0, -x1);
+        });
+        const float chunk_gam = gam;
+        if (c > 0) gam = ws.gam[tile_of(c - 1)];
+        hopper::fence_proxy_async_smem();  // -dVn, for wgmma's reads
+        __syncthreads();                   // -dVn is in
+
+        // dS <- gam dS + Qd^T dO - W^T dVn on this warpgroup's rows.
+        scale_acc(dS_acc, chunk_gam);
+        hopper::fence_regs(dS);
+        hopper::wgmma_fence();
+        wg_state_update(dS, sm.Qd[b], sm.dO[b], g);
+        wg_state_update(dS, sm.W[b], sm.dV, g);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_regs(dS);
+    }
+}
+
+cudaError_t launch_recurrence_backward_wgmma(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,
+                                             int v_heads, cudaStream_t stream) {
+    if (cudaError_t e = set_smem(gdn_recurrence_backward_wgmma_kernel, kWgReverseSmem);
+        e != cudaSuccess) {
+        return e;
+    }
+    gdn_recurrence_backward_wgmma_kernel<<<dim3(static_cast<unsigned>(v_heads), kD / 64), 256,
+                                           kWgReverseSmem, stream>>>(w, dout, tokens, v_heads);
+    return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace deltatune

@@ -40,33 +40,37 @@ __device__ __forceinline__ void copy_swizzled(unsigned char* dst, const __nv_bfl
     }
 }
 
-constexpr int kChunkRows64 = kC * 128;  // bytes of a 64-row, 64-column swizzled chunk
+constexpr int kSwChunkBytes = kC * 128;  // bytes of a 64-row, 64-column swizzled chunk
+constexpr int kWgThreads = 256;          // two warpgroups
+constexpr int kWgColumns = 64;           // value columns per block
 
 // Per buffer (chunk parity): Aqk (64 x 64), Kd, Qd, W (64 x 128: two chunks each), dO's 64
 // columns; then the bf16 shadow of the state gradient (128 x 64) by parity and -dVn (64 x 64).
 struct WgReverseSmem {
-    unsigned char Aqk[2][kChunkRows64];
-    unsigned char Kd[2][2 * kChunkRows64];
-    unsigned char Qd[2][2 * kChunkRows64];
-    unsigned char W[2][2 * kChunkRows64];
-    unsigned char dO[2][kChunkRows64];
-    unsigned char dS[2][2 * kChunkRows64];
-    unsigned char dV[kChunkRows64];
+    unsigned char Aqk[2][kSwChunkBytes];
+    unsigned char Kd[2][2 * kSwChunkBytes];
+    unsigned char Qd[2][2 * kSwChunkBytes];
+    unsigned char W[2][2 * kSwChunkBytes];
+    unsigned char dO[2][kSwChunkBytes];
+    unsigned char dS[2][2 * kSwChunkBytes];
+    unsigned char dV[kSwChunkBytes];
 };
 constexpr size_t kWgReverseSmem = sizeof(WgReverseSmem) + 1024;  // + alignment
 
+// Starts copying chunk c's operands into buffer b, swizzled: Aqk, Kd, Qd, W and value head h's dO
+// columns [v0, v0 + 64) (rows past the end of the stream zeroed).
 __device__ __forceinline__ void copy_wg_reverse_tiles(WgReverseSmem& sm, int b, const Ws& ws,
                                                       int64_t tile, const __nv_bfloat16* dout,
                                                       int c, int32_t tokens, int v_heads, int h,
                                                       int v0) {
-    copy_swizzled<256, kC, kC>(sm.Aqk[b], ws.Aqk + tile * kSquare, kC, kC);
-    copy_swizzled<256, kC, kD>(sm.Kd[b], ws.Kd + tile * kTile, kD, kC);
-    copy_swizzled<256, kC, kD>(sm.Qd[b], ws.Qd + tile * kTile, kD, kC);
-    copy_swizzled<256, kC, kD>(sm.W[b], ws.W + tile * kTile, kD, kC);
+    copy_swizzled<kWgThreads, kC, kC>(sm.Aqk[b], ws.Aqk + tile * kSquare, kC, kC);
+    copy_swizzled<kWgThreads, kC, kD>(sm.Kd[b], ws.Kd + tile * kTile, kD, kC);
+    copy_swizzled<kWgThreads, kC, kD>(sm.Qd[b], ws.Qd + tile * kTile, kD, kC);
+    copy_swizzled<kWgThreads, kC, kD>(sm.W[b], ws.W + tile * kTile, kD, kC);
     const int32_t c0 = c * kC;
     const int64_t stride = int64_t{v_heads} * kD;
-    copy_swizzled<256, kC, 64>(sm.dO[b], dout + static_cast<int64_t>(c0) * stride + h * kD + v0,
-                               stride, tokens - c0);
+    copy_swizzled<kWgThreads, kC, kWgColumns>(
+        sm.dO[b], dout + static_cast<int64_t>(c0) * stride + h * kD + v0, stride, tokens - c0);
 }
 
 // bf16 pair (x0, x1) at (row, col) of a swizzled tile of kRows rows.
@@ -80,17 +84,17 @@ __device__ __forceinline__ void store_sw_pair(unsigned char* tile, int row, int 
 // dVn (this warpgroup's 64 x 32 columns) = Aqk^T dO + Kd dS, on wgmma.
 __device__ __forceinline__ void wg_dvn(float (&dvn)[16], const WgReverseSmem& sm, int b, int g) {
     using namespace hopper;
-    const uint64_t aqk_t = sw128_desc(smem_addr(sm.Aqk[b]), kChunkRows64, 1024);
-    const uint64_t do_cols = sw128_desc(smem_addr(sm.dO[b]) + 64 * g, kChunkRows64, 1024);
+    const uint64_t aqk_t = sw128_desc(smem_addr(sm.Aqk[b]), kSwChunkBytes, 1024);
+    const uint64_t do_cols = sw128_desc(smem_addr(sm.dO[b]) + 64 * g, kSwChunkBytes, 1024);
     const uint64_t kd = sw128_desc(smem_addr(sm.Kd[b]), 16, 1024);
-    const uint64_t ds_cols = sw128_desc(smem_addr(sm.dS[b]) + 64 * g, 2 * kChunkRows64, 1024);
+    const uint64_t ds_cols = sw128_desc(smem_addr(sm.dS[b]) + 64 * g, 2 * kSwChunkBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk) {
         wgmma_m64n32k16_ss_t<1, 1>(dvn, desc_at(aqk_t, kk * 2048), desc_at(do_cols, kk * 2048));
     }
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-        wgmma_m64n32k16_ss_t<0, 1>(dvn, desc_at(kd, (kk / 4) * kChunkRows64 + (kk % 4) * 32),
+        wgmma_m64n32k16_ss_t<0, 1>(dvn, desc_at(kd, (kk / 4) * kSwChunkBytes + (kk % 4) * 32),
                                    desc_at(ds_cols, kk * 2048));
     }
 }
@@ -99,8 +103,8 @@ __device__ __forceinline__ void wg_dvn(float (&dvn)[16], const WgReverseSmem& sm
 __device__ __forceinline__ void wg_state_update(float (&dS)[32], const unsigned char* X,
                                                 const unsigned char* Y, int g) {
     using namespace hopper;
-    const uint64_t xt = sw128_desc(smem_addr(X) + g * kChunkRows64, kChunkRows64, 1024);
-    const uint64_t y = sw128_desc(smem_addr(Y), kChunkRows64, 1024);
+    const uint64_t xt = sw128_desc(smem_addr(X) + g * kSwChunkBytes, kSwChunkBytes, 1024);
+    const uint64_t y = sw128_desc(smem_addr(Y), kSwChunkBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk) {
         wgmma_m64n64k16_ss_t<1, 1>(dS, desc_at(xt, kk * 2048), desc_at(y, kk * 2048));
@@ -110,12 +114,12 @@ __device__ __forceinline__ void wg_state_update(float (&dS)[32], const unsigned 
 // Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + 64): see
 // gdn_recurrence_backward_kernel. Warpgroup g computes dVn's columns 32g.. and the state
 // gradient's rows 64g.., warp w of it rows 16 (w % 4).. of each.
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kWgThreads)
     gdn_recurrence_backward_wgmma_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens,
                                          int v_heads) {
     extern __shared__ __align__(128) unsigned char wg_rec_smem_raw[];
     auto& sm = *reinterpret_cast<WgReverseSmem*>(hopper::align1024(wg_rec_smem_raw));
-    const int h = blockIdx.x, v0 = blockIdx.y * 64;
+    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns;
     const int warp = threadIdx.x >> 5, g = hopper::warpgroup_index();
     const int s0 = 16 * warp, m0 = 16 * (warp & 3), n0 = 32 * g;
     const int chunks = static_cast<int>(num_chunks(tokens));
@@ -177,8 +181,9 @@ cudaError_t launch_recurrence_backward_wgmma(const Ws& w, const __nv_bfloat16* d
         e != cudaSuccess) {
         return e;
     }
-    gdn_recurrence_backward_wgmma_kernel<<<dim3(static_cast<unsigned>(v_heads), kD / 64), 256,
-                                           kWgReverseSmem, stream>>>(w, dout, tokens, v_heads);
+    gdn_recurrence_backward_wgmma_kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kWgColumns),
+                                           kWgThreads, kWgReverseSmem, stream>>>(w, dout, tokens,
+                                                                                 v_heads);
     return cudaGetLastError();
 }
 

@@ -308,11 +308,12 @@ __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, const __nv_bfloat1
     }
 }
 
-// The same for kRows rows of kCols bf16 from global rows `stride` elements apart; rows at or past
+// Starts copying kRows rows of kCols bf16 from global rows `stride` elements apart, the 16 bytes
+// at (row, col) to dst_at(row, col) in shared memory (the destination layout); rows at or past
 // `valid` are zeroed instead.
-template <int kBlock, int kRows, int kCols, int kLdd>
-__device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, const __nv_bfloat16* src,
-                                          int64_t stride, int valid) {
+template <int kBlock, int kRows, int kCols, typename DstAt>
+__device__ __forceinline__ void copy_rows_to(DstAt&& dst_at, const __nv_bfloat16* src,
+                                             int64_t stride, int valid) {
     constexpr int kVecs = kCols / 8;
     constexpr int kRowStep = kBlock / kVecs;
     static_assert(kCols % 8 == 0 && kBlock % kVecs == 0 && kRows % kRowStep == 0);
@@ -320,13 +321,21 @@ __device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, const __nv_bfloat1
 #pragma unroll
     for (int j = 0; j < kRows / kRowStep; ++j) {
         const int row = r + j * kRowStep;
-        __nv_bfloat16* d = dst + row * kLdd + c;
+        void* d = dst_at(row, c);
         if (row < valid) {
             cp_async16(d, src + row * stride + c);
         } else {
             *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
         }
     }
+}
+
+// copy_rows_to into shared rows kLdd elements apart.
+template <int kBlock, int kRows, int kCols, int kLdd>
+__device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, const __nv_bfloat16* src,
+                                          int64_t stride, int valid) {
+    copy_rows_to<kBlock, kRows, kCols>([&](int row, int col) { return dst + row * kLdd + col; },
+                                       src, stride, valid);
 }
 
 // Warp tiles of the chunk kernels' products (see mm_bf16): measured per kernel on the 27B layer.

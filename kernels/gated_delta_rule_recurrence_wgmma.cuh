@@ -21,23 +21,12 @@ __device__ __forceinline__ int sw_offset(int row, int col) {
            (col & 7) * 2;
 }
 
-// Starts copying rows [0, valid) of a kRows x kCols bf16 tile (global rows `stride` elements
-// apart) into a swizzled tile, 16 bytes per copy; rows at or past `valid` are zeroed.
+// copy_rows_to into a swizzled tile of kRows rows.
 template <int kBlock, int kRows, int kCols>
 __device__ __forceinline__ void copy_swizzled(unsigned char* dst, const __nv_bfloat16* src,
                                               int64_t stride, int valid) {
-    constexpr int kUnits = kCols / 8, kPieces = kRows * kUnits;
-    static_assert(kPieces % kBlock == 0);
-#pragma unroll
-    for (int j = 0; j < kPieces / kBlock; ++j) {
-        const int p = threadIdx.x + j * kBlock, r = p / kUnits, u = p % kUnits;
-        unsigned char* d = dst + sw_offset<kRows>(r, u * 8);
-        if (r < valid) {
-            cp_async16(d, src + r * stride + u * 8);
-        } else {
-            *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
+    copy_rows_to<kBlock, kRows, kCols>(
+        [&](int row, int col) { return dst + sw_offset<kRows>(row, col); }, src, stride, valid);
 }
 
 constexpr int kSwChunkBytes = kC * 128;  // bytes of a 64-row, 64-column swizzled chunk

@@ -367,16 +367,20 @@ cudaError_t launch_recurrence_bv(__nv_bfloat16* out, const Ws& w, int64_t tokens
 }
 
 // The recurrence, and the output: in its loop when nothing is saved, else from what it saved.
+// A saving forward of 64-column blocks runs on wgmma (gated_delta_rule_recurrence_wgmma.cuh).
 cudaError_t launch_recurrence(__nv_bfloat16* out, const Ws& w, int64_t tokens, int64_t v_heads,
                               bool save_states, cudaStream_t stream) {
-    __nv_bfloat16* in_loop = save_states ? nullptr : out;
-    if (cudaError_t e =
-            recurrence_columns(v_heads) == 64
-                ? launch_recurrence_bv<64>(in_loop, w, tokens, v_heads, save_states, stream)
-                : launch_recurrence_bv<32>(in_loop, w, tokens, v_heads, save_states, stream);
-        e != cudaSuccess) {
-        return e;
+    cudaError_t e = cudaSuccess;
+    if (recurrence_columns(v_heads) == 32) {
+        e = launch_recurrence_bv<32>(save_states ? nullptr : out, w, tokens, v_heads, save_states,
+                                     stream);
+    } else if (save_states) {
+        e = launch_recurrence_forward_wgmma(w, static_cast<int32_t>(tokens),
+                                            static_cast<int>(v_heads), stream);
+    } else {
+        e = launch_recurrence_bv<64>(out, w, tokens, v_heads, false, stream);
     }
+    if (e != cudaSuccess) return e;
     return save_states && out ? launch_output(out, w, tokens, v_heads, stream) : cudaSuccess;
 }
 

@@ -1,9 +1,10 @@
-// The reverse recurrence of the gated delta rule for 64-column blocks on wgmma (included by
-// gated_delta_rule_recurrence.cuh; the math is gdn_recurrence_backward_kernel's). The mma.sync
-// version is bound by the shared-memory pipe: its eight warps re-read the same operand fragments
-// (2,432 of about 3,970 wavefronts per chunk step). Here each of the two warpgroups reads an
-// operand tile once. The accumulators stay where the mma.sync version keeps them: a warpgroup's
-// m64 result gives warp w rows 16 (w % 4).., the rows and columns each warp owns there.
+// The recurrences of the gated delta rule for 64-column blocks on wgmma (included by
+// gated_delta_rule_recurrence.cuh; the math is gdn_recurrence_forward_kernel's and
+// gdn_recurrence_backward_kernel's). The mma.sync versions are bound by the shared-memory pipe:
+// their eight warps re-read the same operand fragments (2,432 of about 3,970 wavefronts per
+// reverse chunk step). Here each of the two warpgroups reads an operand tile once. The
+// accumulators stay where the mma.sync versions keep them: a warpgroup's m64 result gives warp w
+// rows 16 (w % 4).., the rows and columns each warp owns there.
 //
 // Tiles are 128-byte swizzled 64-column chunks (kernels/common/hopper.cuh): row r of a chunk is
 // 128 bytes at r * 128, its 16-byte unit u at (u ^ (r % 8)) * 16.
@@ -70,25 +71,34 @@ __device__ __forceinline__ void store_sw_pair(unsigned char* tile, int row, int 
         __floats2bfloat162_rn(x0, x1);
 }
 
+// vn (this warpgroup's 64 x 32 columns) += X Y for X (kC x kD, swizzled) and Y (the kD x 64
+// shadow, swizzled): Kd dS in the reverse, W S in the forward.
+__device__ __forceinline__ void wg_rows_times_state(float (&vn)[16], const unsigned char* X,
+                                                    const unsigned char* Y, int g) {
+    using namespace hopper;
+    const uint64_t x = sw128_desc(smem_addr(X), 16, 1024);
+    const uint64_t y_cols = sw128_desc(smem_addr(Y) + 64 * g, 2 * kSwChunkBytes, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        wgmma_m64n32k16_ss_t<0, 1>(vn, desc_at(x, (kk / 4) * kSwChunkBytes + (kk % 4) * 32),
+                                   desc_at(y_cols, kk * 2048));
+    }
+}
+
 // dVn (this warpgroup's 64 x 32 columns) = Aqk^T dO + Kd dS, on wgmma.
 __device__ __forceinline__ void wg_dvn(float (&dvn)[16], const WgReverseSmem& sm, int b, int g) {
     using namespace hopper;
     const uint64_t aqk_t = sw128_desc(smem_addr(sm.Aqk[b]), kSwChunkBytes, 1024);
     const uint64_t do_cols = sw128_desc(smem_addr(sm.dO[b]) + 64 * g, kSwChunkBytes, 1024);
-    const uint64_t kd = sw128_desc(smem_addr(sm.Kd[b]), 16, 1024);
-    const uint64_t ds_cols = sw128_desc(smem_addr(sm.dS[b]) + 64 * g, 2 * kSwChunkBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk) {
         wgmma_m64n32k16_ss_t<1, 1>(dvn, desc_at(aqk_t, kk * 2048), desc_at(do_cols, kk * 2048));
     }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-        wgmma_m64n32k16_ss_t<0, 1>(dvn, desc_at(kd, (kk / 4) * kSwChunkBytes + (kk % 4) * 32),
-                                   desc_at(ds_cols, kk * 2048));
-    }
+    wg_rows_times_state(dvn, sm.Kd[b], sm.dS[b], g);
 }
 
-// The state gradient's rows 64g.. += X^T Y for X (kC x kD, swizzled) and Y (kC x 64, swizzled).
+// The state's (or its gradient's) rows 64g.. += X^T Y for X (kC x kD, swizzled) and Y (kC x 64,
+// swizzled).
 __device__ __forceinline__ void wg_state_update(float (&dS)[32], const unsigned char* X,
                                                 const unsigned char* Y, int g) {
     using namespace hopper;
@@ -98,6 +108,98 @@ __device__ __forceinline__ void wg_state_update(float (&dS)[32], const unsigned 
     for (int kk = 0; kk < kC / 16; ++kk) {
         wgmma_m64n64k16_ss_t<1, 1>(dS, desc_at(xt, kk * 2048), desc_at(y, kk * 2048));
     }
+}
+
+// Per buffer (chunk parity): W and Kd (64 x 128: two chunks each) and the bf16 shadow of the
+// entering state (128 x 64); then Vn (64 x 64).
+struct WgForwardSmem {
+    unsigned char W[2][2 * kSwChunkBytes];
+    unsigned char Kd[2][2 * kSwChunkBytes];
+    unsigned char S[2][2 * kSwChunkBytes];
+    unsigned char V[kSwChunkBytes];
+};
+constexpr size_t kWgForwardSmem = sizeof(WgForwardSmem) + 1024;  // + alignment
+
+__device__ __forceinline__ void copy_wg_forward_tiles(WgForwardSmem& sm, int b, const Ws& ws,
+                                                      int64_t tile) {
+    copy_swizzled<kWgThreads, kC, kD>(sm.W[b], ws.W + tile * kTile, kD, kC);
+    copy_swizzled<kWgThreads, kC, kD>(sm.Kd[b], ws.Kd + tile * kTile, kD, kC);
+}
+
+// The saving forward recurrence for value head blockIdx.x, dv columns [v0, v0 + 64): see
+// gdn_recurrence_forward_kernel (with save_states, no output). Warpgroup g computes Vn's columns
+// 32g.. (W S - U, m64 n32) and the state's rows 64g.. (Kd^T Vn, m64 n64), warp w of it rows
+// 16 (w % 4).. of each.
+__global__ void __launch_bounds__(kWgThreads)
+    gdn_recurrence_forward_wgmma_kernel(Ws ws, int32_t tokens, int v_heads) {
+    extern __shared__ __align__(128) unsigned char wg_fwd_smem_raw[];
+    auto& sm = *reinterpret_cast<WgForwardSmem*>(hopper::align1024(wg_fwd_smem_raw));
+    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns;
+    const int warp = threadIdx.x >> 5, g = hopper::warpgroup_index();
+    const int s0 = 16 * warp, m0 = 16 * (warp & 3), n0 = 32 * g;
+    const int chunks = static_cast<int>(num_chunks(tokens));
+    auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
+    float S[32] = {};
+    auto& S_acc = *reinterpret_cast<Acc<1, 8>*>(S);
+    uint32_t u_raw[8];
+    copy_wg_forward_tiles(sm, 0, ws, tile_of(0));
+    load_u<kWgColumns>(u_raw, ws.U, tile_of(0), v0);
+    float gam = ws.gam[tile_of(0)];
+    for (int c = 0; c < chunks; ++c) {
+        const int b = c & 1;
+        const int64_t tile = tile_of(c);
+        __nv_bfloat16* saved = ws.h + tile * kState + v0;
+        for_each_acc_pair<1, 8>(S_acc, s0, 0, [&](int r, int col, float& x0, float& x1) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<__nv_bfloat162*>(sm.S[b] + sw_offset<kD>(r, col)) = x;
+            *reinterpret_cast<__nv_bfloat162*>(saved + r * kD + col) = x;
+        });
+        copies_wait();
+        hopper::fence_proxy_async_smem();  // the shadow and the copies, for wgmma's reads
+        __syncthreads();  // the shadow and this chunk's tiles are in; chunk c - 1 is done
+        if (c + 1 < chunks) copy_wg_forward_tiles(sm, b ^ 1, ws, tile_of(c + 1));
+
+        // -Vn = W S - U on this warpgroup's columns, in bf16 for the products and the backward.
+        float vn[16];
+        auto& vn_acc = *reinterpret_cast<Acc<1, 4>*>(vn);
+        neg_u(vn_acc, u_raw);
+        hopper::fence_regs(vn);
+        hopper::wgmma_fence();
+        wg_rows_times_state(vn, sm.W[b], sm.S[b], g);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_regs(vn);
+        __nv_bfloat16* vn_saved = ws.Vn + tile * kTile + v0;
+        for_each_acc_pair<1, 4>(vn_acc, m0, n0, [&](int r, int col, float& x0, float& x1) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(-x0, -x1);
+            *reinterpret_cast<__nv_bfloat162*>(sm.V + sw_offset<kC>(r, col)) = x;
+            *reinterpret_cast<__nv_bfloat162*>(vn_saved + r * kD + col) = x;
+        });
+        if (c + 1 == chunks) break;  // nothing reads the state leaving the last chunk
+        const float chunk_gam = gam;
+        load_u<kWgColumns>(u_raw, ws.U, tile_of(c + 1), v0);
+        gam = ws.gam[tile_of(c + 1)];
+        hopper::fence_proxy_async_smem();  // Vn, for wgmma's reads
+        __syncthreads();                   // Vn is in
+
+        // S <- gam S + Kd^T Vn on this warpgroup's rows.
+        scale_acc(S_acc, chunk_gam);
+        hopper::fence_regs(S);
+        hopper::wgmma_fence();
+        wg_state_update(S, sm.Kd[b], sm.V, g);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_regs(S);
+    }
+}
+
+cudaError_t launch_recurrence_forward_wgmma(const Ws& w, int32_t tokens, int v_heads,
+                                            cudaStream_t stream) {
+    auto* kernel = gdn_recurrence_forward_wgmma_kernel;
+    if (cudaError_t e = set_smem(kernel, kWgForwardSmem); e != cudaSuccess) return e;
+    kernel<<<dim3(static_cast<unsigned>(v_heads), kD / kWgColumns), kWgThreads, kWgForwardSmem,
+             stream>>>(w, tokens, v_heads);
+    return cudaGetLastError();
 }
 
 // Reverse recurrence for value head blockIdx.x, dv columns [v0, v0 + 64): see

@@ -131,10 +131,12 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
         std::vector<int64_t> ratios;
     };
     const Case cases[] = {
-        {{1, 63, 64, 65, 2, 1031, 7, 64, 130, 1}, 2, {1, 2, 3}},  // one document past 1000 tokens
-        {{1100}, 2, {1, 2, 3}},                                   // one document, many chunks
+        // One document past 1000 tokens; documents starting on and inside chunk boundaries,
+        // several in one chunk, and empty ones (the recurrences split the chain at each).
+        {{1, 63, 64, 0, 65, 2, 1031, 7, 64, 130, 1, 0}, 2, {1, 2, 3}},
+        {{1100}, 2, {1, 2, 3}},  // one document, many chunks
         // 27B's heads: the recurrences take 64 value columns per block (32 below 34 heads).
-        {{70, 1, 129}, 16, {3}},
+        {{70, 1, 57, 0, 72}, 16, {3}},
     };
     for (const auto& [lengths, k_heads, ratios] : cases) {
         for (int64_t ratio : ratios) {

@@ -134,9 +134,11 @@ __global__ void __launch_bounds__(kWgThreads)
     gdn_recurrence_forward_wgmma_kernel(Ws ws, int32_t tokens, int v_heads) {
     extern __shared__ __align__(128) unsigned char wg_fwd_smem_raw[];
     auto& sm = *reinterpret_cast<WgForwardSmem*>(hopper::align1024(wg_fwd_smem_raw));
-    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns;
-    const int warp = threadIdx.x >> 5, g = hopper::warpgroup_index();
-    const int s0 = 16 * warp, m0 = 16 * (warp & 3), n0 = 32 * g;
+    // The mma.sync kernel's per-warp rows and tiles (load_u reads U by them); n0 is
+    // G::tile_col() from the warp-uniform warpgroup index.
+    using G = RegRec<kWgColumns>;
+    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns, g = hopper::warpgroup_index();
+    const int s0 = G::state_row(), m0 = G::tile_row(), n0 = 32 * g;
     const int chunks = static_cast<int>(num_chunks(tokens));
     auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
     float S[32] = {};
@@ -210,9 +212,11 @@ __global__ void __launch_bounds__(kWgThreads)
                                          int v_heads) {
     extern __shared__ __align__(128) unsigned char wg_rec_smem_raw[];
     auto& sm = *reinterpret_cast<WgReverseSmem*>(hopper::align1024(wg_rec_smem_raw));
-    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns;
-    const int warp = threadIdx.x >> 5, g = hopper::warpgroup_index();
-    const int s0 = 16 * warp, m0 = 16 * (warp & 3), n0 = 32 * g;
+    // The mma.sync kernel's per-warp rows and tiles (load_u reads U by them); n0 is
+    // G::tile_col() from the warp-uniform warpgroup index.
+    using G = RegRec<kWgColumns>;
+    const int h = blockIdx.x, v0 = blockIdx.y * kWgColumns, g = hopper::warpgroup_index();
+    const int s0 = G::state_row(), m0 = G::tile_row(), n0 = 32 * g;
     const int chunks = static_cast<int>(num_chunks(tokens));
     auto tile_of = [&](int c) { return static_cast<int64_t>(c) * v_heads + h; };
     float dS[32] = {};

@@ -132,7 +132,7 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
     };
     const Case cases[] = {
         // One document past 1000 tokens; documents starting on and inside chunk boundaries,
-        // several in one chunk, and empty ones (the recurrences split the chain at each).
+        // several in one chunk, and empty ones (the state resets at each start).
         {{1, 63, 64, 0, 65, 2, 1031, 7, 64, 130, 1, 0}, 2, {1, 2, 3}},
         {{1100}, 2, {1, 2, 3}},  // one document, many chunks
         // 27B's heads: the recurrences take 64 value columns per block (32 below 34 heads).

@@ -6,7 +6,9 @@
 # step, the profiled step's GPU-busy time) and the profiled step's time by part (GEMMs, optimizer,
 # GDN, loss, attention, other kernels, memsets and copies, idle). VARIANTS
 # (semicolon-separated environment settings, e.g. "X=0;X=32") replaces A and B: each round runs
-# every variant with the bundle's binary. Over the bundle of gpu_bundle.sh:
+# every variant with the bundle's binary; BINS (space-separated binaries, e.g. the
+# daemon/deltatune_v_<ref> builds of bench_variants.sh) replaces them too, each row labelled by
+# the binary's <ref>. Over the bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -29,12 +31,14 @@ print(f"{sys.argv[1]:<10} {g('tokens_per_s'):>8.0f} {g('step_ms'):>8.1f} {g('hos
 PY
 }
 echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB  gemm  optim    gdn   loss   attn  other memops   idle"
-if [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"; else variants=(A B); fi
+if [[ -n ${BINS:-} ]]; then read -ra variants <<< "$BINS"
+elif [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"; else variants=(A B); fi
 for r in $(seq 1 ${ROUNDS:-3}); do
   for i in "${!variants[@]}"; do
     v=${variants[$i]}
     bin=$B/daemon/deltatune
-    if [[ -n ${VARIANTS:-} ]]; then envs=($v); label=V$i
+    if [[ -n ${BINS:-} ]]; then envs=(); bin=$v; label=$(basename "$v"); label=${label#deltatune_v_}
+    elif [[ -n ${VARIANTS:-} ]]; then envs=($v); label=V$i
     elif [[ $v == A ]]; then envs=(); label=A
     else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
     env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
@@ -43,5 +47,6 @@ for r in $(seq 1 ${ROUNDS:-3}); do
     row "$label$r" "$O/ab_$label$r.json"
   done
 done
-if [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done
+if [[ -n ${BINS:-} ]]; then echo "binaries: $BINS"
+elif [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done
 else echo "A: $B/daemon/deltatune (this bundle); B: ${B_BIN:-$B/daemon/deltatune} ${AB_ENV:-}"; fi

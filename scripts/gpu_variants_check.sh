@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Several prepared kernel variants in one device run (a lease's budget is short). The variants are
+# the bundle's builds from scripts/bench_variants.sh, plain or .xz: bin/kernels_bench_v_<ref>,
+# bin/kernels_tests_v_<ref>, daemon/deltatune_v_<ref>. For each variant with a test build, the
+# fp64 GDN test (TEST; its cases take both recurrence widths); then ROUNDS alternating rounds of every
+# kernels_bench variant over FILTER, each line labelled "<ref> <round> |", and the first round's
+# result digests side by side; then, with STEP_ROUNDS > 0, alternating training steps of every
+# deltatune variant (gpu_step_ab.sh). On the GPU machine, over the bundle folder or a carried
+# .carry/bundle.tar.xz of it:
+#   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_variants_check.sh
+set -uo pipefail
+B=${BUNDLE_DIR:-.device-build}
+[[ -x $B/daemon/deltatune || ! -f .carry/bundle.tar.xz ]] || tar -xJf .carry/bundle.tar.xz
+for f in "$B"/bin/*.xz "$B"/daemon/*.xz; do
+  if [[ -f $f ]]; then xz -d "$f"; fi
+done
+S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/$B NCCL_NVLS_ENABLE=0
+TEST=${TEST:-chunked gated delta rule CUDA forward and backward match the fp64 recurrence}
+FILTER=${FILTER:-[gdn_bench]}
+variants=()
+for f in "$B"/bin/kernels_bench_v_*; do [[ -x $f ]] && variants+=("${f##*/kernels_bench_v_}"); done
+(( ${#variants[@]} )) || { echo "no bin/kernels_bench_v_* in $B (scripts/bench_variants.sh)" >&2; exit 2; }
+echo "variants: ${variants[*]}"
+
+echo "== $TEST, per variant"
+for v in "${variants[@]}"; do
+  t=$B/bin/kernels_tests_v_$v
+  [[ -x $t ]] || continue
+  out=$("$t" "$TEST" 2>&1); rc=$?
+  printf '%-16s %-4s %s\n' "$v" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" \
+    "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
+  [[ $rc == 0 ]] || echo "$out" | grep -E -A3 "FAILED|with expansion" | head -20
+done
+
+echo "== kernels: $FILTER, ${ROUNDS:-3} alternating rounds"
+keep() { grep -vE "^$|^[=-]+$|^Filters|^Randomness|is a Catch|^All tests|^test cases"; }
+log=${OUT:-/tmp}/variants_kernels.txt
+: > "$log"
+for r in $(seq 1 "${ROUNDS:-3}"); do
+  for v in "${variants[@]}"; do
+    "$B/bin/kernels_bench_v_$v" "$FILTER" 2>&1 | keep | sed "s/^/$v $r | /" >> "$log"
+  done
+done
+grep -v "digest" "$log" | sort -t'|' -k2,2 -s
+echo "== result digests, round 1"
+grep " 1 | .*digest" "$log"
+
+if (( ${STEP_ROUNDS:-0} > 0 )); then
+  bins=()
+  for v in "${variants[@]}"; do
+    [[ -x $B/daemon/deltatune_v_$v ]] && bins+=("$B/daemon/deltatune_v_$v")
+  done
+  if (( ${#bins[@]} )); then
+    echo "== step: ${STEP_ROUNDS} alternating rounds"
+    BINS="${bins[*]}" ROUNDS=$STEP_ROUNDS bash "$(dirname "$0")/gpu_step_ab.sh"
+  fi
+fi

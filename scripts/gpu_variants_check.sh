@@ -5,7 +5,8 @@
 # fp64 GDN test (TEST; its cases take both recurrence widths); then ROUNDS alternating rounds of every
 # kernels_bench variant over FILTER, each line labelled "<ref> <round> |", and the first round's
 # result digests side by side; then, with STEP_ROUNDS > 0, alternating training steps of every
-# deltatune variant (gpu_step_ab.sh). On the GPU machine, over the bundle folder or a carried
+# deltatune variant (gpu_step_ab.sh). VARIANTS (space-separated refs) picks some of the bundle's
+# variants, in that order. On the GPU machine, over the bundle folder or a carried
 # .carry/bundle.tar.xz of it:
 #   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_variants_check.sh
 set -uo pipefail
@@ -20,7 +21,14 @@ export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/$B NCCL_NVLS_ENABLE=0
 TEST=${TEST:-chunked gated delta rule CUDA forward and backward match the fp64 recurrence}
 FILTER=${FILTER:-[gdn_bench]}
 variants=()
-for f in "$B"/bin/kernels_bench_v_*; do [[ -x $f ]] && variants+=("${f##*/kernels_bench_v_}"); done
+if [[ -n ${VARIANTS:-} ]]; then
+  read -ra variants <<< "$VARIANTS"
+  for v in "${variants[@]}"; do
+    [[ -x $B/bin/kernels_bench_v_$v ]] || { echo "no $B/bin/kernels_bench_v_$v" >&2; exit 2; }
+  done
+else
+  for f in "$B"/bin/kernels_bench_v_*; do [[ -x $f ]] && variants+=("${f##*/kernels_bench_v_}"); done
+fi
 (( ${#variants[@]} )) || { echo "no bin/kernels_bench_v_* in $B (scripts/bench_variants.sh)" >&2; exit 2; }
 echo "variants: ${variants[*]}"
 

@@ -2,12 +2,12 @@
 # Several prepared kernel variants in one device run (a lease's budget is short). The variants are
 # the bundle's builds from scripts/bench_variants.sh, plain or .xz: bin/kernels_bench_v_<ref>,
 # bin/kernels_tests_v_<ref>, daemon/deltatune_v_<ref>. For each variant with a test build, the
-# fp64 GDN test (TEST; its cases take both recurrence widths); then ROUNDS alternating rounds of every
-# kernels_bench variant over FILTER, each line labelled "<ref> <round> |", and the first round's
-# result digests side by side; then, with STEP_ROUNDS > 0, alternating training steps of every
-# deltatune variant (gpu_step_ab.sh). VARIANTS (space-separated refs) picks some of the bundle's
-# variants, in that order. On the GPU machine, over the bundle folder or a carried
-# .carry/bundle.tar.xz of it:
+# fp64 GDN test (TEST; its cases take both recurrence widths); then ROUNDS alternating rounds of
+# every kernels_bench variant over FILTER, each line labelled "<ref> <round> |", and the first
+# round's result digests side by side; then, with STEP_ROUNDS > 0, alternating training steps of
+# every deltatune variant (gpu_step_ab.sh). VARIANTS (space-separated refs) picks some of the
+# bundle's variants, in that order; TESTS=0 skips the tests, ROUNDS=0 the kernel rounds. On the
+# GPU machine, over the bundle folder or a carried .carry/bundle.tar.xz of it:
 #   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_variants_check.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -35,7 +35,7 @@ echo "variants: ${variants[*]}"
 echo "== $TEST, per variant"
 for v in "${variants[@]}"; do
   t=$B/bin/kernels_tests_v_$v
-  [[ -x $t ]] || continue
+  [[ -x $t && ${TESTS:-1} != 0 ]] || continue
   out=$("$t" "$TEST" 2>&1); rc=$?
   printf '%-16s %-4s %s\n' "$v" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" \
     "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"

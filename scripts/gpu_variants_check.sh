@@ -5,7 +5,8 @@
 # fp64 GDN test (TEST; its cases take both recurrence widths); then ROUNDS alternating rounds of
 # every kernels_bench variant over FILTER, each line labelled "<ref> <round> |", and the first
 # round's result digests side by side; then, with STEP_ROUNDS > 0, alternating training steps of
-# every deltatune variant (gpu_step_ab.sh). VARIANTS (space-separated refs) picks some of the
+# every deltatune variant (gpu_step_ab.sh). KERNELS (a regex of kernel names) adds Nsight Compute's
+# per-kernel times of each variant over FILTER. VARIANTS (space-separated refs) picks some of the
 # bundle's variants, in that order; TESTS=0 skips the tests, ROUNDS=0 the kernel rounds. On the
 # GPU machine, over the bundle folder or a carried .carry/bundle.tar.xz of it:
 #   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_variants_check.sh
@@ -54,6 +55,13 @@ done
 grep -v "digest" "$log" | sort -t'|' -k2,2 -s
 echo "== result digests, round 1"
 grep " 1 | .*digest" "$log"
+
+if [[ -n ${KERNELS:-} ]]; then  # a regex of kernel names: their times per variant (gpu_kernel_times.sh)
+  for v in "${variants[@]}"; do
+    echo "== $v: per-kernel times (Nsight Compute, $FILTER)"
+    KERNELS=$KERNELS bash "$(dirname "$0")/gpu_kernel_times.sh" "$B/bin/kernels_bench_v_$v" "$FILTER"
+  done
+fi
 
 if (( ${STEP_ROUNDS:-0} > 0 )); then
   bins=()

@@ -41,7 +41,7 @@ for r in $(seq 1 ${ROUNDS:-3}); do
     elif [[ -n ${VARIANTS:-} ]]; then envs=($v); label=V$i
     elif [[ $v == A ]]; then envs=(); label=A
     else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
-    env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
+    timeout -k 5 "${RUN_TIMEOUT:-300}" env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
       --recompute ${RECOMPUTE:-auto} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
     [[ -s $O/ab_$label$r.err ]] || rm -f "$O/ab_$label$r.err"  # the device returns few files
     row "$label$r" "$O/ab_$label$r.json"

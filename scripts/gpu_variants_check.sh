@@ -21,6 +21,8 @@ export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/li
 export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/$B NCCL_NVLS_ENABLE=0
 TEST=${TEST:-chunked gated delta rule CUDA forward and backward match the fp64 recurrence}
 FILTER=${FILTER:-[gdn_bench]}
+# A variant that hangs (a copy whose barrier never completes) costs RUN_TIMEOUT seconds, not the call.
+run() { timeout -k 5 "${RUN_TIMEOUT:-150}" "$@"; }
 variants=()
 if [[ -n ${VARIANTS:-} ]]; then
   read -ra variants <<< "$VARIANTS"
@@ -37,9 +39,9 @@ echo "== $TEST, per variant"
 for v in "${variants[@]}"; do
   t=$B/bin/kernels_tests_v_$v
   [[ -x $t && ${TESTS:-1} != 0 ]] || continue
-  out=$("$t" "$TEST" 2>&1); rc=$?
-  printf '%-16s %-4s %s\n' "$v" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" \
-    "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
+  out=$(run "$t" "$TEST" 2>&1); rc=$?
+  case $rc in 0) res=ok ;; 124 | 137) res=HUNG ;; *) res=FAIL ;; esac
+  printf '%-16s %-4s %s\n' "$v" "$res" "$(echo "$out" | grep -E "All tests passed|test cases:" | tail -1)"
   [[ $rc == 0 ]] || echo "$out" | grep -E -A3 "FAILED|with expansion" | head -20
 done
 
@@ -49,7 +51,7 @@ log=${OUT:-/tmp}/variants_kernels.txt
 : > "$log"
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in "${variants[@]}"; do
-    "$B/bin/kernels_bench_v_$v" "$FILTER" 2>&1 | keep | sed "s/^/$v $r | /" >> "$log"
+    run "$B/bin/kernels_bench_v_$v" "$FILTER" 2>&1 | keep | sed "s/^/$v $r | /" >> "$log"
   done
 done
 grep -v "digest" "$log" | sort -t'|' -k2,2 -s

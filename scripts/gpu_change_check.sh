@@ -8,10 +8,9 @@
 #   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_change_check.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-[[ -x $B/daemon/deltatune || ! -f .carry/bundle.tar.xz ]] || tar -xJf .carry/bundle.tar.xz
-for f in "$B/bin/kernels_bench_base.xz" "$B/daemon/deltatune_base.xz"; do
-  if [[ -f $f ]]; then xz -d "$f"; fi
-done
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+unpack_bundle "$B"
 export BUNDLE_DIR=$B
 echo "== [cuda] tests"
 TEST_FILTER='[cuda]' bash scripts/gpu_run.sh

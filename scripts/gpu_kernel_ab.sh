@@ -8,17 +8,17 @@
 #     bash scripts/gpu_kernel_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 A_BIN=${A_BIN:?the baseline kernels_bench}
 B_BIN=${B_BIN:-$B/bin/kernels_bench}
 FILTER=${FILTER:-[gdn_bench]}
 echo "A: $A_BIN (the baseline); B: $B_BIN"
-keep() { grep -vE "^$|^[=-]+$|^Filters|^Randomness|is a Catch|^All tests|^test cases"; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in A B; do
     bin=$A_BIN; [[ $v == B ]] && bin=$B_BIN
-    "$bin" "$FILTER" 2>&1 | keep | sed "s/^/$v$r | /"
+    "$bin" "$FILTER" 2>&1 | keep_bench_lines | sed "s/^/$v$r | /"
   done
 done
 if [[ -n ${KERNELS:-} ]]; then

@@ -12,12 +12,10 @@
 #   FILTER='[gdn_bench]' ROUNDS=3 STEP_ROUNDS=2 bash scripts/gpu_variants_check.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-[[ -x $B/daemon/deltatune || ! -f .carry/bundle.tar.xz ]] || tar -xJf .carry/bundle.tar.xz
-for f in "$B"/bin/*.xz "$B"/daemon/*.xz; do
-  if [[ -f $f ]]; then xz -d "$f"; fi
-done
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+unpack_bundle "$B"
+bundle_env "$B"
 export DELTATUNE_SOURCE_DIR=$PWD DELTATUNE_BINARY_DIR=$PWD/$B NCCL_NVLS_ENABLE=0
 TEST=${TEST:-chunked gated delta rule CUDA forward and backward match the fp64 recurrence}
 FILTER=${FILTER:-[gdn_bench]}
@@ -46,12 +44,11 @@ for v in "${variants[@]}"; do
 done
 
 echo "== kernels: $FILTER, ${ROUNDS:-3} alternating rounds"
-keep() { grep -vE "^$|^[=-]+$|^Filters|^Randomness|is a Catch|^All tests|^test cases"; }
 log=${OUT:-/tmp}/variants_kernels.txt
 : > "$log"
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in "${variants[@]}"; do
-    run "$B/bin/kernels_bench_v_$v" "$FILTER" 2>&1 | keep | sed "s/^/$v $r | /" >> "$log"
+    run "$B/bin/kernels_bench_v_$v" "$FILTER" 2>&1 | keep_bench_lines | sed "s/^/$v $r | /" >> "$log"
   done
 done
 grep -v "digest" "$log" | sort -t'|' -k2,2 -s

@@ -8,8 +8,9 @@
 #   BUNDLE_DIR=.device-build bash scripts/gpu_agent.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 export NCCL_NVLS_ENABLE=0
 BIN=$PWD/$B/daemon
 D=/tmp/gpu-agent; rm -rf "$D"; mkdir -p "$D"/{models,data,outputs,state}

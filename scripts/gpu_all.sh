@@ -6,8 +6,9 @@
 # and, when the bundle holds it (BUNDLE_TESTS="... kernels_bench"), every kernel benchmark.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 TEST_FILTER='[cuda]' bash scripts/gpu_run.sh
 echo "== deltatune kernels (27B-slice config)"
 "$B/daemon/deltatune" kernels --config configs/models/qwen3.8-27b-slice.json

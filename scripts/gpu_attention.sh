@@ -7,8 +7,9 @@
 # in $OUT when set.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 LOG=${OUT:-/tmp}/gpu_attention.log
 : > "$LOG"
 for name in "wgmma gated attention forward matches the reference" \

@@ -6,8 +6,9 @@
 #   BUNDLE_DIR=.device-build bash scripts/gpu_clocks.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 O=${OUT:-/tmp}
 nvidia-smi --query-gpu=clocks.max.sm,power.limit --format=csv
 R=clocks_event_reasons.active

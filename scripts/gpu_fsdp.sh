@@ -11,8 +11,9 @@
 #   BUNDLE_DIR=.device-build bash scripts/gpu_fsdp.sh one|multi
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 export NCCL_NVLS_ENABLE=0
 O=/tmp/fsdp; mkdir -p "$O"
 DT="$B/daemon/deltatune"

@@ -10,8 +10,9 @@
 # LORA_RANK (16), STEPS (6), PEER_TIMEOUT (s, each peer run) and SKIP_TESTS=1 tune it.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.carry/pylib:${PYTHONPATH:-}
 O=${OUT:-/tmp}; R=${LORA_RANK:-16}; N=${STEPS:-6}
 field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1].removeprefix('RESULT ')); print(d.get(sys.argv[2]))" "$@"; }

@@ -2,8 +2,10 @@
 # The 27B-slice step on one GPU, per kernel: the top 25 kernels by GPU time of a CUPTI-profiled
 # step (deltatune bench), with the automatic recompute policy and with per-layer recompute.
 #   BUNDLE_DIR=.device-build bash scripts/gpu_profile_step.sh
-B=${BUNDLE_DIR:-.device-build}; S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib
+B=${BUNDLE_DIR:-.device-build}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 for r in ${RECOMPUTE:-auto layer}; do
 $B/daemon/deltatune bench --config configs/models/qwen3.8-27b-slice.json --steps ${STEPS:-3} --warmup 1 --recompute $r > /tmp/b_$r.json 2>/tmp/b_$r.err || cat /tmp/b_$r.err
 python3 - /tmp/b_$r.json <<'PY'

@@ -2,8 +2,9 @@
 # Runs on the GPU machine, from the repository root, over ${BUNDLE_DIR:-.device-build}/ (see gpu_bundle.sh):
 # every test executable, then prints a short table. Results also go to $OUT when set.
 set -uo pipefail
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/${BUNDLE_DIR:-.device-build}/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "${BUNDLE_DIR:-.device-build}"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 LOG=${OUT:-/tmp}/gpu_tests.log

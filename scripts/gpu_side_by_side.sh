@@ -12,11 +12,12 @@
 # about half the device time).
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
 # A fresh machine holds only what was carried: unpack the carried bundle first.
-[[ -x $B/daemon/deltatune || ! -f .carry/bundle.tar.xz ]] || tar -xJf .carry/bundle.tar.xz
+unpack_bundle "$B"
 [[ -x $B/daemon/deltatune ]] || { echo "no $B/daemon/deltatune: carry the bundle" >&2; exit 2; }
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+bundle_env "$B"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 O=${OUT:-/tmp}; CFG=configs/models/qwen3.8-27b-slice.json
 field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1].removeprefix('RESULT ')); print(d.get(sys.argv[2]))" "$@"; }

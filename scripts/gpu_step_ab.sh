@@ -12,8 +12,9 @@
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 CFG=configs/models/qwen3.8-27b-slice.json
 O=${OUT:-/tmp}
 row() {  # LABEL JSON

@@ -7,8 +7,9 @@
 #   BUNDLE_DIR=.device-build [RECOMPUTE=auto] bash scripts/gpu_trace_step.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 O=${OUT:-/tmp}
 "$B/daemon/deltatune" bench --config configs/models/qwen3.8-27b-slice.json --steps ${STEPS:-4} \
   --warmup 2 --recompute ${RECOMPUTE:-auto} --trace-out "$O/step_trace.json" > "$O/trace_bench.json" \

@@ -12,8 +12,9 @@
 #   BUNDLE_DIR=.device-build [JOB=demo-lora] bash scripts/gpu_train.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
-S=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:$S/nccl/lib:$S/cudnn/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/lib/gpu_bundle.sh
+source "$(dirname "$0")/lib/gpu_bundle.sh"
+bundle_env "$B"
 export NCCL_NVLS_ENABLE=0 PYTHONPATH=$PWD/.carry/pylib:${PYTHONPATH:-}
 JOB=${JOB:-demo}
 BIN=$PWD/$B/daemon

@@ -137,6 +137,12 @@ TEST_CASE("chunked gated delta rule CUDA forward and backward match the fp64 rec
         {{1100}, 2, {1, 2, 3}},  // one document, many chunks
         // 27B's heads: the recurrences take 64 value columns per block (32 below 34 heads).
         {{70, 1, 57, 0, 72}, 16, {3}},
+        // Chunk counts that exercise the recurrences' double buffers: odd (5: the reverse starts
+        // in the other buffer), each buffer used three times and more (7), and a stream shorter
+        // than one chunk (rows past its end read as zeros).
+        {{300}, 16, {3}},
+        {{130, 2, 260}, 16, {3}},
+        {{40}, 16, {3}},
     };
     for (const auto& [lengths, k_heads, ratios] : cases) {
         for (int64_t ratio : ratios) {

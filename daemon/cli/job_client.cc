@@ -94,6 +94,8 @@ std::string job_line(const v1::Job& job) {
                         static_cast<long long>(job.progress().total_steps()));
     auto it = job.latest_metrics().find("loss");
     if (it != job.latest_metrics().end()) line += absl::StrFormat("  loss %.4f", it->second);
+    it = job.latest_metrics().find("eval_loss");
+    if (it != job.latest_metrics().end()) line += absl::StrFormat("  eval %.4f", it->second);
     if (job.state() == v1::Job::QUEUED && job.queue_position() > 0)
         line += absl::StrCat("  queue #", job.queue_position());
     if (!job.state_reason().empty()) line += absl::StrCat("  ", job.state_reason());

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -56,14 +58,18 @@ int terminal_width() {
     return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? w.ws_col : 80;
 }
 
-// A live line on a terminal (redrawn in place, then a summary line); one line per update
-// otherwise.
-void print_progress(const v1::Job& job, bool tty, TokenRate& rate) {
+// A live line on a terminal (redrawn in place, then a summary line); otherwise a line per update
+// that changes it (`last_line`: the one printed before), so a log holds no repeats of updates it
+// does not show (a checkpoint written, a rate refreshed).
+void print_progress(const v1::Job& job, bool tty, TokenRate& rate, std::string& last_line) {
     const int64_t now = now_seconds();
     rate.add(static_cast<double>(now), job.progress().tokens());
     if (!tty) {
-        std::printf("%s\n", job_line(job).c_str());
+        std::string line = job_line(job);
+        if (line == last_line) return;
+        std::printf("%s\n", line.c_str());
         std::fflush(stdout);
+        last_line = std::move(line);
         return;
     }
     const double tok_s =
@@ -82,8 +88,9 @@ int watch(JobClient& client, const std::string& name) {
     v1::Job job;
     const bool tty = isatty(STDERR_FILENO) && !client.json();
     TokenRate rate;
+    std::string last_line;
     while (reader->Read(&job)) {
-        if (!client.json()) print_progress(job, tty, rate);
+        if (!client.json()) print_progress(job, tty, rate, last_line);
         if (is_terminal(job.state())) break;
     }
     const bool ended = !job.name().empty() && is_terminal(job.state());

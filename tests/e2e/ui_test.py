@@ -62,6 +62,12 @@ def test_demo_job_runs():
     JOB = json.loads(r.stdout)["name"]
     r = subprocess.run([CLI, "watch", JOB], capture_output=True, text=True, env=env, timeout=600)
     check("SUCCEEDED" in r.stdout, f"demo job: {r.stdout[-500:]} {r.stderr[-500:]}")
+    # Without a terminal, a line per update that changes it: no repeats, the eval loss shown.
+    lines = r.stdout.splitlines()
+    repeats = [a for a, b in zip(lines, lines[1:]) if a == b]
+    check(not repeats, f"watch repeated lines: {repeats[:3]}")
+    check(re.search(r"SUCCEEDED +step 40/40 +loss [0-9.]+ +eval [0-9.]+", lines[-1]),
+          f"watch's last line: {lines[-1]}")
 
 
 def test_page_is_self_contained():

@@ -40,6 +40,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "daemon/rank/step_trace.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -473,8 +474,7 @@ int bench_command(const std::vector<std::string>& args) {
     auto options = parse_bench_options(args);
     absl::StatusOr<nlohmann::json> j = options.ok() ? run_bench(*options) : options.status();
     if (!j.ok()) {
-        std::fprintf(stderr, "deltatune bench: %s\n", std::string(j.status().message()).c_str());
-        return 1;
+        return fail("bench", j.status());
     }
     std::printf("%s\n", j->dump().c_str());
     return 0;

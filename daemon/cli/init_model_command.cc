@@ -3,6 +3,7 @@
 
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "runtime/model/init_model.h"
 
 namespace deltatune::cli {
@@ -22,8 +23,7 @@ int init_model_command(const std::vector<std::string>& args) {
             return 0;
         }
     }
-    std::fprintf(stderr, "deltatune init-model: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return fail("init-model", s);
 }
 
 }  // namespace deltatune::cli

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/kernel_registry.h"
 
@@ -47,9 +48,7 @@ int kernels_command(const std::vector<std::string>& args) {
     bool strict_ok = true;
     auto out = run_kernels(args, strict_ok);
     if (!out.ok()) {
-        std::fprintf(stderr, "deltatune kernels: %s\n",
-                     std::string(out.status().message()).c_str());
-        return 1;
+        return fail("kernels", out.status());
     }
     std::fputs(out->c_str(), stdout);
     return strict_ok ? 0 : 1;

@@ -10,6 +10,7 @@
 
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/data/dataset.h"
@@ -91,9 +92,7 @@ int pack_stats_command(const std::vector<std::string>& args) {
     absl::StatusOr<nlohmann::json> out =
         flags.ok() ? pack_stats(*flags) : absl::StatusOr<nlohmann::json>(flags.status());
     if (!out.ok()) {
-        std::fprintf(stderr, "deltatune pack-stats: %s\n",
-                     std::string(out.status().message()).c_str());
-        return 1;
+        return fail("pack-stats", out.status());
     }
     std::printf("%s\n", out->dump().c_str());
     return 0;

@@ -5,6 +5,7 @@
 
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/train/step_runner.h"
@@ -40,9 +41,7 @@ int step_command(const std::vector<std::string>& args) {
     auto options = parse_step_options(args);
     absl::StatusOr<StepReport> report = options.ok() ? run_step(*options) : options.status();
     if (!report.ok()) {
-        std::fprintf(stderr, "deltatune step: %s\n",
-                     std::string(report.status().message()).c_str());
-        return 1;
+        return fail("step", report.status());
     }
     nlohmann::json j = {{"loss", report->loss},           {"label_tokens", report->label_tokens},
                         {"tokens", report->tokens},       {"documents", report->documents},

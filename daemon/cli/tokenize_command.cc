@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/data/chat_template.h"
@@ -125,8 +126,7 @@ int tokenize_command(const std::vector<std::string>& args) {
         Flags::parse(args, {"tokenizer", "chat", "chat-template", "threads", "input"}, {"chat"});
     absl::Status s = flags.ok() ? tokenize(*flags) : flags.status();
     if (s.ok()) return 0;
-    std::fprintf(stderr, "deltatune tokenize: %s\n", std::string(s.message()).c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return fail("tokenize", s);
 }
 
 }  // namespace deltatune::cli

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
+#include "daemon/cli/job_client.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
 #include "nlohmann/json.hpp"
@@ -111,8 +112,7 @@ int train_command(const std::vector<std::string>& args) {
         args, {"rank", "world-size", "rendezvous", "data-shards", "timeout", "device"});
     absl::Status s = flags.ok() ? run_train(*flags) : flags.status();
     if (s.ok()) return 0;
-    std::fprintf(stderr, "deltatune train: %s\n", std::string(s.message()).c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return fail("train", s);
 }
 
 }  // namespace deltatune::cli

@@ -46,30 +46,35 @@ TEST_CASE("init-model then step prints loss and label_tokens and writes grads", 
     CHECK(std::filesystem::exists(tmp.file("g.safetensors")));
 }
 
-TEST_CASE("bad command lines fail with one clear line", "[cli]") {
+TEST_CASE("bad command lines fail with one clear line and the exit status of their kind", "[cli]") {
     const std::string fixture = testing::source_path("tests/fixtures/parity/tiny-a");
     std::string out;
-    CHECK(run("step --batch x.json", out) == 1);
+    // 2: a bad command line; 3: a file that cannot be opened (the README's table).
+    CHECK(run("step --batch x.json", out) == 2);
     CHECK(out == "deltatune step: missing required flag --model\n");
     CHECK(run("step --model " + fixture + " --batch " + fixture + "/batch.json --lr fast", out) ==
-          1);
+          2);
     CHECK(out == "deltatune step: flag --lr: 'fast' is not a number\n");
     CHECK(run("step --model " + fixture + " --batch " + fixture + "/batch.json --device tpu",
-              out) == 1);
+              out) == 2);
     CHECK(out == "deltatune step: --device: expected cpu or cuda, got 'tpu'\n");
-    CHECK(run("step --model " + fixture + " --batch /nonexistent.json", out) == 1);
+    CHECK(run("step --model " + fixture + " --batch /nonexistent.json", out) == 3);
     CHECK(out.find("/nonexistent.json: cannot open") != std::string::npos);
-    CHECK(run("step --model /nonexistent --batch x.json", out) == 1);
+    CHECK(run("step --model /nonexistent --batch x.json", out) == 3);
     CHECK(out.find("/nonexistent/config.json: cannot open") != std::string::npos);
-    CHECK(run("init-model --config x.json --out y --colour blue", out) == 1);
+    CHECK(run("init-model --config x.json --out y --colour blue", out) == 2);
     CHECK(out == "deltatune init-model: unknown flag --colour\n");
-    CHECK(run("bench --config x.json --max-grad-norm -1", out) == 1);
+    CHECK(run("bench --config x.json --max-grad-norm -1", out) == 2);
     CHECK(out == "deltatune bench: --max-grad-norm must be >= 0 (0: no clipping), got -1\n");
-    CHECK(run("bench --config x.json --world-size 2 --rank 1", out) == 1);
+    CHECK(run("bench --config x.json --world-size 2 --rank 1", out) == 2);
     CHECK(out == "deltatune bench: --world-size > 1 needs --rendezvous DIR\n");
-    CHECK(run("bench --config x.json --trace-out t.json --world-size 2 --rank 1", out) == 1);
+    CHECK(run("bench --config x.json --trace-out t.json --world-size 2 --rank 1", out) == 2);
     CHECK(out == "deltatune bench: --world-size > 1 needs --rendezvous DIR\n");  // a known flag
     CHECK(run("frobnicate", out) == 2);
+    CHECK(run("kernels --config /nonexistent.json", out) == 3);
+    CHECK(run("pack-stats --data /nonexistent.jsonl --tokens-per-batch 64", out) == 3);
+    CHECK(run("train /nonexistent.yaml", out) == 3);
+    CHECK(out == "deltatune train: /nonexistent.yaml: cannot open\n");
 }
 
 std::string tokenizer_fixtures() {

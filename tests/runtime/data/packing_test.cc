@@ -408,10 +408,10 @@ TEST_CASE("deltatune pack-stats prints the packing figures as one JSON line", "[
     CHECK(j["batch_reduction_vs_2d"].get<double>() ==
           Approx(1.0 - static_cast<double>(s.batches) / static_cast<double>(s.padded_2d_batches)));
     CHECK(j["skipped_by_reason"]["empty input_ids"] == 1);
-    REQUIRE(testing::run_command(cmd + " 2>&1", out) == 1);
+    REQUIRE(testing::run_command(cmd + " 2>&1", out) == 2);  // bad input: the README's status 2
     CHECK(out == "deltatune pack-stats: " + path + ":401: empty input_ids\n");
     REQUIRE(testing::run_command(testing::cli_path() + " pack-stats --data " + path + " 2>&1",
-                                 out) == 1);
+                                 out) == 2);
     CHECK(out == "deltatune pack-stats: --tokens-per-batch must be a positive integer\n");
 }
 

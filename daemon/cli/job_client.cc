@@ -88,10 +88,11 @@ bool is_terminal(v1::Job::State s) {
 }
 
 std::string job_line(const v1::Job& job) {
-    std::string line =
-        absl::StrFormat("%-24s %-11s step %lld/%lld", job.name(), state_name(job.state()),
-                        static_cast<long long>(job.progress().step()),
-                        static_cast<long long>(job.progress().total_steps()));
+    std::string line = absl::StrFormat("%-24s %-11s", job.name(), state_name(job.state()));
+    if (job.progress().total_steps() > 0) {  // 0 until the ranks have planned the run
+        line += absl::StrFormat(" step %lld/%lld", static_cast<long long>(job.progress().step()),
+                                static_cast<long long>(job.progress().total_steps()));
+    }
     auto it = job.latest_metrics().find("loss");
     if (it != job.latest_metrics().end()) line += absl::StrFormat("  loss %.4f", it->second);
     it = job.latest_metrics().find("eval_loss");

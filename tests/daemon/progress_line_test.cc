@@ -1,7 +1,9 @@
 // The live progress line and the end-of-job summary of `deltatune watch`
-// (daemon/cli/progress_line.h).
+// (daemon/cli/progress_line.h), and the job line of get, list and watch without a terminal
+// (daemon/cli/job_client.h).
 #include <catch2/catch.hpp>
 
+#include "daemon/cli/job_client.h"
 #include "daemon/cli/progress_line.h"
 
 namespace deltatune::cli {
@@ -31,6 +33,18 @@ TEST_CASE("the progress line shows what a person watching a job wants, in the wi
     v1::Job fresh;
     fresh.set_state(v1::Job::QUEUED);
     CHECK(progress_line(fresh, 0, 0, 80) == "QUEUED");  // no "0/0 loss nan"
+}
+
+TEST_CASE("the job line has the step, the losses and the reason, and no 0/0", "[cli]") {
+    v1::Job job = running_job();
+    job.set_name("jobs/3c35ed3775ed");
+    CHECK(job_line(job) ==
+          "jobs/3c35ed3775ed        RUNNING     step 420/1000  loss 2.5710  eval 2.6012");
+    v1::Job fresh;
+    fresh.set_name("jobs/3c35ed3775ed");
+    fresh.set_state(v1::Job::QUEUED);
+    fresh.set_queue_position(2);
+    CHECK(job_line(fresh) == "jobs/3c35ed3775ed        QUEUED       queue #2");
 }
 
 TEST_CASE("tokens per second come from the recent updates, and restart with an attempt", "[cli]") {

@@ -102,6 +102,7 @@ std::string job_line(const v1::Job& job) {
     if (!job.state_reason().empty()) line += absl::StrCat("  ", job.state_reason());
     if (!job.error_message().empty()) line += absl::StrCat(": ", job.error_message());
     if (!job.result_model().empty()) line += absl::StrCat("  model ", job.result_model());
+    absl::StripTrailingAsciiWhitespace(&line);  // the state's padding when nothing follows it
     return line;
 }
 

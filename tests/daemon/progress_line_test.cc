@@ -45,6 +45,8 @@ TEST_CASE("the job line has the step, the losses and the reason, and no 0/0", "[
     fresh.set_state(v1::Job::QUEUED);
     fresh.set_queue_position(2);
     CHECK(job_line(fresh) == "jobs/3c35ed3775ed        QUEUED       queue #2");
+    fresh.set_state(v1::Job::PENDING);
+    CHECK(job_line(fresh) == "jobs/3c35ed3775ed        PENDING");  // no trailing padding
 }
 
 TEST_CASE("tokens per second come from the recent updates, and restart with an attempt", "[cli]") {

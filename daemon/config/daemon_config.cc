@@ -2,6 +2,8 @@
 // is an error naming its full path, and a value of the wrong type names its path and value.
 #include "daemon/config/daemon_config.h"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
@@ -9,8 +11,10 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
@@ -121,11 +125,48 @@ absl::Status in_range(const char* path, double v, double lo, double hi) {
         absl::StrCat(path, " (", v, ") must be in [", lo, ", ", hi, "]"));
 }
 
+// HOST:PORT -> (HOST, PORT); [V6]:PORT keeps its brackets. False when there is no port or an
+// unbracketed IPv6 host.
+bool split_host_port(const std::string& address, std::string* host, std::string* port) {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return false;
+    *host = address.substr(0, colon);
+    *port = address.substr(colon + 1);
+    if (host->empty() || port->empty()) return false;
+    if (host->front() == '[') return host->size() > 2 && host->back() == ']';
+    return host->find(':') == std::string::npos;
+}
+
+// A listener's address: HOST:PORT, [IPV6]:PORT or unix:PATH, the port in [0, 65535] (0: the system
+// picks one). gRPC binds a larger port modulo 65536 and reports the one configured.
+absl::Status check_listen_address(const char* field, const std::string& address) {
+    if (absl::StartsWith(address, "unix:")) {
+        if (address.size() > 5) return absl::OkStatus();
+        return absl::InvalidArgumentError(absl::StrCat(field, " (unix:) names no socket path"));
+    }
+    std::string host, port;
+    if (!split_host_port(address, &host, &port)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " (", address, ") must be HOST:PORT, [IPV6]:PORT or unix:PATH"));
+    }
+    int value = -1;
+    const bool digits = port.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || port.size() > 5 || !absl::SimpleAtoi(port, &value) || value > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat(field, " (", address, "): port '", port,
+                                                       "' must be a number in [0, 65535]"));
+    }
+    return absl::OkStatus();
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& address) {
-    return absl::StartsWith(address, "127.") || absl::StartsWith(address, "[::1]") ||
-           absl::StartsWith(address, "localhost:") || absl::StartsWith(address, "unix:");
+    if (absl::StartsWith(address, "unix:")) return true;
+    std::string host, port;
+    if (!split_host_port(address, &host, &port)) return false;
+    if (host == "localhost" || host == "[::1]") return true;
+    in_addr v4{};  // a literal in 127.0.0.0/8, not a name that merely starts with "127."
+    return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 absl::StatusOr<DaemonConfig> parse_daemon_config(const std::string& text,
@@ -156,6 +197,10 @@ absl::StatusOr<DaemonConfig> load_daemon_config(const std::string& path) {
 
 absl::Status validate_daemon_config(const DaemonConfig& c) {
     if (c.grpc_address.empty()) return absl::InvalidArgumentError("listen.grpc is empty");
+    DT_RETURN_IF_ERROR(check_listen_address("listen.grpc", c.grpc_address));
+    if (!c.http_address.empty()) {
+        DT_RETURN_IF_ERROR(check_listen_address("listen.http", c.http_address));
+    }
     if (c.state_dir.empty() || c.state_dir.front() != '/') {
         return absl::InvalidArgumentError(
             absl::StrCat("state_dir ('", c.state_dir, "') must be an absolute path"));

@@ -62,7 +62,8 @@ absl::StatusOr<DaemonConfig> load_daemon_config(const std::string& path);
 // Cross-field checks, quoting values; also refuses a non-loopback listener without auth.
 absl::Status validate_daemon_config(const DaemonConfig& config);
 
-// True for 127.0.0.0/8, [::1], localhost and unix: addresses.
+// True for HOST:PORT with a literal in 127.0.0.0/8, [::1] or localhost as the host, and for unix:
+// addresses.
 bool is_loopback_address(const std::string& address);
 
 }  // namespace deltatune::daemon

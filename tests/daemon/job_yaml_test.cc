@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/model/kernel_registry.h"
@@ -463,6 +464,27 @@ TEST_CASE("daemon config: defaults, unknown keys with paths, safety checks", "[d
                Catch::Contains("listen.http (0.0.0.0:9090) is not loopback; set auth.token_file"));
     auto tokened = parse_daemon_config("listen: {grpc: 0.0.0.0:7070}\nauth: {token_file: /t}\n");
     CHECK(tokened.ok());
+    // A name that only starts like a loopback literal is not loopback.
+    auto named = parse_daemon_config("listen: {grpc: 127.0.0.1.example.com:7070}\n");
+    CHECK_THAT(message(named.status()), Catch::Contains("is not loopback; set auth.token_file"));
+    for (const char* ok : {"127.0.0.1:0", "127.1.2.3:65535", "localhost:7070", "[::1]:7070",
+                           "unix:/run/deltatune.sock"}) {
+        INFO(ok);
+        CHECK(parse_daemon_config(absl::StrCat("listen: {grpc: '", ok, "'}\n")).ok());
+    }
+    // gRPC would bind 99999 modulo 65536 (34463) and report 99999.
+    auto port = parse_daemon_config("listen: {grpc: 127.0.0.1:99999}\n", "d.yaml");
+    CHECK(message(port.status()) ==
+          "d.yaml: listen.grpc (127.0.0.1:99999): port '99999' must be a number in [0, 65535]");
+    auto http_port = parse_daemon_config("listen: {http: '127.0.0.1:-1'}\n");
+    CHECK_THAT(message(http_port.status()),
+               Catch::Contains("listen.http (127.0.0.1:-1): port '-1'"));
+    for (const char* bad : {"7070", "127.0.0.1", "::1:7070", ":7070", "unix:"}) {
+        INFO(bad);
+        CHECK_THAT(
+            message(parse_daemon_config(absl::StrCat("listen: {grpc: '", bad, "'}\n")).status()),
+            Catch::StartsWith("daemon config: listen.grpc ("));
+    }
     auto bad = parse_daemon_config("scheduler: {max_concurrent_jobs: 0}\n");
     CHECK_THAT(message(bad.status()), Catch::Contains("scheduler.max_concurrent_jobs (0)"));
     auto inside = parse_daemon_config("state_dir: /srv/dt/state\nroots: {outputs: [/srv/dt]}\n");

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
 #include "runtime/base/status_macros.h"
@@ -125,48 +124,48 @@ absl::Status in_range(const char* path, double v, double lo, double hi) {
         absl::StrCat(path, " (", v, ") must be in [", lo, ", ", hi, "]"));
 }
 
-// HOST:PORT -> (HOST, PORT); [V6]:PORT keeps its brackets. False when there is no port or an
-// unbracketed IPv6 host.
-bool split_host_port(const std::string& address, std::string* host, std::string* port) {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos) return false;
-    *host = address.substr(0, colon);
-    *port = address.substr(colon + 1);
-    if (host->empty() || port->empty()) return false;
-    if (host->front() == '[') return host->size() > 2 && host->back() == ']';
-    return host->find(':') == std::string::npos;
-}
-
-// A listener's address: HOST:PORT, [IPV6]:PORT or unix:PATH, the port in [0, 65535] (0: the system
-// picks one). gRPC binds a larger port modulo 65536 and reports the one configured.
+// A listener's address: HOST:PORT, [IPV6]:PORT or unix:PATH. gRPC binds a port past 65535 modulo
+// 65536 and reports the one configured, so the range is checked here.
 absl::Status check_listen_address(const char* field, const std::string& address) {
     if (absl::StartsWith(address, "unix:")) {
         if (address.size() > 5) return absl::OkStatus();
         return absl::InvalidArgumentError(absl::StrCat(field, " (unix:) names no socket path"));
     }
-    std::string host, port;
-    if (!split_host_port(address, &host, &port)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, " (", address, ") must be HOST:PORT, [IPV6]:PORT or unix:PATH"));
-    }
-    int value = -1;
-    const bool digits = port.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || port.size() > 5 || !absl::SimpleAtoi(port, &value) || value > 65535) {
-        return absl::InvalidArgumentError(absl::StrCat(field, " (", address, "): port '", port,
-                                                       "' must be a number in [0, 65535]"));
+    if (absl::Status s = parse_host_port(address).status(); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, " ", s.message()));
     }
     return absl::OkStatus();
 }
 
 }  // namespace
 
+absl::StatusOr<HostPort> parse_host_port(const std::string& address) {
+    const size_t colon = address.rfind(':');
+    std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+    const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+    const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+    if (bracketed) host = host.substr(1, host.size() - 2);
+    const bool stray = !bracketed && host.find_first_of("[]:") != std::string::npos;  // bare IPv6
+    if (host.empty() || port.empty() || stray) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("(", address, ") must be HOST:PORT, [IPV6]:PORT or unix:PATH"));
+    }
+    unsigned value = 0;  // from_chars: digits only, no sign or space
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc() || end != port.data() + port.size() || value > 65535) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("(", address, "): port '", port, "' must be a number in [0, 65535]"));
+    }
+    return HostPort{std::move(host), static_cast<int>(value)};
+}
+
 bool is_loopback_address(const std::string& address) {
     if (absl::StartsWith(address, "unix:")) return true;
-    std::string host, port;
-    if (!split_host_port(address, &host, &port)) return false;
-    if (host == "localhost" || host == "[::1]") return true;
+    absl::StatusOr<HostPort> a = parse_host_port(address);
+    if (!a.ok()) return false;
+    if (a->host == "localhost" || a->host == "::1") return true;
     in_addr v4{};  // a literal in 127.0.0.0/8, not a name that merely starts with "127."
-    return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET, a->host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 absl::StatusOr<DaemonConfig> parse_daemon_config(const std::string& text,

@@ -62,6 +62,14 @@ absl::StatusOr<DaemonConfig> load_daemon_config(const std::string& path);
 // Cross-field checks, quoting values; also refuses a non-loopback listener without auth.
 absl::Status validate_daemon_config(const DaemonConfig& config);
 
+// HOST:PORT or [IPV6]:PORT split (the host without brackets), the port in [0, 65535] (0: the
+// system picks one); InvalidArgument quoting the address otherwise.
+struct HostPort {
+    std::string host;
+    int port = 0;
+};
+absl::StatusOr<HostPort> parse_host_port(const std::string& address);
+
 // True for HOST:PORT with a literal in 127.0.0.0/8, [::1] or localhost as the host, and for unix:
 // addresses.
 bool is_loopback_address(const std::string& address);

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/config/daemon_config.h"
 #include "daemon/service/metrics_history.h"
 #include "daemon/service/metrics_text.h"
 #include "daemon/service/ui_page.h"
@@ -301,15 +302,12 @@ AdminHttpServer::~AdminHttpServer() {
 absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManager* manager,
                                                                         Options options) {
     const std::string address = options.address;
-    const size_t colon = address.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-        port < 0 || port > 65535) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("listen.http: '", address, "' is not HOST:PORT"));
+    absl::StatusOr<HostPort> parsed = parse_host_port(address);
+    if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("listen.http ", parsed.status().message()));
     }
-    std::string host = address.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const std::string host = parsed->host;
+    int port = parsed->port;
     std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(manager, std::move(options)));
     s->routes();
     s->server_->set_payload_max_length(64 << 10);

@@ -2,7 +2,12 @@
 // cache lookup around it.
 #include "runtime/data/dataset.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -268,6 +273,23 @@ absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path) {
     return DatasetFormat::kChat;
 }
 
+namespace {
+
+// An exclusive flock on `path` (created), held until the descriptor closes; a holder that dies
+// releases it. Blocks while another process or thread holds it.
+absl::StatusOr<UniqueFd> lock_file(const std::string& path) {
+    DT_ASSIGN_OR_RETURN(UniqueFd fd, process_sandbox().open(path, O_RDWR | O_CREAT | O_CLOEXEC));
+    while (::flock(fd.get(), LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            return absl::InternalError(
+                absl::StrCat(path, ": flock failed: ", std::strerror(errno)));
+        }
+    }
+    return fd;
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> dataset_cache_key(const std::string& path, DatasetFormat format,
                                            const DatasetOptions& options) {
     DT_ASSIGN_OR_RETURN(const uint64_t content, hash_file(path));
@@ -312,8 +334,13 @@ absl::StatusOr<TokenizedDataset> load_dataset(const std::string& path,
     // ever a faster way to the same result.
     absl::StatusOr<TokenizedDataset> cached = open_token_cache(cache, key);
     if (cached.ok()) return cached;
-    DT_RETURN_IF_ERROR(tokenize_file(path, format, options, store, counts));
+    // One builder per cache file: the ranks of a job (and jobs sharing the folder) that miss
+    // together queue on the file's lock; the first tokenizes, the others then map its result.
     DT_RETURN_IF_ERROR(process_sandbox().make_dirs(options.cache_dir));
+    DT_ASSIGN_OR_RETURN(const UniqueFd lock, lock_file(cache + ".lock"));
+    cached = open_token_cache(cache, key);
+    if (cached.ok()) return cached;
+    DT_RETURN_IF_ERROR(tokenize_file(path, format, options, store, counts));
     DT_RETURN_IF_ERROR(write_token_cache(cache, key, store, counts));
     return open_token_cache(cache, key);
 }

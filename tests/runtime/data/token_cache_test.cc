@@ -5,6 +5,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_cache.h"
@@ -109,6 +111,30 @@ TEST_CASE("a cache hit maps the file and does not tokenize again", "[data]") {
     auto uncached = load_dataset(data, plain);
     REQUIRE(uncached.ok());
     CHECK(all_ids(*uncached) == all_ids(*second));
+}
+
+TEST_CASE("ranks that miss the cache together tokenize once and map the result", "[data]") {
+    TempDir tmp;
+    const std::string data = tmp.file("chat.jsonl");
+    write_text(data, chat_lines(400, 'a'));
+    std::atomic<int> calls{0};
+    DatasetOptions opt;
+    opt.chat = counting_chat(calls, "tok-A");
+    opt.cache_dir = tmp.file("cache");
+    opt.num_threads = 1;
+    // Four loaders at once, as the ranks of a node start: one builds, three wait on its lock.
+    std::vector<absl::StatusOr<TokenizedDataset>> got(4, absl::UnknownError("not run"));
+    std::vector<std::thread> ranks;
+    for (size_t r = 0; r < got.size(); ++r) {
+        ranks.emplace_back([&, r] { got[r] = load_dataset(data, opt); });
+    }
+    for (std::thread& t : ranks) t.join();
+    CHECK(calls == 400);  // each conversation tokenized once, not once per rank
+    for (const auto& d : got) {
+        REQUIRE(d.ok());
+        CHECK(d->cache_path() == got[0]->cache_path());
+        CHECK(all_ids(*d) == all_ids(*got[0]));
+    }
 }
 
 TEST_CASE("a changed data file or tokenizer misses the cache", "[data]") {

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "runtime/base/status_macros.h"
 
 namespace deltatune {
 
@@ -310,6 +311,14 @@ absl::StatusOr<std::vector<DirEntry>> PathSandbox::list(const std::string& path)
 // neither step can be redirected by a symlink swapped in after the folder was opened.
 absl::Status PathSandbox::write_atomic(
     const std::string& path, const std::vector<std::pair<const void*, size_t>>& chunks) const {
+    return write_atomic_streamed(path, [&](const WriteFn& write) {
+        for (const auto& [data, size] : chunks) DT_RETURN_IF_ERROR(write(data, size));
+        return absl::OkStatus();
+    });
+}
+
+absl::Status PathSandbox::write_atomic_streamed(
+    const std::string& path, const std::function<absl::Status(const WriteFn&)>& produce) const {
     std::string name;
     absl::StatusOr<UniqueFd> dir = open_parent(path, &name);
     if (!dir.ok()) return dir.status();
@@ -318,11 +327,8 @@ absl::Status PathSandbox::write_atomic(
     UniqueFd fd(::openat(dir->get(), tmp_name.c_str(),
                          O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (fd.get() < 0) return errno_status(tmp, "cannot create", errno);
-    absl::Status s;
-    for (const auto& [data, size] : chunks) {
-        s = write_fd(fd.get(), data, size, tmp);
-        if (!s.ok()) break;
-    }
+    absl::Status s =
+        produce([&](const void* data, size_t size) { return write_fd(fd.get(), data, size, tmp); });
     if (s.ok() && ::fsync(fd.get()) != 0) s = errno_status(tmp, "fsync failed", errno);
     if (s.ok() && ::close(fd.release()) != 0) s = errno_status(tmp, "close failed", errno);
     if (s.ok() && ::renameat(dir->get(), tmp_name.c_str(), dir->get(), name.c_str()) != 0) {

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -93,6 +94,11 @@ class PathSandbox {
     // file or the new one, never half, and no swapped symlink redirects either step.
     absl::Status write_atomic(const std::string& path,
                               const std::vector<std::pair<const void*, size_t>>& chunks) const;
+    // The same, with the contents produced piece by piece: `produce` calls `write` as often as
+    // it likes (files larger than memory). An error from either leaves no file behind.
+    using WriteFn = std::function<absl::Status(const void* data, size_t size)>;
+    absl::Status write_atomic_streamed(
+        const std::string& path, const std::function<absl::Status(const WriteFn&)>& produce) const;
     // The entries of a folder, sorted by name.
     absl::StatusOr<std::vector<DirEntry>> list(const std::string& path) const;
 

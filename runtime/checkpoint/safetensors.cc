@@ -1,6 +1,9 @@
 // safetensors reader (mmap + header validation) and atomic writer.
 #include "runtime/checkpoint/safetensors.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -8,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune {
@@ -139,38 +143,99 @@ absl::StatusOr<Tensor> SafetensorsFile::get(const std::string& name) const {
     return Tensor::wrap(mapping_, data_start_ + e->begin, e->shape, e->dtype);
 }
 
-absl::Status write_safetensors(const std::string& path,
-                               const std::vector<std::pair<std::string, Tensor>>& tensors,
-                               const std::map<std::string, std::string>& metadata) {
+absl::Status SafetensorsFile::copy_bytes(const std::string& name, size_t begin, size_t end,
+                                         void* dst) const {
+    const SafetensorsEntry* e = entry(name);
+    if (!e) return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", name, "'"));
+    if (begin > end || end > e->end - e->begin) {
+        return absl::OutOfRangeError(absl::StrCat(path_, ": bytes [", begin, ", ", end,
+                                                  ") of tensor '", name, "' (", e->end - e->begin,
+                                                  " bytes)"));
+    }
+    const auto* from =
+        static_cast<const unsigned char*>(mapping_->data()) + data_start_ + e->begin + begin;
+    std::memcpy(dst, from, end - begin);
+    // The whole pages just read leave this process's resident set (a private read-only mapping
+    // never written: the next access reads the page cache again).
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(from) + page - 1) / page * page;
+    const uintptr_t hi = reinterpret_cast<uintptr_t>(from + (end - begin)) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    return absl::OkStatus();
+}
+
+size_t SafetensorsSpec::nbytes() const {
+    size_t n = dtype_size(dtype);
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+}
+
+namespace {
+
+// The 8-byte length and the JSON header (padded to 8 bytes) for tensors laid out in order.
+absl::StatusOr<std::string> safetensors_header(const std::string& path,
+                                               const std::vector<SafetensorsSpec>& specs,
+                                               const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     std::set<std::string> seen;
-    std::vector<Tensor> host;
     size_t offset = 0;
-    for (const auto& [name, t] : tensors) {
-        if (!seen.insert(name).second) {
+    for (const SafetensorsSpec& t : specs) {
+        if (!seen.insert(t.name).second) {
             return absl::InvalidArgumentError(
-                absl::StrCat(path, ": duplicate tensor name '", name, "'"));
+                absl::StrCat(path, ": duplicate tensor name '", t.name, "'"));
         }
-        DT_ASSIGN_OR_RETURN(Tensor h, t.to_device(Device::cpu()));
-        header[name] = {{"dtype", std::string(dtype_name(h.dtype()))},
-                        {"shape", h.shape()},
-                        {"data_offsets", {offset, offset + h.nbytes()}}};
-        offset += h.nbytes();
-        host.push_back(std::move(h));
+        header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + t.nbytes()}}};
+        offset += t.nbytes();
     }
     std::string text = header.dump();
     // Pad with spaces so the data region starts 8-byte aligned, as the reference writer does.
     while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-    std::string prefix(8, '\0');
-    uint64_t n = text.size();
+    std::string out(8, '\0');
+    const uint64_t n = text.size();
     for (int i = 0; i < 8; ++i)
-        prefix[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-    std::vector<std::pair<const void*, size_t>> chunks;
-    chunks.emplace_back(prefix.data(), prefix.size());
-    chunks.emplace_back(text.data(), text.size());
-    for (const Tensor& h : host) chunks.emplace_back(h.raw_data(), h.nbytes());
-    return write_file_atomic(path, chunks);
+        out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return out + text;
+}
+
+}  // namespace
+
+absl::Status write_safetensors_streamed(
+    const std::string& path, const std::vector<SafetensorsSpec>& specs,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<absl::Status(size_t, const SafetensorsWrite&)>& fill) {
+    DT_ASSIGN_OR_RETURN(const std::string header, safetensors_header(path, specs, metadata));
+    return process_sandbox().write_atomic_streamed(path, [&](const PathSandbox::WriteFn& write) {
+        DT_RETURN_IF_ERROR(write(header.data(), header.size()));
+        for (size_t i = 0; i < specs.size(); ++i) {
+            size_t written = 0;
+            DT_RETURN_IF_ERROR(fill(i, [&](const void* data, size_t size) {
+                written += size;
+                if (written > specs[i].nbytes()) return absl::OkStatus();  // reported below
+                return write(data, size);
+            }));
+            if (written != specs[i].nbytes()) {
+                return absl::InternalError(absl::StrCat(path, ": tensor '", specs[i].name,
+                                                        "' was given ", written, " bytes, needs ",
+                                                        specs[i].nbytes()));
+            }
+        }
+        return absl::OkStatus();
+    });
+}
+
+absl::Status write_safetensors(const std::string& path,
+                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+    std::vector<SafetensorsSpec> specs;
+    for (const auto& [name, t] : tensors) specs.push_back({name, t.dtype(), t.shape()});
+    return write_safetensors_streamed(
+        path, specs, metadata, [&](size_t i, const SafetensorsWrite& write) -> absl::Status {
+            DT_ASSIGN_OR_RETURN(Tensor h, tensors[i].second.to_device(Device::cpu()));
+            return write(h.raw_data(), h.nbytes());
+        });
 }
 
 }  // namespace deltatune

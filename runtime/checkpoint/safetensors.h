@@ -3,6 +3,7 @@
 // then the data region. Every error names the file (and the tensor where there is one).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,10 @@ class SafetensorsFile {
     const SafetensorsEntry* entry(const std::string& name) const;
     // A zero-copy CPU view of the tensor; the mapping lives as long as any view of it.
     absl::StatusOr<Tensor> get(const std::string& name) const;
+    // Copies bytes [begin, end) of a tensor's stored data into `dst` and gives the mapped pages
+    // it read back to the page cache, so streaming a whole checkpoint through this process
+    // leaves its resident memory where it was. OutOfRange past the tensor's end.
+    absl::Status copy_bytes(const std::string& name, size_t begin, size_t end, void* dst) const;
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   private:
@@ -44,6 +49,23 @@ class SafetensorsFile {
     std::vector<std::string> names_;
     std::map<std::string, std::string> metadata_;
 };
+
+// A tensor whose bytes are produced while its file is written.
+struct SafetensorsSpec {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t nbytes() const;
+};
+// Writes `specs`' header, then calls fill(i, write) for each tensor in order, which must pass
+// exactly that tensor's bytes to `write`, in as many pieces as it likes: host memory stays at what
+// `fill` holds, whatever the file's size. Atomic like write_safetensors, and the same bytes for
+// the same tensors.
+using SafetensorsWrite = std::function<absl::Status(const void* data, size_t size)>;
+absl::Status write_safetensors_streamed(
+    const std::string& path, const std::vector<SafetensorsSpec>& specs,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<absl::Status(size_t, const SafetensorsWrite&)>& fill);
 
 // Writes tensors (any device; copied to host) to `path` atomically: a temporary file in the same
 // directory, fsync, rename. Names must be unique.

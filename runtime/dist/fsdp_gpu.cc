@@ -125,15 +125,15 @@ absl::Status FsdpGpuParams::order(cudaStream_t from, cudaStream_t to) {
     return absl::OkStatus();
 }
 
-// Calls `fn(param index, element range [a, b) of the tensor, device destination of element a)`
-// for every piece of a parameter this rank holds: its slice of each sharded tensor, and every
-// replicated tensor whole. Returns the first error `fn` returned.
-absl::Status FsdpGpuParams::for_each_local_piece(
-    const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn) {
+// Every piece of a parameter this rank holds: its slice of each sharded tensor, and every
+// replicated tensor whole, with where the values go (the fp32 master, or the bf16 shard of a
+// frozen base, which has no master).
+std::vector<FsdpGpuParams::LocalPiece> FsdpGpuParams::local_pieces() {
+    std::vector<LocalPiece> out;
     for (size_t i = 0; i < layout_.slots.size(); ++i) {
         const GpuParamSlot& slot = layout_.slots[i];
         if (slot.replicated) {
-            DT_CUDA_RETURN_IF_ERROR(fn(i, 0, slot.numel, rep_master_.as<float>() + slot.offset));
+            out.push_back({i, 0, slot.numel, rep_master_.as<float>() + slot.offset, nullptr});
             continue;
         }
         const Unit& u = units_[static_cast<size_t>(slot.unit)];
@@ -141,16 +141,28 @@ absl::Status FsdpGpuParams::for_each_local_piece(
         const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
         if (a >= b) continue;
         const int64_t at = u.shard_begin + (a - lo);
-        if (!frozen_) {
-            DT_CUDA_RETURN_IF_ERROR(
-                fn(i, a - slot.offset, b - slot.offset, master_.as<float>() + at));
+        if (frozen_) {
+            out.push_back({i, a - slot.offset, b - slot.offset, nullptr, half_.as<bf16>() + at});
+        } else {
+            out.push_back({i, a - slot.offset, b - slot.offset, master_.as<float>() + at, nullptr});
+        }
+    }
+    return out;
+}
+
+// Calls fn(parameter index, first, last, fp32 destination) for every local piece; a frozen
+// base's piece goes through fp32 scratch into its bf16 shard. Returns the first error.
+absl::Status FsdpGpuParams::for_each_local_piece(
+    const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn) {
+    for (const LocalPiece& p : local_pieces()) {
+        if (p.master) {
+            DT_CUDA_RETURN_IF_ERROR(fn(p.param, p.first, p.last, p.master));
             continue;
         }
-        // Frozen: no master; the piece goes through fp32 scratch into its bf16 shard.
-        DT_ASSIGN_OR_RETURN(DeviceMemory stage, dev_.allocate(sizeof(float) * (b - a)));
-        DT_CUDA_RETURN_IF_ERROR(fn(i, a - slot.offset, b - slot.offset, stage.as<float>()));
+        DT_ASSIGN_OR_RETURN(DeviceMemory stage, dev_.allocate(sizeof(float) * (p.last - p.first)));
+        DT_CUDA_RETURN_IF_ERROR(fn(p.param, p.first, p.last, stage.as<float>()));
         DT_CUDA_RETURN_IF_ERROR(
-            cast_f32_to_bf16(half_.as<bf16>() + at, stage.as<float>(), b - a, compute()));
+            cast_f32_to_bf16(p.half, stage.as<float>(), p.last - p.first, compute()));
     }
     return absl::OkStatus();
 }

@@ -23,8 +23,10 @@
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
 #include "runtime/device/device_context.h"
+#include "runtime/device/pinned_staging.h"
 #include "runtime/dist/nccl_communicator.h"
 #include "runtime/model/gpu_param_layout.h"
+#include "runtime/model/hf_model_io.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
 
@@ -49,6 +51,22 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status init_random(uint64_t seed);
     // This rank's shard of `params` (the full fp32 values, the same on every rank).
     absl::Status load(const ParamSet& params);
+    // This rank's shard straight from a checkpoint's files (fsdp_gpu_stream.cc): only the byte
+    // ranges it holds, in their stored dtype, through pinned staging buffers of `staging_bytes`,
+    // converted on the device (to the fp32 masters; a frozen base's bf16 kept as it is). Host
+    // memory: the staging buffers, whatever the model's size.
+    absl::Status load_from(const CheckpointWeights& weights, size_t staging_bytes = 64ull << 20);
+    // An export's source, one parameter at a time (fsdp_gpu_stream.cc). Collective: every rank
+    // calls write_param for every parameter in ParamSet order; the unit holding it is gathered
+    // (fp32, one unit at a time, on the device), converted to `dtype` there and handed to
+    // `write` (rank 0 writes; the others may pass a sink that discards) in staging-sized pieces.
+    struct ExportCursor {
+        DeviceMemory unit, converted;  // the gathered fp32 unit; one piece in the stored dtype
+        int gathered = -1;
+        std::unique_ptr<PinnedStaging> staging;
+    };
+    absl::Status write_param(ExportCursor& cursor, size_t param, DType dtype,
+                             const SafetensorsWrite& write, size_t staging_bytes = 64ull << 20);
     // Collective: all fp32 masters into `params` (same names and shapes) on every rank.
     absl::Status download(ParamSet& params);
     // Collective: every `stride`-th element of every parameter's fp32 master, parameters in
@@ -138,6 +156,15 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status record_embedding_step(const AdamWHyper& hyper, int64_t step);
     absl::Status count_embedding_step();
     absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
+    struct LocalPiece {
+        size_t param;
+        int64_t first, last;  // elements of the parameter
+        float* master;        // where they go: the fp32 master, or (frozen) the bf16 shard
+        __nv_bfloat16* half;
+    };
+    std::vector<LocalPiece> local_pieces();
+    // The fp32 values of unit `unit` whole (every rank's shard) in cursor.unit.
+    absl::Status gather_master(ExportCursor& cursor, int unit);
     absl::Status for_each_local_piece(
         const std::function<cudaError_t(size_t, int64_t, int64_t, float*)>& fn);
     absl::Status refresh_half_from_masters();

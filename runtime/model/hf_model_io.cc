@@ -1,6 +1,10 @@
 // Loading and saving Hugging Face Qwen3.5 checkpoints (single file or sharded with an index).
 #include "runtime/model/hf_model_io.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -10,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
@@ -101,7 +106,32 @@ std::string checkpoint_name(const std::string& canonical, CheckpointLayout layou
     return canonical;
 }
 
-absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
+absl::Status CheckpointWeights::copy(size_t param, int64_t first, int64_t last, void* dst) const {
+    const Param& p = params_.at(param);
+    if (first < 0 || first > last || last > p.numel) {
+        return absl::OutOfRangeError(absl::StrCat(p.file->path(), ": elements [", first, ", ", last,
+                                                  ") of '", p.name, "' (", p.numel, ")"));
+    }
+    const size_t size = dtype_size(p.dtype);
+    return p.file->copy_bytes(p.name, static_cast<size_t>(first) * size,
+                              static_cast<size_t>(last) * size, dst);
+}
+
+absl::Status CheckpointWeights::copy_f32(size_t param, int64_t first, int64_t last,
+                                         float* dst) const {
+    const DType dt = dtype(param);
+    if (dt == DType::kF32) return copy(param, first, last, dst);
+    constexpr int64_t kPiece = 1 << 20;  // elements converted at a time
+    std::vector<unsigned char> stored(static_cast<size_t>(kPiece) * dtype_size(dt));
+    for (int64_t at = first; at < last; at += kPiece) {
+        const int64_t end = std::min(last, at + kPiece);
+        DT_RETURN_IF_ERROR(copy(param, at, end, stored.data()));
+        float_span_to_f32(dt, stored.data(), dst + (at - first), end - at);
+    }
+    return absl::OkStatus();
+}
+
+absl::StatusOr<HfModel> open_hf_model(const std::string& dir) {
     HfModel m;
     const std::string config_path = (fs::path(dir) / "config.json").string();
     DT_ASSIGN_OR_RETURN(m.config_json, read_file(config_path));
@@ -119,7 +149,10 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
                          m.config.tie_word_embeddings ? "true" : "false", " but the checkpoint ",
                          m.tied ? "has no" : "has an", " lm_head.weight tensor"));
     }
-    m.params = make_qwen35_params(m.config, m.tied);
+    // Names and shapes only: nothing is written into these tensors until materialize_weights.
+    m.params = make_qwen35_params(m.config, m.tied, /*zero_fill=*/false);
+    m.materialized = false;
+    auto weights = std::make_shared<CheckpointWeights>();
     std::set<std::string> used;
     for (auto& p : m.params.all()) {
         const std::string name = checkpoint_name(p.name, m.layout);
@@ -129,20 +162,19 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
                                                     "' (expected shape ", p.value.shape_string(),
                                                     ")"));
         }
-        DT_ASSIGN_OR_RETURN(Tensor t, it->second->get(name));
-        if (t.shape() != p.value.shape()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(it->second->path(), ": tensor '", name, "' has shape ",
-                             t.shape_string(), ", config.json implies ", p.value.shape_string()));
+        const SafetensorsEntry* e = it->second->entry(name);
+        if (e->shape != p.value.shape()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                it->second->path(), ": tensor '", name, "' has shape ", "[",
+                absl::StrJoin(e->shape, ", "), "], config.json implies ", p.value.shape_string()));
         }
-        if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
+        if (!is_float_dtype(e->dtype)) {
             return absl::InvalidArgumentError(absl::StrCat(it->second->path(), ": tensor '", name,
-                                                           "' has dtype ", dtype_name(t.dtype()),
+                                                           "' has dtype ", dtype_name(e->dtype),
                                                            ", expected a float type"));
         }
-        DT_ASSIGN_OR_RETURN(Tensor f32, t.to_cpu_f32());
-        std::memcpy(p.value.raw_data(), f32.raw_data(), f32.nbytes());
-        p.stored_dtype = t.dtype();
+        p.stored_dtype = e->dtype;
+        weights->params_.push_back({it->second, name, e->dtype, p.value.numel()});
         used.insert(name);
     }
     for (const auto& [name, f] : ck.where) {
@@ -156,48 +188,146 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
             absl::StrCat(f->path(), ": unexpected tensor '", name,
                          "' for this config (wrong layer_types or model?)"));
     }
+    weights->files_ = std::move(ck.files);
+    m.weights = std::move(weights);
     return m;
 }
 
-absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t max_shard_bytes) {
-    DT_RETURN_IF_ERROR(process_sandbox().make_dirs(dir));
-    // Group tensors into shards in parameter order, then the untouched ones.
-    std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
+absl::Status materialize_weights(HfModel& model) {
+    if (model.materialized) return absl::OkStatus();
+    for (size_t i = 0; i < model.params.all().size(); ++i) {
+        Tensor& v = model.params.all()[i].value;
+        DT_RETURN_IF_ERROR(model.weights->copy_f32(i, 0, v.numel(), v.data<float>()));
+    }
+    model.materialized = true;
+    return absl::OkStatus();
+}
+
+absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
+    DT_ASSIGN_OR_RETURN(HfModel m, open_hf_model(dir));
+    DT_RETURN_IF_ERROR(materialize_weights(m));
+    return m;
+}
+
+ParamBytes param_bytes_of(const ParamSet& params) {
+    return [&params](size_t i, const SafetensorsWrite& write) -> absl::Status {
+        const NamedParam& p = params.all()[i];
+        constexpr int64_t kPiece = 1 << 20;  // elements converted at a time
+        std::vector<unsigned char> out(static_cast<size_t>(kPiece) * dtype_size(p.stored_dtype));
+        const float* v = p.value.data<float>();
+        for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
+            const int64_t n = std::min(p.value.numel() - at, kPiece);
+            f32_to_float_span(p.stored_dtype, v + at, out.data(), n);
+            DT_RETURN_IF_ERROR(
+                write(out.data(), static_cast<size_t>(n) * dtype_size(p.stored_dtype)));
+        }
+        return absl::OkStatus();
+    };
+}
+
+namespace {
+
+// The export's tensors (parameters in ParamSet order, then the untouched ones), split into
+// shards in that order.
+struct ShardPlan {
+    std::vector<std::vector<SafetensorsSpec>> shards{1};
+    std::vector<std::vector<size_t>> source;  // per shard entry: parameter index, or npos + k
+    static constexpr size_t kUntouched = size_t(1) << 62;
+};
+
+ShardPlan plan_shards(const HfModel& model, size_t max_shard_bytes) {
+    ShardPlan plan;
+    plan.source.resize(1);
     size_t shard_bytes = 0;
-    auto place = [&](std::string name, Tensor t) {
-        if (shard_bytes > 0 && shard_bytes + t.nbytes() > max_shard_bytes) {
-            shards.emplace_back();
+    auto place = [&](SafetensorsSpec spec, size_t source) {
+        if (shard_bytes > 0 && shard_bytes + spec.nbytes() > max_shard_bytes) {
+            plan.shards.emplace_back();
+            plan.source.emplace_back();
             shard_bytes = 0;
         }
-        shard_bytes += t.nbytes();
-        shards.back().emplace_back(std::move(name), std::move(t));
+        shard_bytes += spec.nbytes();
+        plan.shards.back().push_back(std::move(spec));
+        plan.source.back().push_back(source);
     };
-    for (const auto& p : model.params.all()) {
-        DT_ASSIGN_OR_RETURN(Tensor stored, p.value.to_dtype(p.stored_dtype));
-        place(checkpoint_name(p.name, model.layout), std::move(stored));
+    const auto& params = model.params.all();
+    for (size_t i = 0; i < params.size(); ++i) {
+        place({checkpoint_name(params[i].name, model.layout), params[i].stored_dtype,
+               params[i].value.shape()},
+              i);
     }
-    for (const auto& [name, t] : model.untouched) place(name, t);
+    for (size_t k = 0; k < model.untouched.size(); ++k) {
+        const Tensor& t = model.untouched[k].second;
+        place({model.untouched[k].first, t.dtype(), t.shape()}, ShardPlan::kUntouched + k);
+    }
+    return plan;
+}
+
+// A mapped tensor's bytes, a bounded piece at a time, its pages given back after each.
+absl::Status write_mapped(const Tensor& view, const SafetensorsWrite& write) {
+    constexpr size_t kPiece = 64ull << 20;
+    const auto* p = static_cast<const unsigned char*>(view.raw_data());
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (size_t at = 0; at < view.nbytes(); at += kPiece) {
+        const size_t n = std::min(kPiece, view.nbytes() - at);
+        DT_RETURN_IF_ERROR(write(p + at, n));
+        const uintptr_t lo = (reinterpret_cast<uintptr_t>(p + at) + page - 1) / page * page;
+        const uintptr_t hi = reinterpret_cast<uintptr_t>(p + at + n) / page * page;
+        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status save_hf_model(const std::string& dir, const HfModel& model, const ParamBytes& values,
+                           const SaveOptions& options) {
+    const ShardPlan plan = plan_shards(model, options.max_shard_bytes);
+    const SafetensorsWrite discard = [](const void*, size_t) { return absl::OkStatus(); };
+    if (!options.write_files) {  // a partner rank: the same calls, nothing written
+        for (size_t i = 0; i < model.params.all().size(); ++i)
+            DT_RETURN_IF_ERROR(values(i, discard));
+        return absl::OkStatus();
+    }
+    DT_RETURN_IF_ERROR(process_sandbox().make_dirs(dir));
     const std::map<std::string, std::string> meta = {{"format", "pt"}};
-    if (shards.size() == 1) {
-        DT_RETURN_IF_ERROR(
-            write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], meta));
-    } else {
+    const size_t count = plan.shards.size();
+    auto file_name = [&](size_t i) {
+        return count == 1 ? std::string("model.safetensors")
+                          : absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, count);
+    };
+    for (size_t i = 0; i < count; ++i) {
+        const std::vector<size_t>& source = plan.source[i];
+        DT_RETURN_IF_ERROR(write_safetensors_streamed(
+            (fs::path(dir) / file_name(i)).string(), plan.shards[i], meta,
+            [&](size_t k, const SafetensorsWrite& write) {
+                if (source[k] < ShardPlan::kUntouched) return values(source[k], write);
+                return write_mapped(model.untouched[source[k] - ShardPlan::kUntouched].second,
+                                    write);
+            }));
+    }
+    if (count > 1) {
         nlohmann::json index;
         size_t total = 0;
-        for (size_t i = 0; i < shards.size(); ++i) {
-            const std::string file =
-                absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
-            for (const auto& [name, t] : shards[i]) {
-                index["weight_map"][name] = file;
+        for (size_t i = 0; i < count; ++i) {
+            for (const SafetensorsSpec& t : plan.shards[i]) {
+                index["weight_map"][t.name] = file_name(i);
                 total += t.nbytes();
             }
-            DT_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / file).string(), shards[i], meta));
         }
         index["metadata"]["total_size"] = total;
         DT_RETURN_IF_ERROR(write_file_atomic(
             (fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
     }
     return write_file_atomic((fs::path(dir) / "config.json").string(), model.config_json);
+}
+
+absl::Status save_hf_model(const std::string& dir, const HfModel& model, size_t max_shard_bytes) {
+    if (!model.materialized) {
+        return absl::FailedPreconditionError("save_hf_model: the weights were never read");
+    }
+    SaveOptions o;
+    o.max_shard_bytes = max_shard_bytes;
+    return save_hf_model(dir, model, param_bytes_of(model.params), o);
 }
 
 }  // namespace deltatune

@@ -1,6 +1,8 @@
 #include "runtime/model/lora.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -156,6 +158,23 @@ void attach_lora(const Qwen35Config& c, ModelView& view, const ParamSet& adapter
     }
 }
 
+namespace {
+
+// W (out x in) += scale B A for B (out x r), A (r x in).
+void merge_pair(float* w, const Tensor& a, const Tensor& b, int64_t out, int64_t in, float scale) {
+    const int64_t r = a.shape()[0];
+    const float* ad = a.data<float>();
+    const float* bd = b.data<float>();
+    for (int64_t o = 0; o < out; ++o) {
+        for (int64_t k = 0; k < r; ++k) {
+            const float s = scale * bd[o * r + k];
+            for (int64_t x = 0; x < in; ++x) w[o * in + x] += s * ad[k * in + x];
+        }
+    }
+}
+
+}  // namespace
+
 void merge_lora(const Qwen35Config& c, ParamSet& base, const ParamSet& adapters, float scale) {
     ModelView view = model_view(c, base);
     attach_lora(c, view, adapters, scale);
@@ -164,18 +183,42 @@ void merge_lora(const Qwen35Config& c, ParamSet& base, const ParamSet& adapters,
             const LoraPair& pair = layer.lora[i];
             if (!pair.on()) continue;
             const Tensor& w = layer.weight(static_cast<Proj>(i));
-            const int64_t out = w.shape()[0], in = w.shape()[1], r = pair.a.shape()[0];
-            float* wd = w.data<float>();
-            const float* a = pair.a.data<float>();
-            const float* b = pair.b.data<float>();
-            for (int64_t o = 0; o < out; ++o) {
-                for (int64_t k = 0; k < r; ++k) {
-                    const float s = scale * b[o * r + k];
-                    for (int64_t x = 0; x < in; ++x) wd[o * in + x] += s * a[k * in + x];
-                }
-            }
+            merge_pair(w.data<float>(), pair.a, pair.b, w.shape()[0], w.shape()[1], scale);
         }
     }
+}
+
+ParamBytes merged_lora_bytes(const HfModel& model, const ParamSet& adapters, float scale) {
+    return [&model, &adapters, scale](size_t i, const SafetensorsWrite& write) -> absl::Status {
+        const NamedParam& p = model.params.all()[i];
+        const std::string prefix = p.name.substr(0, p.name.size() - std::strlen("weight"));
+        const bool adapted =
+            p.name.ends_with("weight") && adapters.contains(prefix + "lora_A.weight");
+        if (!adapted && model.materialized) return param_bytes_of(model.params)(i, write);
+        if (!adapted) {  // the stored bytes as they are, a piece at a time
+            constexpr int64_t kPiece = 16 << 20;
+            const size_t size = dtype_size(p.stored_dtype);
+            std::vector<unsigned char> buf(static_cast<size_t>(kPiece) * size);
+            for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
+                const int64_t end = std::min(p.value.numel(), at + kPiece);
+                DT_RETURN_IF_ERROR(model.weights->copy(i, at, end, buf.data()));
+                DT_RETURN_IF_ERROR(write(buf.data(), static_cast<size_t>(end - at) * size));
+            }
+            return absl::OkStatus();
+        }
+        std::vector<float> w(static_cast<size_t>(p.value.numel()));
+        if (model.materialized) {
+            std::copy(p.value.data<float>(), p.value.data<float>() + p.value.numel(), w.begin());
+        } else {
+            DT_RETURN_IF_ERROR(model.weights->copy_f32(i, 0, p.value.numel(), w.data()));
+        }
+        merge_pair(w.data(), adapters.get(prefix + "lora_A.weight"),
+                   adapters.get(prefix + "lora_B.weight"), p.value.shape()[0], p.value.shape()[1],
+                   scale);
+        std::vector<unsigned char> out(w.size() * dtype_size(p.stored_dtype));
+        f32_to_float_span(p.stored_dtype, w.data(), out.data(), p.value.numel());
+        return write(out.data(), out.size());
+    };
 }
 
 std::string peft_name(const std::string& canonical, CheckpointLayout layout) {

@@ -64,6 +64,10 @@ absl::StatusOr<PeftAdapter> load_peft_adapter(const std::string& dir, const HfMo
 // Folds the adapter into the base: W += scale B A for every pair (the merged model computes what
 // base + adapter computes).
 void merge_lora(const Qwen35Config& config, ParamSet& base, const ParamSet& adapters, float scale);
+// The merged model's parameters for save_hf_model, one tensor at a time: the base's values (from
+// model.params when materialized, else read from its checkpoint files), each adapted projection
+// merged as merge_lora does. Host memory: one projection in fp32, or a bounded piece.
+ParamBytes merged_lora_bytes(const HfModel& model, const ParamSet& adapters, float scale);
 
 // Writes `adapters` as a PEFT LoRA folder into `dir` (created): adapter_config.json (task
 // CAUSAL_LM, base_model_name_or_path `base`) and adapter_model.safetensors (fp32, PEFT's names),

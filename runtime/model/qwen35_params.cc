@@ -138,31 +138,32 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void init_qwen35_params(const Qwen35Config& c, ParamSet& params, uint64_t seed) {
-    // mt19937_64's sequence is fixed by the standard; Box-Muller is written out so the values do
-    // not depend on the standard library's distribution implementation.
-    std::mt19937_64 rng(seed);
-    auto uniform = [&]() { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
+Qwen35Initializer::Qwen35Initializer(const Qwen35Config& c, uint64_t seed)
+    : range_(c.initializer_range), rng_(seed) {}
+
+// mt19937_64's sequence is fixed by the standard; Box-Muller is written out so the values do not
+// depend on the standard library's distribution implementation.
+void Qwen35Initializer::fill(const std::string& name, float* w, int64_t n) {
+    auto uniform = [&]() { return (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53; };
     auto normal = [&]() {
         return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform());
     };
-    for (auto& p : params.all()) {
-        float* w = p.value.data<float>();
-        const int64_t n = p.value.numel();
-        const std::string& name = p.name;
-        if (ends_with(name, "linear_attn.A_log")) {
-            for (int64_t i = 0; i < n; ++i)
-                w[i] = static_cast<float>(std::log(0.01 + (16.0 - 0.01) * uniform()));
-        } else if (ends_with(name, "linear_attn.dt_bias") ||
-                   ends_with(name, "linear_attn.norm.weight")) {
-            for (int64_t i = 0; i < n; ++i) w[i] = 1.0f;
-        } else if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
-            for (int64_t i = 0; i < n; ++i) w[i] = 0.0f;  // zero-centred: effective scale 1
-        } else {
-            for (int64_t i = 0; i < n; ++i)
-                w[i] = static_cast<float>(c.initializer_range * normal());
-        }
+    if (ends_with(name, "linear_attn.A_log")) {
+        for (int64_t i = 0; i < n; ++i)
+            w[i] = static_cast<float>(std::log(0.01 + (16.0 - 0.01) * uniform()));
+    } else if (ends_with(name, "linear_attn.dt_bias") ||
+               ends_with(name, "linear_attn.norm.weight")) {
+        for (int64_t i = 0; i < n; ++i) w[i] = 1.0f;
+    } else if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
+        for (int64_t i = 0; i < n; ++i) w[i] = 0.0f;  // zero-centred: effective scale 1
+    } else {
+        for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(range_ * normal());
     }
+}
+
+void init_qwen35_params(const Qwen35Config& c, ParamSet& params, uint64_t seed) {
+    Qwen35Initializer init(c, seed);
+    for (auto& p : params.all()) init.fill(p.name, p.value.data<float>(), p.value.numel());
 }
 
 }  // namespace deltatune

@@ -5,6 +5,7 @@
 #include <array>
 
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "runtime/model/param_set.h"
@@ -73,5 +74,16 @@ ModelView model_view(const Qwen35Config& config, ParamSet& params);
 // transformers' initialisation: N(0, initializer_range^2) for linears, conv and embedding;
 // zero-centred norms 0; gated norm 1; dt_bias 1; A_log = log(U(0.01, 16)). Deterministic in seed.
 void init_qwen35_params(const Qwen35Config& config, ParamSet& params, uint64_t seed);
+// The same values one tensor at a time: fill() each parameter in ParamSet order (the generator
+// runs on from one tensor to the next), so a checkpoint is written without the model in memory.
+class Qwen35Initializer {
+  public:
+    Qwen35Initializer(const Qwen35Config& config, uint64_t seed);
+    void fill(const std::string& name, float* values, int64_t n);
+
+  private:
+    double range_;
+    std::mt19937_64 rng_;
+};
 
 }  // namespace deltatune

@@ -88,4 +88,38 @@ float f16_bits_to_float(uint16_t h) {
     return f;
 }
 
+void float_span_to_f32(DType from, const void* src, float* dst, int64_t n) {
+    const auto* h = static_cast<const uint16_t*>(src);
+    switch (from) {
+        case DType::kF32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return;
+        case DType::kBF16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(h[i]);
+            return;
+        case DType::kF16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_float(h[i]);
+            return;
+        default:
+            return;  // not a float type: callers check is_float_dtype
+    }
+}
+
+void f32_to_float_span(DType to, const float* src, void* dst, int64_t n) {
+    auto* h = static_cast<uint16_t*>(dst);
+    switch (to) {
+        case DType::kF32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return;
+        case DType::kBF16:
+            for (int64_t i = 0; i < n; ++i) h[i] = float_to_bf16_bits(src[i]);
+            return;
+        case DType::kF16:
+            for (int64_t i = 0; i < n; ++i) h[i] = float_to_f16_bits(src[i]);
+            return;
+        default:
+            return;
+    }
+}
+
 }  // namespace deltatune

@@ -23,4 +23,12 @@ std::optional<DType> dtype_from_name(std::string_view name);
 uint16_t float_to_f16_bits(float f);
 float f16_bits_to_float(uint16_t h);
 
+// Float element spans between fp32 and a float dtype (BF16, F16, F32), with the conversions
+// above: what Tensor::to_dtype computes, a piece at a time.
+void float_span_to_f32(DType from, const void* src, float* dst, int64_t n);
+void f32_to_float_span(DType to, const float* src, void* dst, int64_t n);
+inline bool is_float_dtype(DType t) {
+    return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
+}
+
 }  // namespace deltatune

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
@@ -19,11 +20,15 @@ std::string group_of(const std::string& name) {
     return absl::StrCat("layer.", name.substr(kLayers.size(), end - kLayers.size()));
 }
 
+// Elements summed or gathered at a time: bounds the step's scratch whatever a group's size.
+constexpr int64_t kPiece = 1 << 20;
+
 }  // namespace
 
-ShardedOptimizer ShardedOptimizer::create(const ParamSet& params, Communicator* comm) {
+ShardedOptimizer ShardedOptimizer::create(ParamSet& params, Communicator* comm) {
     ShardedOptimizer o;
     o.comm_ = comm;
+    o.params_ = &params;
     const int64_t world = comm->world_size();
     std::map<std::string, size_t> index;
     const auto& all = params.all();
@@ -37,23 +42,21 @@ ShardedOptimizer ShardedOptimizer::create(const ParamSet& params, Communicator* 
         group.members.push_back({i, group.numel, all[i].value.numel()});
         group.numel += all[i].value.numel();
     }
-    const int64_t rank = comm->rank();
+    ParamSet shards;  // names and shard sizes of the moments
     for (Group& g : o.groups_) {
         g.shard = (g.numel + world - 1) / world;
-        Tensor& m = o.master_.add(g.name, {g.shard}, DType::kF32);
-        float* dst = m.data<float>();
-        const int64_t begin = rank * g.shard;
-        for (const Member& mem : g.members) {
-            const float* src = all[mem.param].value.data<float>();
-            for (int64_t i = 0; i < mem.numel; ++i) {
-                const int64_t flat = mem.offset + i - begin;
-                if (flat >= 0 && flat < g.shard) dst[flat] = src[i];
-            }
-        }
+        shards.add(g.name, {g.shard}, DType::kF32, /*zero_fill=*/false);
     }
-    o.adam_ = make_adamw_state(o.master_);
-    for (const Group& g : o.groups_) o.acc_.emplace_back(static_cast<size_t>(g.shard * world), 0.0);
+    o.adam_ = make_adamw_state(shards);
     return o;
+}
+
+template <typename Fn>
+void ShardedOptimizer::for_each_piece(const Group& g, int64_t lo, int64_t hi, Fn&& fn) {
+    for (const Member& mem : g.members) {
+        const int64_t a = std::max(lo, mem.offset), b = std::min(hi, mem.offset + mem.numel);
+        if (a < b) fn(mem, a - mem.offset, b - a, a);
+    }
 }
 
 std::vector<int64_t> ShardedOptimizer::group_sizes() const {
@@ -63,6 +66,11 @@ std::vector<int64_t> ShardedOptimizer::group_sizes() const {
 }
 
 void ShardedOptimizer::accumulate(const ParamSet& grads) {
+    if (acc_.empty()) {
+        for (const Group& g : groups_) {
+            acc_.emplace_back(static_cast<size_t>(g.shard * comm_->world_size()), 0.0);
+        }
+    }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
         double* acc = acc_[gi].data();
         for (const Member& mem : groups_[gi].members) {
@@ -72,66 +80,147 @@ void ShardedOptimizer::accumulate(const ParamSet& grads) {
     }
 }
 
-absl::StatusOr<double> ShardedOptimizer::step(ParamSet& params, const AdamWHyper& hyper,
-                                              double max_grad_norm) {
-    ParamSet shard_grads = master_.zeros_like();
+// Sums group gi's gradients over the ranks in pieces of kPiece elements (fp64: the accumulators
+// plus `last`) and keeps this rank's slice, rounded to fp32, in `last` or `scratch`. Returns the
+// slice's squared sum, in flat order.
+absl::StatusOr<double> ShardedOptimizer::reduce_group(size_t gi, ParamSet* last,
+                                                      std::vector<float>& scratch) {
+    const Group& g = groups_[gi];
+    const int64_t padded = g.shard * comm_->world_size();
+    const int64_t lo = comm_->rank() * g.shard, hi = lo + g.shard;
+    if (!last) scratch.assign(static_cast<size_t>(g.shard), 0.0f);
+    std::vector<double> buf;
     double sq = 0;
-    const int64_t rank = comm_->rank();
-    for (size_t gi = 0; gi < groups_.size(); ++gi) {
-        const Group& g = groups_[gi];
-        std::vector<double>& acc = acc_[gi];
-        // The fp64 sum over ranks, then this rank's slice (the CPU engine's reduce-scatter).
-        DT_RETURN_IF_ERROR(comm_->all_reduce_sum(acc.data(), acc.size()));
-        float* out = shard_grads.all()[gi].value.data<float>();
-        for (int64_t i = 0; i < g.shard; ++i) {
-            out[i] = static_cast<float>(acc[static_cast<size_t>(rank * g.shard + i)]);
-            sq += static_cast<double>(out[i]) * out[i];
+    for (int64_t c0 = 0; c0 < padded; c0 += kPiece) {
+        const int64_t c1 = std::min(padded, c0 + kPiece);
+        buf.assign(static_cast<size_t>(c1 - c0), 0.0);
+        if (!acc_.empty()) std::copy(acc_[gi].begin() + c0, acc_[gi].begin() + c1, buf.begin());
+        if (last) {
+            for_each_piece(g, c0, c1, [&](const Member& m, int64_t first, int64_t n, int64_t flat) {
+                const float* src = last->all()[m.param].value.data<float>() + first;
+                for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(flat - c0 + i)] += src[i];
+            });
         }
-        std::fill(acc.begin(), acc.end(), 0.0);
+        DT_RETURN_IF_ERROR(comm_->all_reduce_sum(buf.data(), buf.size()));
+        const int64_t a = std::max(c0, lo), b = std::min(c1, hi);
+        if (a >= b) continue;
+        if (!last) {
+            for (int64_t f = a; f < b; ++f) {
+                const auto v = static_cast<float>(buf[static_cast<size_t>(f - c0)]);
+                scratch[static_cast<size_t>(f - lo)] = v;
+                sq += static_cast<double>(v) * v;
+            }
+            continue;
+        }
+        for_each_piece(g, a, b, [&](const Member& m, int64_t first, int64_t n, int64_t flat) {
+            float* dst = last->all()[m.param].value.data<float>() + first;
+            for (int64_t i = 0; i < n; ++i) {
+                dst[i] = static_cast<float>(buf[static_cast<size_t>(flat - c0 + i)]);
+                sq += static_cast<double>(dst[i]) * dst[i];
+            }
+        });
     }
+    return sq;
+}
+
+absl::StatusOr<double> ShardedOptimizer::step(ParamSet* last, const AdamWHyper& hyper,
+                                              double max_grad_norm) {
+    std::vector<std::vector<float>> scratch(groups_.size());
+    double sq = 0;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+        DT_ASSIGN_OR_RETURN(const double group_sq, reduce_group(gi, last, scratch[gi]));
+        sq += group_sq;
+    }
+    acc_.clear();
     DT_RETURN_IF_ERROR(comm_->all_reduce_sum(&sq, 1));
     const double norm = std::sqrt(sq);
-    if (max_grad_norm > 0 && norm > max_grad_norm) {
-        const float s = static_cast<float>(max_grad_norm / (norm + 1e-6));  // clip_grad_norm_
-        for (auto& p : shard_grads.all()) {
-            float* d = p.value.data<float>();
-            for (int64_t i = 0; i < p.value.numel(); ++i) d[i] *= s;
-        }
+    const bool clip = max_grad_norm > 0 && norm > max_grad_norm;
+    const float scale = clip ? static_cast<float>(max_grad_norm / (norm + 1e-6)) : 1.0f;
+    ++adam_.step;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+        const Group& g = groups_[gi];
+        const int64_t lo = comm_->rank() * g.shard;
+        float* m = adam_.m.all()[gi].value.data<float>();
+        float* v = adam_.v.all()[gi].value.data<float>();
+        for_each_piece(
+            g, lo, lo + g.shard, [&](const Member& mem, int64_t first, int64_t n, int64_t flat) {
+                float* grad = last ? last->all()[mem.param].value.data<float>() + first
+                                   : scratch[gi].data() + (flat - lo);
+                if (clip) {  // clip_grad_norm_
+                    for (int64_t i = 0; i < n; ++i) grad[i] *= scale;
+                }
+                adamw_step_ref(params_->all()[mem.param].value.data<float>() + first,
+                               m + (flat - lo), v + (flat - lo), grad, n, hyper, adam_.step);
+            });
     }
-    adamw_update(master_, shard_grads, adam_, hyper);
-    DT_RETURN_IF_ERROR(gather_into(params));
+    DT_RETURN_IF_ERROR(gather_params());
     return norm;
 }
 
-absl::Status ShardedOptimizer::gather_into(ParamSet& params) {
+// Every rank's updated slice to every rank, a piece of each rank's shard at a time.
+absl::Status ShardedOptimizer::gather_params() {
     const int64_t world = comm_->world_size();
-    std::vector<float> flat;
-    for (size_t gi = 0; gi < groups_.size(); ++gi) {
-        const Group& g = groups_[gi];
-        flat.resize(static_cast<size_t>(g.shard * world));
-        DT_RETURN_IF_ERROR(comm_->all_gather(master_.all()[gi].value.data<float>(),
-                                             static_cast<size_t>(g.shard), flat.data()));
-        for (const Member& mem : g.members) {
-            float* dst = params.all()[mem.param].value.data<float>();
-            std::memcpy(dst, flat.data() + mem.offset, static_cast<size_t>(mem.numel) * 4);
+    if (world == 1) return absl::OkStatus();  // updated in place: nothing to send
+    std::vector<float> mine, full;
+    for (const Group& g : groups_) {
+        for (int64_t k0 = 0; k0 < g.shard; k0 += kPiece) {
+            const int64_t n = std::min(kPiece, g.shard - k0);
+            const int64_t at = comm_->rank() * g.shard + k0;
+            mine.assign(static_cast<size_t>(n), 0.0f);
+            for_each_piece(
+                g, at, at + n, [&](const Member& m, int64_t first, int64_t cnt, int64_t flat) {
+                    const float* src = params_->all()[m.param].value.data<float>() + first;
+                    std::copy(src, src + cnt, mine.begin() + (flat - at));
+                });
+            full.resize(static_cast<size_t>(n * world));
+            DT_RETURN_IF_ERROR(comm_->all_gather(mine.data(), static_cast<size_t>(n), full.data()));
+            for (int64_t r = 0; r < world; ++r) {
+                const int64_t from = r * g.shard + k0;
+                for_each_piece(g, from, from + n,
+                               [&](const Member& m, int64_t first, int64_t cnt, int64_t flat) {
+                                   const float* src = full.data() + r * n + (flat - from);
+                                   std::copy(src, src + cnt,
+                                             params_->all()[m.param].value.data<float>() + first);
+                               });
+            }
         }
     }
     return absl::OkStatus();
 }
 
 absl::Status ShardedOptimizer::save_shard(const std::string& path) const {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (size_t gi = 0; gi < groups_.size(); ++gi) {
-        tensors.emplace_back("master." + groups_[gi].name, master_.all()[gi].value);
-        tensors.emplace_back("m." + groups_[gi].name, adam_.m.all()[gi].value);
-        tensors.emplace_back("v." + groups_[gi].name, adam_.v.all()[gi].value);
+    std::vector<SafetensorsSpec> specs;
+    for (const Group& g : groups_) {
+        for (const char* kind : {"master.", "m.", "v."}) {
+            specs.push_back({kind + g.name, DType::kF32, {g.shard}});
+        }
     }
-    return write_safetensors(path, tensors,
-                             {{"rank", std::to_string(comm_->rank())},
-                              {"world_size", std::to_string(comm_->world_size())}});
+    const std::map<std::string, std::string> meta = {
+        {"rank", std::to_string(comm_->rank())},
+        {"world_size", std::to_string(comm_->world_size())}};
+    return write_safetensors_streamed(
+        path, specs, meta, [&](size_t i, const SafetensorsWrite& write) {
+            const size_t gi = i / 3;
+            const Group& g = groups_[gi];
+            if (i % 3 != 0) {  // a moment: this rank's shard as it is
+                const Tensor& t = (i % 3 == 1 ? adam_.m : adam_.v).all()[gi].value;
+                return write(t.raw_data(), t.nbytes());
+            }
+            // The master: this rank's slice of the parameters, zeros past the group's end.
+            const int64_t lo = comm_->rank() * g.shard, hi = lo + g.shard;
+            absl::Status s;
+            for_each_piece(g, lo, hi, [&](const Member& m, int64_t first, int64_t n, int64_t) {
+                const float* src = params_->all()[m.param].value.data<float>() + first;
+                if (s.ok()) s = write(src, static_cast<size_t>(n) * sizeof(float));
+            });
+            DT_RETURN_IF_ERROR(s);
+            const std::vector<float> zeros(
+                static_cast<size_t>(hi - std::max(lo, std::min(hi, g.numel))));
+            return write(zeros.data(), zeros.size() * sizeof(float));
+        });
 }
 
-absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files, ParamSet& params) {
+absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files) {
     const int world = static_cast<int>(rank_files.size());
     if (world < 1) return absl::InvalidArgumentError("load: no shard files");
     std::vector<SafetensorsFile> files;
@@ -139,15 +228,17 @@ absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files, 
         DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
         files.push_back(std::move(f));
     }
+    std::vector<float> master;
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
         const Group& g = groups_[gi];
         const int64_t saved_shard = (g.numel + world - 1) / world;
         const int64_t my_begin = comm_->rank() * g.shard;
-        Tensor* targets[3] = {&master_.all()[gi].value, &adam_.m.all()[gi].value,
-                              &adam_.v.all()[gi].value};
+        master.assign(static_cast<size_t>(g.shard), 0.0f);
+        float* targets[3] = {master.data(), adam_.m.all()[gi].value.data<float>(),
+                             adam_.v.all()[gi].value.data<float>()};
         const char* prefixes[3] = {"master.", "m.", "v."};
         for (int k = 0; k < 3; ++k) {
-            float* dst = targets[k]->data<float>();
+            float* dst = targets[k];
             std::memset(dst, 0, static_cast<size_t>(g.shard) * 4);
             for (int r = 0; r < world; ++r) {
                 const std::string name = prefixes[k] + g.name;
@@ -167,8 +258,14 @@ absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files, 
                 }
             }
         }
+        for_each_piece(g, my_begin, my_begin + g.shard,
+                       [&](const Member& m, int64_t first, int64_t n, int64_t flat) {
+                           std::copy(master.begin() + (flat - my_begin),
+                                     master.begin() + (flat - my_begin + n),
+                                     params_->all()[m.param].value.data<float>() + first);
+                       });
     }
-    return gather_into(params);
+    return gather_params();
 }
 
 }  // namespace deltatune

@@ -47,7 +47,13 @@ class TrainEngine {
     // The sharded state for checkpoints (save_train_state / load_train_state).
     virtual ShardedStateIo state_io() = 0;
     // Collective: the full fp32 parameters into `params` (same names and shapes) on every rank.
+    // Under a LoRA adapter: the adapter's tensors into the set the engine was given.
     virtual absl::Status download(ParamSet& params) = 0;
+    // Collective export source (full fine-tuning): parameter i's current values in the stored
+    // dtype of `layout`'s parameter i, a bounded piece at a time. Every rank calls it for every
+    // parameter in order; only the writing rank's pieces need go anywhere. Lives as long as the
+    // engine.
+    virtual ParamBytes param_bytes(const ParamSet& layout) = 0;
 
     // What the step metrics report of the device (zeros on the CPU): the dense bf16 peak FLOP/s
     // that MFU divides by (0: unknown GPU, no MFU), the most device memory the rank has held,
@@ -84,10 +90,10 @@ struct GpuRankOptions {
     int64_t tokens_per_batch = 8192;
 };
 
-// Loads `model.params` into this rank's shards on the GPU (nothing stays on the host but
-// `model`, which download() refreshes). With `adapters` (a LoRA set outliving the engine) the
-// base is frozen in bf16 and only the adapter trains; download() then refreshes `adapters`.
-// FailedPrecondition in a build without CUDA.
+// Loads the model into this rank's shards on the GPU: straight from the checkpoint's files when
+// its weights were not materialized (open_hf_model), so the host never holds the model. With
+// `adapters` (a LoRA set outliving the engine) the base is frozen in bf16 and only the adapter
+// trains; download() then refreshes `adapters`. FailedPrecondition in a build without CUDA.
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_gpu_train_engine(const HfModel& model,
                                                                    const GpuRankOptions& options,
                                                                    ParamSet* adapters = nullptr,

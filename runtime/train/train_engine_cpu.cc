@@ -34,18 +34,23 @@ class CpuTrainEngine final : public TrainEngine {
     absl::StatusOr<double> forward_backward(const PackedBatch& b, int64_t global_labels,
                                             bool) override {
         if (b.label_tokens() == 0) return 0.0;  // no collective here: nothing to join
+        // A rank's second micro-batch of a step: the first one's gradients go to the fp64
+        // accumulators before their memory is reused (one micro-batch needs no copy at all).
+        if (pending_) optimizer_.accumulate(grads_);
+        pending_ = true;
         for (auto& g : grads_.all()) g.value.fill_zero();
         DT_ASSIGN_OR_RETURN(LossResult r, net_.forward(b));
         // With an adapter the blocks still form the frozen base's gradients: a scratch set.
         ParamSet& into = frozen_ ? base_grads_ : grads_;
         for (auto& g : base_grads_.all()) g.value.fill_zero();
         DT_RETURN_IF_ERROR(net_.backward(into, 1.0 / static_cast<double>(global_labels)));
-        optimizer_.accumulate(grads_);
         return r.loss_sum;
     }
 
     absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) override {
-        return optimizer_.step(trained_, hyper, max_grad_norm);
+        ParamSet* last = pending_ ? &grads_ : nullptr;
+        pending_ = false;
+        return optimizer_.step(last, hyper, max_grad_norm);
     }
 
     absl::StatusOr<LossResult> evaluate(const PackedBatch& b) override { return net_.forward(b); }
@@ -56,7 +61,7 @@ class CpuTrainEngine final : public TrainEngine {
         io.adam_step = optimizer_.adam_step();
         io.save_shard = [this](const std::string& path) { return optimizer_.save_shard(path); };
         io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
-            DT_RETURN_IF_ERROR(optimizer_.load(files, trained_));
+            DT_RETURN_IF_ERROR(optimizer_.load(files));
             optimizer_.set_adam_step(adam_step);
             return absl::OkStatus();
         };
@@ -73,6 +78,16 @@ class CpuTrainEngine final : public TrainEngine {
         return absl::OkStatus();
     }
 
+    ParamBytes param_bytes(const ParamSet& layout) override {
+        // trained_ is the model's own set (full fine-tuning trains in place): its dtypes.
+        if (&layout != &trained_) {
+            return [](size_t, const SafetensorsWrite&) {
+                return absl::FailedPreconditionError("param_bytes: not the trained set");
+            };
+        }
+        return param_bytes_of(trained_);
+    }
+
   private:
     Communicator& comm_;
     ParamSet& trained_;  // the parameters, or the adapter's tensors
@@ -81,6 +96,7 @@ class CpuTrainEngine final : public TrainEngine {
     ParamSet grads_;                    // of trained_
     ParamSet base_grads_;               // with an adapter: the frozen base's, never used
     const ParamSet* frozen_ = nullptr;  // with an adapter: the base
+    bool pending_ = false;              // grads_ hold a micro-batch the optimizer has not taken yet
 };
 
 }  // namespace

@@ -91,7 +91,11 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::create(const HfM
                                                                        float lora_scale) {
     DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainEngine> e,
                         prepare(model.config, o, adapters ? adapters->numel() : 0));
-    DT_RETURN_IF_ERROR(e->fsdp_->load(model.params));
+    if (model.materialized) {
+        DT_RETURN_IF_ERROR(e->fsdp_->load(model.params));
+    } else {
+        DT_RETURN_IF_ERROR(e->fsdp_->load_from(*model.weights));
+    }
     DT_RETURN_IF_ERROR(e->attach_model(model.config, adapters, lora_scale));
     return e;
 }
@@ -178,6 +182,15 @@ absl::Status GpuTrainEngine::download(ParamSet& params) {
     absl::Status s = fsdp_->download(params);
     beat();
     return s;
+}
+
+ParamBytes GpuTrainEngine::param_bytes(const ParamSet& layout) {
+    auto cursor = std::make_shared<FsdpGpuParams::ExportCursor>();
+    return [this, cursor, &layout](size_t i, const SafetensorsWrite& write) {
+        beat();
+        if (lora_) return absl::FailedPreconditionError("param_bytes: the base is frozen");
+        return fsdp_->write_param(*cursor, i, layout.all()[i].stored_dtype, write);
+    };
 }
 
 std::string GpuTrainEngine::recompute() const {

@@ -44,6 +44,7 @@ class GpuTrainEngine final : public TrainEngine {
     absl::StatusOr<LossResult> evaluate(const PackedBatch& batch) override;
     ShardedStateIo state_io() override;
     absl::Status download(ParamSet& params) override;
+    ParamBytes param_bytes(const ParamSet& layout) override;
     DeviceFigures device_figures() const override;
 
     // For measurements.

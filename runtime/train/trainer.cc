@@ -330,10 +330,11 @@ absl::Status finish(Run& run) {
     result.export_dir = (fs::path(run.c.output_dir) / "export").string();
     run.hooks.on_event(
         {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
-    DT_RETURN_IF_ERROR(run.engine->download(run.in.model.params));  // collective on GPU ranks
-    if (run.rank == 0) {
-        DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, run.in.adapters, result.export_dir));
-    }
+    // Collective on GPU ranks: a LoRA adapter's download, or the parameters unit by unit.
+    if (run.c.lora) DT_RETURN_IF_ERROR(run.engine->download(run.in.model.params));
+    DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, run.in.adapters,
+                                    run.engine->param_bytes(run.in.model.params), result.export_dir,
+                                    run.rank == 0));
     DT_RETURN_IF_ERROR(run.comm->barrier());  // every rank reports the export once it exists
     run.hooks.on_event({"EXPORT_COMPLETED",
                         "INFO",

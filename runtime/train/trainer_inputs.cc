@@ -1,6 +1,7 @@
 // What the trainer reads and writes around its loop (see trainer_inputs.h).
 #include "runtime/train/trainer_inputs.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,10 @@ namespace deltatune {
 namespace fs = std::filesystem;
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 int64_t trained_tokens(const TokenizedDataset& d) {
     int64_t n = 0;
@@ -122,12 +127,18 @@ TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::strin
 
 absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHooks& hooks) {
     Loaded in;
-    DT_ASSIGN_OR_RETURN(in.model, load_hf_model(c.model_dir));
-    hooks.on_event({"MODEL_LOADED",
-                    "INFO",
-                    c.model_dir,
-                    {{"parameters", double(in.model.params.numel())}},
-                    {}});
+    const auto t0 = std::chrono::steady_clock::now();
+    // GPU ranks stream their shards from the files (the engine's load); the CPU engine computes
+    // on the whole model and reads it here.
+    DT_ASSIGN_OR_RETURN(in.model, open_hf_model(c.model_dir));
+    if (!c.gpu.enabled) DT_RETURN_IF_ERROR(materialize_weights(in.model));
+    hooks.on_event(
+        {"MODEL_LOADED",
+         "INFO",
+         c.model_dir,
+         {{"parameters", double(in.model.params.numel())}, {"seconds", seconds_since(t0)}},
+         {{"weights", c.gpu.enabled ? "streamed to the GPU shards" : "read to host"}}});
+    const auto t1 = std::chrono::steady_clock::now();
     if (c.lora) {
         in.adapters = make_lora_params(in.model.config, in.model.params, *c.lora);
         init_lora_params(in.adapters, c.seed);
@@ -157,7 +168,9 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
         options.chat = make_chat_tokenizer(*in.tokenizer, kind);
     }
     DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
-    hooks.on_event(data_loaded_event(in.train, c.train_files, c));
+    TrainerEvent loaded = data_loaded_event(in.train, c.train_files, c);
+    loaded.metrics["seconds"] = seconds_since(t1);
+    hooks.on_event(loaded);
     if (!c.eval_files.empty()) {
         DT_ASSIGN_OR_RETURN(in.eval, load_corpus(c.eval_files, c, options));
     }
@@ -259,18 +272,20 @@ std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& 
 }
 
 absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
-                          const std::string& dir) {
-    if (c.lora && c.lora_merged_export) {
-        HfModel merged = model;  // the same checkpoint around its own copy of the weights
-        merged.params = model.params.clone();
-        merge_lora(model.config, merged.params, adapters, c.lora->scale());
-        DT_RETURN_IF_ERROR(save_hf_model(dir, merged));
-    } else if (c.lora) {
-        DT_RETURN_IF_ERROR(save_peft_adapter(dir, *c.lora, adapters, model, c.model_dir));
+                          const ParamBytes& values, const std::string& dir, bool write_files) {
+    if (!c.lora) {  // every rank takes part: `values` may gather
+        SaveOptions o;
+        o.write_files = write_files;
+        DT_RETURN_IF_ERROR(save_hf_model(dir, model, values, o));
+    } else if (!write_files) {
+        return absl::OkStatus();
+    } else if (c.lora_merged_export) {
+        DT_RETURN_IF_ERROR(
+            save_hf_model(dir, model, merged_lora_bytes(model, adapters, c.lora->scale())));
     } else {
-        DT_RETURN_IF_ERROR(save_hf_model(dir, model));
+        DT_RETURN_IF_ERROR(save_peft_adapter(dir, *c.lora, adapters, model, c.model_dir));
     }
-    return copy_tokenizer_files(c, dir);
+    return write_files ? copy_tokenizer_files(c, dir) : absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
@@ -283,7 +298,8 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));
-    DT_RETURN_IF_ERROR(write_export(c, model, adapters, out_dir));
+    DT_RETURN_IF_ERROR(
+        write_export(c, model, adapters, engine->param_bytes(model.params), out_dir, true));
     return state.step;
 }
 

@@ -74,9 +74,12 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
 // engine) on the frozen base, else model.params.
 std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& model,
                                                  Communicator& comm, ParamSet& adapters);
-// With c.lora the export is the adapter in PEFT's form (`adapters`), else `model` whole.
+// With c.lora the export is the adapter in PEFT's form (`adapters`; or merged into the base,
+// streamed from it), written by the rank with `write_files` alone; else the model whole, from
+// `values` (the engine's param_bytes), which every rank calls (it may gather) and only the one
+// with `write_files` writes. Host memory: what `values` holds, never the model.
 absl::Status write_export(const TrainConfig& c, const HfModel& model, const ParamSet& adapters,
-                          const std::string& dir);
+                          const ParamBytes& values, const std::string& dir, bool write_files);
 
 // A committed training checkpoint of the model at c.model_dir as a Hugging Face folder in
 // out_dir (weights, config.json, tokenizer files), the form a job's final export has. Loads the

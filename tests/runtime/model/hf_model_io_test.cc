@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/file_util.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -116,6 +117,91 @@ TEST_CASE("sharded save and load round trip keeps stored dtypes", "[checkpoint]"
             p.name.ends_with("A_log") || p.name.ends_with("linear_attn.norm.weight");
         CHECK(p.stored_dtype == (keep_f32 ? DType::kF32 : DType::kBF16));
     }
+}
+
+TEST_CASE("an opened checkpoint reads no weight until asked, then any slice exactly",
+          "[checkpoint]") {
+    auto whole = load_hf_model(fixture("tiny-b"));  // sharded, BF16 and F32 tensors
+    auto opened = open_hf_model(fixture("tiny-b"));
+    REQUIRE(whole.ok());
+    REQUIRE(opened.ok());
+    CHECK(whole->materialized);
+    CHECK_FALSE(opened->materialized);
+    REQUIRE(opened->weights);
+    const CheckpointWeights& w = *opened->weights;
+    REQUIRE(w.size() == whole->params.all().size());
+    for (size_t i = 0; i < w.size(); ++i) {
+        const NamedParam& p = whole->params.all()[i];
+        INFO(p.name);
+        CHECK(opened->params.all()[i].name == p.name);
+        CHECK(opened->params.all()[i].stored_dtype == p.stored_dtype);
+        CHECK(w.dtype(i) == p.stored_dtype);
+        const int64_t n = p.value.numel();
+        // An odd slice in the middle, as a rank's shard boundary falls.
+        const int64_t a = n / 3, b = n - n / 5;
+        std::vector<float> got(static_cast<size_t>(b - a));
+        REQUIRE(w.copy_f32(i, a, b, got.data()).ok());
+        CHECK(std::memcmp(got.data(), p.value.data<float>() + a, got.size() * sizeof(float)) == 0);
+    }
+    CHECK(absl::IsOutOfRange(w.copy_f32(0, 0, w.numel(0) + 1, nullptr)));
+    REQUIRE(materialize_weights(*opened).ok());
+    require_same_params(whole->params, opened->params);
+}
+
+// What save_hf_model wrote before it streamed: every tensor converted whole, grouped into shards
+// in order, each shard written by write_safetensors.
+void save_whole_model_reference(const std::string& dir, const HfModel& m, size_t max_shard_bytes) {
+    std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
+    size_t bytes = 0;
+    auto place = [&](std::string name, Tensor t) {
+        if (bytes > 0 && bytes + t.nbytes() > max_shard_bytes) shards.emplace_back(), bytes = 0;
+        bytes += t.nbytes();
+        shards.back().emplace_back(std::move(name), std::move(t));
+    };
+    for (const auto& p : m.params.all()) {
+        auto stored = p.value.to_dtype(p.stored_dtype);
+        REQUIRE(stored.ok());
+        place(checkpoint_name(p.name, m.layout), *stored);
+    }
+    for (const auto& [name, t] : m.untouched) place(name, t);
+    fs::create_directories(dir);
+    for (size_t i = 0; i < shards.size(); ++i) {
+        const std::string file =
+            absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+        REQUIRE(write_safetensors(dir + "/" + file, shards[i], {{"format", "pt"}}).ok());
+    }
+}
+
+TEST_CASE("the streamed writer writes the bytes the whole-model writer wrote", "[checkpoint]") {
+    auto m = load_hf_model(fixture("tiny-b"));
+    REQUIRE(m.ok());
+    TempDir got, want;
+    const size_t max_shard = 64 * 1024;
+    REQUIRE(save_hf_model(got.str(), *m, max_shard).ok());
+    save_whole_model_reference(want.str(), *m, max_shard);
+    int shards = 0;
+    for (const auto& e : fs::directory_iterator(want.str())) {
+        const std::string name = e.path().filename().string();
+        INFO(name);
+        auto a = read_file(e.path().string());
+        auto b = read_file(got.file(name));
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+        CHECK(*a == *b);
+        ++shards;
+    }
+    CHECK(shards > 2);
+    // A streamed source that gives a tensor the wrong number of bytes is refused, and no file
+    // is left half written.
+    TempDir bad;
+    const ParamBytes short_values = [](size_t, const SafetensorsWrite& write) {
+        const char byte = 0;
+        return write(&byte, 1);
+    };
+    const absl::Status s = save_hf_model(bad.str(), *m, short_values);
+    CHECK(absl::IsInternal(s));
+    CHECK(message(s).find("was given 1 bytes") != std::string::npos);
+    CHECK(fs::is_empty(bad.str()));  // no shard, no temporary file
 }
 
 TEST_CASE("init-model is deterministic in the seed and follows transformers' init",

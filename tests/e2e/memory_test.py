@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Host memory of CPU ranks, measured as the kernel counts it (the peak resident set of each rank
+process, from wait4): `deltatune train` of one step of a 142 M-parameter Qwen3.5 (16,384-token
+vocabulary, hidden 1,024, 8 layers, bf16 checkpoint), with its checkpoint and export.
+
+  - World size 1: at most 20 bytes per parameter. The fp32 parameters, the model's fp32 gradients
+    and the AdamW moments are 16; the checkpoint's weights are streamed into the parameters (no
+    second copy, the mapped file's pages given back), the optimizer's master weights are the
+    parameters themselves, and one micro-batch a step needs no fp64 accumulator (gradient
+    accumulation, more data shards than ranks, adds 8 bytes per parameter). Before, the same run
+    peaked at 39 bytes per parameter.
+  - World size 2: each rank below world size 1's peak (moments sharded). The CPU model still holds
+    the whole fp32 parameters and gradients on every rank (12 bytes per parameter at world size 2):
+    0.6x of world size 1 needs the model to gather one layer at a time, as the GPU path does.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+
+from harness import CLI, SOURCE, check, run_tests
+
+ROOT = tempfile.mkdtemp(prefix="deltatune-memory-")
+MODEL = os.path.join(ROOT, "model")
+DATA = os.path.join(ROOT, "data.jsonl")
+VOCAB = 16384
+
+
+def config():
+    with open(os.path.join(SOURCE, "configs", "models", "tiny-a.json")) as f:
+        c = json.load(f)
+    c.update({"vocab_size": VOCAB, "hidden_size": 1024, "intermediate_size": 2816,
+              "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2,
+              "head_dim": 128, "linear_num_key_heads": 8, "linear_num_value_heads": 8,
+              "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+              "tie_word_embeddings": False, "dtype": "bfloat16"})
+    return c
+
+
+def setup():
+    path = os.path.join(ROOT, "config.json")
+    with open(path, "w") as f:
+        json.dump(config(), f)
+    subprocess.run([CLI, "init-model", "--config", path, "--out", MODEL], check=True,
+                   capture_output=True)
+    rng = random.Random(0)
+    with open(DATA, "w") as f:
+        for _ in range(16):
+            f.write(json.dumps({"input_ids": [rng.randrange(VOCAB) for _ in range(rng.randint(8, 30))]})
+                    + "\n")
+
+
+def parameters():
+    with open(os.path.join(MODEL, "model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    count = 0
+    for t in header.values():
+        size = 1
+        for d in t["shape"]:
+            size *= d
+        count += size
+    return count
+
+
+def train(world):
+    """Runs the job (one step, its checkpoint and export) at `world` ranks: each rank's peak RSS."""
+    out = os.path.join(ROOT, f"out-{world}")
+    job = os.path.join(ROOT, f"job-{world}.yaml")
+    with open(job, "w") as f:
+        f.write(f"model: {MODEL}\noutput_dir: {out}\ndata:\n  train_files: [{DATA}]\n"
+                "hyperparameters:\n  learning_rate: 0.001\n  max_steps: 1\n  tokens_per_batch: 32\n")
+    rdv = os.path.join(ROOT, f"rdv-{world}")
+    os.makedirs(rdv)
+    procs = [subprocess.Popen([CLI, "train", job] + (["--rank", str(r), "--world-size", str(world),
+                                                     "--rendezvous", rdv] if world > 1 else []),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(world)]
+    peaks = []
+    for p in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        log = p.stdout.read().decode()
+        check(os.waitstatus_to_exitcode(status) == 0, f"rank exited {status}: {log[-2000:]}")
+        peaks.append(usage.ru_maxrss * 1024)
+    check(os.path.exists(os.path.join(out, "export", "model.safetensors")), "no export written")
+    return peaks
+
+
+RESULTS = {}
+
+
+def test_world_size_1_within_20_bytes_per_parameter():
+    n = parameters()
+    check(n > 140_000_000, f"{n} parameters: the model should be about 142 M")
+    peaks = train(1)
+    RESULTS[1] = peaks
+    per_param = peaks[0] / n
+    print(f"  world size 1: peak RSS {peaks[0] / 2**30:.2f} GiB = {per_param:.1f} bytes/parameter")
+    check(per_param <= 20, f"{per_param:.1f} bytes per parameter at world size 1, limit 20")
+
+
+def test_world_size_2_ranks_below_world_size_1():
+    n = parameters()
+    peaks = train(2)
+    one = RESULTS[1][0]
+    for r, peak in enumerate(peaks):
+        print(f"  world size 2, rank {r}: peak RSS {peak / 2**30:.2f} GiB = {peak / n:.1f} "
+              f"bytes/parameter ({peak / one:.2f}x world size 1)")
+        check(peak / n <= 15.5, f"rank {r}: {peak / n:.1f} bytes per parameter, limit 15.5")
+        check(peak < 0.85 * one, f"rank {r}: {peak / one:.2f}x world size 1, limit 0.85x")
+
+
+if __name__ == "__main__":
+    try:
+        setup()
+        run_tests([("world size 1: at most 20 bytes per parameter",
+                    test_world_size_1_within_20_bytes_per_parameter),
+                   ("world size 2: each rank below world size 1",
+                    test_world_size_2_ranks_below_world_size_1)])
+    finally:
+        shutil.rmtree(ROOT, ignore_errors=True)

@@ -16,6 +16,7 @@ namespace deltatune {
 namespace {
 
 constexpr const char* kKinds[3] = {"master", "m", "v"};
+constexpr size_t kCheckpointPiece = 64ull << 20;  // bytes through pinned staging at a time
 
 std::string unit_name(const char* kind, size_t unit) {
     return absl::StrCat(kind, ".unit.", unit);
@@ -29,6 +30,9 @@ std::vector<int64_t> FsdpGpuParams::group_sizes() const {
     return g;
 }
 
+// Streamed: each tensor goes from the device to the file through pinned staging pieces, so host
+// memory stays at the staging buffers (a whole shard of masters and moments is 12 bytes per
+// parameter / world size).
 absl::Status FsdpGpuParams::save_shard(const std::string& path) {
     DT_RETURN_IF_ERROR(require_trained("save_shard"));
     DT_RETURN_IF_ERROR(catch_up_embedding());  // the deferred embedding updates, applied
@@ -38,27 +42,38 @@ absl::Status FsdpGpuParams::save_shard(const std::string& path) {
                                  moments_.as<float>() + n};
     const float* rep_src[3] = {rep_master_.as<float>(), rep_moments_.as<float>(),
                                rep_moments_.as<float>() + r};
-    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::vector<SafetensorsSpec> specs;
+    std::vector<std::pair<const float*, int64_t>> sources;  // device values of each tensor
     for (int k = 0; k < 3; ++k) {
         for (size_t unit = 0; unit < units_.size(); ++unit) {
             const Unit& u = units_[unit];
             if (u.shard == 0) continue;  // the empty embedding unit of a tied model
-            Tensor t = Tensor::cpu({u.shard});
-            DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(t.data<float>(), shard_src[k] + u.shard_begin,
-                                               sizeof(float) * u.shard, cudaMemcpyDeviceToHost));
-            tensors.emplace_back(unit_name(kKinds[k], unit), std::move(t));
+            specs.push_back({unit_name(kKinds[k], unit), DType::kF32, {u.shard}});
+            sources.emplace_back(shard_src[k] + u.shard_begin, u.shard);
         }
         if (r > 0) {
-            Tensor t = Tensor::cpu({r});
-            DT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpy(t.data<float>(), rep_src[k], sizeof(float) * r, cudaMemcpyDeviceToHost));
-            tensors.emplace_back(absl::StrCat(kKinds[k], ".replicated"), std::move(t));
+            specs.push_back({absl::StrCat(kKinds[k], ".replicated"), DType::kF32, {r}});
+            sources.emplace_back(rep_src[k], r);
         }
     }
-    return write_safetensors(path, tensors,
-                             {{"format", "deltatune-fsdp-gpu"},
-                              {"rank", std::to_string(comm_.rank())},
-                              {"world_size", std::to_string(comm_.world_size())}});
+    DT_ASSIGN_OR_RETURN(PinnedStaging staging, PinnedStaging::create(kCheckpointPiece, 2));
+    const cudaStream_t s = compute();
+    return write_safetensors_streamed(
+        path, specs,
+        {{"format", "deltatune-fsdp-gpu"},
+         {"rank", std::to_string(comm_.rank())},
+         {"world_size", std::to_string(comm_.world_size())}},
+        [&](size_t i, const SafetensorsWrite& write) -> absl::Status {
+            const auto [src, numel] = sources[i];
+            const int64_t step = static_cast<int64_t>(kCheckpointPiece / sizeof(float));
+            for (int64_t at = 0; at < numel; at += step) {
+                const size_t bytes =
+                    sizeof(float) * static_cast<size_t>(std::min(step, numel - at));
+                DT_RETURN_IF_ERROR(staging.download(
+                    bytes, src + at, s, [&](const void* host) { return write(host, bytes); }));
+            }
+            return absl::OkStatus();
+        });
 }
 
 absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_files) {
@@ -105,7 +120,9 @@ absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_fil
     float* shard_dst[3] = {master_.as<float>(), moments_.as<float>(), moments_.as<float>() + n};
     float* rep_dst[3] = {rep_master_.as<float>(), rep_moments_.as<float>(),
                          rep_moments_.as<float>() + rep};
-    std::vector<float> host;
+    DT_ASSIGN_OR_RETURN(PinnedStaging staging, PinnedStaging::create(kCheckpointPiece, 2));
+    const cudaStream_t s = compute();
+    const int64_t step = static_cast<int64_t>(kCheckpointPiece / sizeof(float));
     for (int k = 0; k < 3; ++k) {
         for (size_t unit = 0; unit < units_.size(); ++unit) {
             const Unit& u = units_[unit];
@@ -113,25 +130,49 @@ absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_fil
             if (u.shard == 0) continue;
             const int64_t quantum = world * kGpuParamAlign;
             const int64_t saved_shard = (numel + quantum - 1) / quantum * quantum / world;
-            // This rank's slice [lo, hi) of the unit; saved rank r held [r, r + 1) * saved_shard.
-            const int64_t lo = comm_.rank() * u.shard, hi = std::min(lo + u.shard, numel);
-            host.assign(static_cast<size_t>(u.shard), 0.0f);  // padding stays zero
-            for (int64_t r = lo / saved_shard; r < world && r * saved_shard < hi; ++r) {
-                DT_ASSIGN_OR_RETURN(Tensor t, saved(r, unit_name(kKinds[k], unit), saved_shard));
-                const int64_t a = std::max(lo, r * saved_shard);
-                const int64_t b = std::min(hi, (r + 1) * saved_shard);
-                std::memcpy(host.data() + (a - lo), t.data<float>() + (a - r * saved_shard),
-                            sizeof(float) * static_cast<size_t>(b - a));
+            const std::string name = unit_name(kKinds[k], unit);
+            for (int64_t r = 0; r < world; ++r)
+                DT_RETURN_IF_ERROR(saved(r, name, saved_shard).status());
+            // This rank's slice [lo, lo + shard) of the unit, a piece at a time; saved rank r held
+            // [r, r + 1) * saved_shard. Past the unit's end is padding: zero.
+            const int64_t lo = comm_.rank() * u.shard;
+            for (int64_t p0 = 0; p0 < u.shard; p0 += step) {
+                const int64_t p1 = std::min(u.shard, p0 + step);
+                auto fill = [&](void* host) -> absl::Status {
+                    auto* out = static_cast<float*>(host);
+                    std::fill(out, out + (p1 - p0), 0.0f);
+                    const int64_t a0 = lo + p0, a1 = std::min(lo + p1, numel);
+                    for (int64_t a = a0; a < a1;) {
+                        const int64_t rr = a / saved_shard;
+                        const int64_t b = std::min(a1, (rr + 1) * saved_shard);
+                        DT_RETURN_IF_ERROR(files[static_cast<size_t>(rr)].copy_bytes(
+                            name, sizeof(float) * static_cast<size_t>(a - rr * saved_shard),
+                            sizeof(float) * static_cast<size_t>(b - rr * saved_shard),
+                            out + (a - a0)));
+                        a = b;
+                    }
+                    return absl::OkStatus();
+                };
+                DT_RETURN_IF_ERROR(staging.upload(sizeof(float) * static_cast<size_t>(p1 - p0),
+                                                  fill, shard_dst[k] + u.shard_begin + p0, s));
             }
-            DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(shard_dst[k] + u.shard_begin, host.data(),
-                                               sizeof(float) * u.shard, cudaMemcpyHostToDevice));
         }
         if (rep > 0) {
-            DT_ASSIGN_OR_RETURN(Tensor t, saved(0, absl::StrCat(kKinds[k], ".replicated"), rep));
-            DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(rep_dst[k], t.data<float>(), sizeof(float) * rep,
-                                               cudaMemcpyHostToDevice));
+            const std::string name = absl::StrCat(kKinds[k], ".replicated");
+            DT_RETURN_IF_ERROR(saved(0, name, rep).status());
+            for (int64_t p0 = 0; p0 < rep; p0 += step) {
+                const int64_t p1 = std::min(rep, p0 + step);
+                DT_RETURN_IF_ERROR(staging.upload(
+                    sizeof(float) * static_cast<size_t>(p1 - p0),
+                    [&](void* host) {
+                        return files[0].copy_bytes(name, sizeof(float) * static_cast<size_t>(p0),
+                                                   sizeof(float) * static_cast<size_t>(p1), host);
+                    },
+                    rep_dst[k] + p0, s));
+            }
         }
     }
+    DT_RETURN_IF_ERROR(staging.finish());
     return refresh_half_from_masters();
 }
 

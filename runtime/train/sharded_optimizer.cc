@@ -25,22 +25,35 @@ constexpr int64_t kPiece = 1 << 20;
 
 }  // namespace
 
+ShardedOptimizer::FlatLayout ShardedOptimizer::flat_layout(const ParamSet& params) {
+    FlatLayout l;
+    std::map<std::string, size_t> index;
+    for (const NamedParam& p : params.all()) {
+        const std::string g = group_of(p.name);
+        if (!index.count(g)) {
+            index[g] = l.names.size();
+            l.names.push_back(g);
+            l.sizes.push_back(0);
+        }
+        const size_t gi = index[g];
+        l.group.push_back(gi);
+        l.offset.push_back(l.sizes[gi]);
+        l.sizes[gi] += p.value.numel();
+    }
+    return l;
+}
+
 ShardedOptimizer ShardedOptimizer::create(ParamSet& params, Communicator* comm) {
     ShardedOptimizer o;
     o.comm_ = comm;
     o.params_ = &params;
     const int64_t world = comm->world_size();
-    std::map<std::string, size_t> index;
-    const auto& all = params.all();
-    for (size_t i = 0; i < all.size(); ++i) {
-        const std::string g = group_of(all[i].name);
-        if (!index.count(g)) {
-            index[g] = o.groups_.size();
-            o.groups_.push_back({g, {}, 0, 0});
-        }
-        Group& group = o.groups_[index[g]];
-        group.members.push_back({i, group.numel, all[i].value.numel()});
-        group.numel += all[i].value.numel();
+    const FlatLayout l = flat_layout(params);
+    for (size_t gi = 0; gi < l.names.size(); ++gi) o.groups_.push_back({l.names[gi], {}, 0, 0});
+    for (size_t i = 0; i < params.all().size(); ++i) {
+        Group& g = o.groups_[l.group[i]];
+        g.members.push_back({i, l.offset[i], params.all()[i].value.numel()});
+        g.numel += params.all()[i].value.numel();
     }
     ParamSet shards;  // names and shard sizes of the moments
     for (Group& g : o.groups_) {

@@ -28,6 +28,16 @@ class ShardedOptimizer {
     // `params` (identical on every rank) must outlive the optimizer, which updates them in place.
     static ShardedOptimizer create(ParamSet& params, Communicator* comm);
 
+    // The flat groups of a parameter set, in order (one per decoder layer, "other" for the
+    // rest), and where each parameter lies in them: the checkpoint layout of CPU ranks.
+    struct FlatLayout {
+        std::vector<std::string> names;  // "layer.3", "other"
+        std::vector<int64_t> sizes;      // elements, unpadded
+        std::vector<size_t> group;       // per parameter
+        std::vector<int64_t> offset;     // per parameter: elements into its group
+    };
+    static FlatLayout flat_layout(const ParamSet& params);
+
     // Keeps one micro-batch's gradients (scaled so that their sum over micro-batches and ranks is
     // the global gradient) in fp64 accumulators, made by the first call of a step. fp64 makes the
     // sum of a few fp32 gradients exact in practice, so it does not depend on how micro-batches

@@ -11,6 +11,7 @@
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/train/checkpoint_export.h"
 #include "runtime/train/train_state.h"
 
 namespace deltatune {
@@ -290,16 +291,21 @@ absl::Status write_export(const TrainConfig& c, const HfModel& model, const Para
 
 absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
                                           const std::string& out_dir) {
+    if (!c.lora) {  // the masters straight from the rank files, a piece at a time
+        DT_ASSIGN_OR_RETURN(const HfModel model, open_hf_model(c.model_dir));
+        DT_ASSIGN_OR_RETURN(const CheckpointMasters masters,
+                            open_checkpoint_masters(model, checkpoint_dir));
+        DT_RETURN_IF_ERROR(write_export(c, model, {}, masters.values, out_dir, true));
+        return masters.state.step;
+    }
     DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
     LocalCommunicator comm;
-    ParamSet adapters;
-    if (c.lora) adapters = make_lora_params(model.config, model.params, *c.lora);
+    ParamSet adapters = make_lora_params(model.config, model.params, *c.lora);
     const std::unique_ptr<TrainEngine> engine = make_cpu_engine_for(c, model, comm, adapters);
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));
-    DT_RETURN_IF_ERROR(
-        write_export(c, model, adapters, engine->param_bytes(model.params), out_dir, true));
+    DT_RETURN_IF_ERROR(write_export(c, model, adapters, nullptr, out_dir, true));
     return state.step;
 }
 

@@ -82,9 +82,10 @@ absl::Status write_export(const TrainConfig& c, const HfModel& model, const Para
                           const ParamBytes& values, const std::string& dir, bool write_files);
 
 // A committed training checkpoint of the model at c.model_dir as a Hugging Face folder in
-// out_dir (weights, config.json, tokenizer files), the form a job's final export has. Loads the
-// checkpoint on one CPU process (its masters and moments: about 12 bytes per parameter of
-// memory), at whatever world size it was written. Returns the checkpoint's step.
+// out_dir (weights, config.json, tokenizer files), the form a job's final export has, from a
+// checkpoint of any world size, CPU or GPU ranks. Full fine-tuning: the masters are read from
+// the rank files a piece at a time (host memory: a few MB); a LoRA adapter's state is loaded
+// whole with its base. Returns the checkpoint's step.
 absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::string& checkpoint_dir,
                                           const std::string& out_dir);
 

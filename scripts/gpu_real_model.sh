@@ -7,7 +7,7 @@
 #     export. A sampler records the peak RSS (VmHWM) of every rank process and of the daemon.
 #  3. `deltatune bench` on the same config and adapter in the same run, for the tokens/s check.
 # Prints one table (also $OUT/real_model.txt) and leaves the job's events in $OUT.
-#   BUNDLE_DIR=.device-build [STEPS=60] bash scripts/gpu_real_model.sh
+#   BUNDLE_DIR=.device-build [STEPS=50] bash scripts/gpu_real_model.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -119,9 +119,9 @@ def at(t):
     e = first(t)
     return f"{ts(e) - start:.1f} s" if e and ts(e) else "-"
 print(f"init-model (27B, bf16, GPU generator, write): {float(sys.argv[7]) - float(sys.argv[6]):.1f} s")
-for t in ("MODEL_LOADED", "DATA_LOADED", "TRAINING_STARTED", "STEP_METRICS", "CHECKPOINT_COMMITTED",
+for t in ("MODEL_LOADED", "DATA_LOADED", "ENGINE_READY", "TRAINING_STARTED", "STEP_METRICS", "CHECKPOINT_COMMITTED",
           "RESUMED", "EXPORT_COMPLETED"):
-    print(f"{t:22s} at {at(t)} after submit", json.dumps(first(t).get("metrics", {})) if first(t) and t in ("MODEL_LOADED", "DATA_LOADED") else "")
+    print(f"{t:22s} at {at(t)} after submit", json.dumps(first(t).get("metrics", {})) if first(t) and t in ("MODEL_LOADED", "DATA_LOADED", "ENGINE_READY") else "")
 steps = [e["metrics"] for e in by("STEP_METRICS")]
 print("steps reported:", len(steps), " types:", {t: sum(1 for e in events if e.get("type") == t) for t in dict.fromkeys(e.get("type") for e in events)})
 if steps:

@@ -36,13 +36,16 @@ ShardedStateIo GpuTrainEngine::lora_state_io() {
         beat();
         std::vector<float> state[3];
         DT_RETURN_IF_ERROR(lora_->save_state(state[0], state[1], state[2]));
-        std::vector<std::pair<std::string, Tensor>> tensors;
-        for (int k = 0; k < 3; ++k) {
-            tensors.emplace_back(kStateNames[k], Tensor::cpu_from({lora_->numel()}, state[k]));
-        }
-        return write_safetensors(path, tensors,
-                                 {{"rank", std::to_string(nccl_->rank())},
-                                  {"world_size", std::to_string(nccl_->world_size())}});
+        std::vector<SafetensorsSpec> specs;
+        for (const char* name : kStateNames) specs.push_back({name, DType::kF32, {lora_->numel()}});
+        // Written from the vectors as they are (a Tensor copy of each doubled the host memory).
+        return write_safetensors_streamed(path, specs,
+                                          {{"rank", std::to_string(nccl_->rank())},
+                                           {"world_size", std::to_string(nccl_->world_size())}},
+                                          [&](size_t k, const SafetensorsWrite& write) {
+                                              return write(state[k].data(),
+                                                           state[k].size() * sizeof(float));
+                                          });
     };
     // Every saved rank holds the same replicated state: rank 0's file serves any world size.
     io.load = [this](const std::vector<std::string>& files, int64_t adam_step) -> absl::Status {

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
     if (c.grad_accum <= 0) return absl::InvalidArgumentError("gradient_accumulation must be > 0");
     auto run = std::make_unique<Run>(c, hooks);
     DT_ASSIGN_OR_RETURN(run->in, load_train_inputs(c, hooks));
+    const auto engine_start = std::chrono::steady_clock::now();
     if (c.gpu.enabled) {
         GpuRankOptions gpu = c.gpu;
         gpu.tokens_per_batch = c.tokens_per_batch;
@@ -83,6 +84,14 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
         run->engine =
             make_cpu_engine_for(c, run->in.model, c.comm ? *c.comm : run->local, run->in.adapters);
     }
+    // On GPU ranks this is where the weights are read: the rank's shard, streamed from the files.
+    hooks.on_event(
+        {"ENGINE_READY",
+         "INFO",
+         run->engine->name(),
+         {{"seconds",
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - engine_start).count()}},
+         {{"engine", run->engine->name()}}});
     run->comm = &run->engine->comm();
     run->world = run->comm->world_size();
     run->rank = run->comm->rank();

@@ -56,6 +56,17 @@ TEST_CASE("training lowers the loss, checkpoints, evaluates and exports", "[trai
     const auto types = event_types(log);
     CHECK(std::count(types.begin(), types.end(), "CHECKPOINT_COMMITTED") == 4);
     CHECK(std::count(types.begin(), types.end(), "EXPORT_COMPLETED") == 1);
+    // Setup reports where its time went, in order: the model opened (and, on the CPU, read),
+    // the data loaded, the engine set up (on GPU ranks: the weights streamed to the shards).
+    const auto at = [&](const char* t) { return std::find(types.begin(), types.end(), t); };
+    CHECK(at("MODEL_LOADED") < at("DATA_LOADED"));
+    CHECK(at("DATA_LOADED") < at("ENGINE_READY"));
+    CHECK(at("ENGINE_READY") < at("TRAINING_STARTED"));
+    for (const auto& e : log) {
+        if (e.type == "MODEL_LOADED" || e.type == "DATA_LOADED" || e.type == "ENGINE_READY") {
+            CHECK(e.metrics.at("seconds") >= 0);
+        }
+    }
     CHECK(r->last_eval_loss > 0);
     CHECK(list_checkpoints(c.output_dir + "/checkpoints")->size() == 3);  // keep_last_n
     auto exported = load_hf_model(r->export_dir);

@@ -2,6 +2,7 @@
 #include "runtime/model/qwen35_cpu_model.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cross_entropy.h"
@@ -18,7 +19,44 @@ namespace {
 // of a real vocabulary would not fit).
 constexpr int64_t kHeadChunk = 256;
 
+// A frozen base's projection, embedding and LM head weights take no gradient: the view's
+// tensors for them become undefined, which backward skips.
+void drop_frozen_weights(ModelView& g) {
+    for (LayerView& l : g.layers) {
+        for (size_t p = 0; p < kNumProj; ++p) l.weight(static_cast<Proj>(p)) = Tensor();
+    }
+    g.embed = Tensor();
+    g.lm_head = Tensor();
+}
+
 }  // namespace
+
+Qwen35CpuModel::FrozenBaseGrads Qwen35CpuModel::frozen_base_grads(const Qwen35Config& config,
+                                                                  const ParamSet& params) {
+    FrozenBaseGrads out;
+    for (const NamedParam& p : params.all()) {
+        out.set.add(p.name, p.value.shape(), p.stored_dtype, /*zero_fill=*/false);
+    }
+    ModelView all = model_view(config, out.set);
+    std::set<const void*> dropped;
+    for (size_t l = 0; l < all.layers.size(); ++l) {
+        for (size_t p = 0; p < kNumProj; ++p) {
+            const Tensor& t = all.layers[l].weight(static_cast<Proj>(p));
+            if (t.defined()) dropped.insert(t.raw_data());
+        }
+    }
+    dropped.insert(all.embed.raw_data());
+    dropped.insert(all.lm_head.raw_data());
+    for (size_t i = 0; i < out.set.all().size(); ++i) {
+        if (!dropped.count(out.set.all()[i].value.raw_data())) out.written.push_back(i);
+    }
+    out.zero_written();
+    return out;
+}
+
+void Qwen35CpuModel::FrozenBaseGrads::zero_written() {
+    for (size_t i : written) set.all()[i].value.fill_zero();
+}
 
 Qwen35CpuModel::Qwen35CpuModel(const Qwen35Config& config, ParamSet& params)
     : config_(config), params_(params), view_(model_view(config, params)) {}
@@ -95,7 +133,10 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
     const PackedBatch& batch = *batch_;
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     ModelView g = model_view(config_, grads);
-    if (adapter_grads_) attach_lora(config_, g, *adapter_grads_, lora_scale_);
+    if (adapter_grads_) {
+        attach_lora(config_, g, *adapter_grads_, lora_scale_);
+        drop_frozen_weights(g);
+    }
     const auto grad_scale = static_cast<float>(loss_scale);
 
     // LM head: logits are recomputed chunk by chunk (never stored whole).
@@ -108,8 +149,8 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
         linear_forward_ref(logits.data(), h, ptr(view_.lm_head), n, H, V);
         cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), tg, n, V);
         cross_entropy_backward_ref(dlogits.data(), logits.data(), lse.data(), tg, n, V, grad_scale);
-        linear_backward_ref(dnormed.data() + t0 * H, ptr(g.lm_head), dlogits.data(), h,
-                            ptr(view_.lm_head), n, H, V);
+        linear_backward_ref(dnormed.data() + t0 * H, g.lm_head.defined() ? ptr(g.lm_head) : nullptr,
+                            dlogits.data(), h, ptr(view_.lm_head), n, H, V);
     }
     Buf dx(T * H);
     rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(),
@@ -129,7 +170,9 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
         }
         a = LayerActs{};
     }
-    embedding_backward_ref(ptr(g.embed), dx.data(), batch.input_ids.data(), T, H);
+    if (g.embed.defined()) {
+        embedding_backward_ref(ptr(g.embed), dx.data(), batch.input_ids.data(), T, H);
+    }
     batch_ = nullptr;
     return absl::OkStatus();
 }

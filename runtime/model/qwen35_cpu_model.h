@@ -40,7 +40,18 @@ class Qwen35CpuModel {
     // A LoRA adapter (model/lora.h): forward and backward add each pair's branch, and backward
     // accumulates the pairs' gradients into `adapter_grads` (shaped like `adapters`). Both must
     // outlive the model.
+    // The base is then frozen: backward forms none of its projections', embedding's or LM head's
+    // gradients (nearly all of its size), only the small ones the blocks compute on the way.
     void attach_adapter(ParamSet& adapters, ParamSet& adapter_grads, float scale);
+    // The base gradients backward needs under an adapter: every tensor of `params`' shapes, but
+    // only those backward writes are touched (zeroed); the frozen weights' stay unwritten
+    // address space. zero_written() clears those for the next micro-batch.
+    struct FrozenBaseGrads {
+        ParamSet set;
+        std::vector<size_t> written;  // indices into set.all()
+        void zero_written();
+    };
+    static FrozenBaseGrads frozen_base_grads(const Qwen35Config& config, const ParamSet& params);
 
     // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
     absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);

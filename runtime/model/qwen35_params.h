@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
@@ -60,6 +61,7 @@ struct LayerView {
     std::array<LoraPair, kNumProj> lora;
     float lora_scale = 0;
     const Tensor& weight(Proj p) const;  // the projection's base weight
+    Tensor& weight(Proj p) { return const_cast<Tensor&>(std::as_const(*this).weight(p)); }
 };
 
 struct ModelView {

@@ -87,8 +87,10 @@ absl::Status run_step_lora(const StepOptions& options, HfModel& model, const Pac
     Qwen35CpuModel net(model.config, model.params);
     net.attach_adapter(adapter.params, adapter_grads, adapter.spec.scale());
     DT_ASSIGN_OR_RETURN(LossResult loss, net.forward(packed));
-    ParamSet base_grads = model.params.zeros_like();  // computed by the blocks, not reported
-    DT_RETURN_IF_ERROR(net.backward(base_grads));
+    // The small base gradients the blocks form on the way; not reported.
+    Qwen35CpuModel::FrozenBaseGrads base_grads =
+        Qwen35CpuModel::frozen_base_grads(model.config, model.params);
+    DT_RETURN_IF_ERROR(net.backward(base_grads.set));
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.loss = loss.loss;

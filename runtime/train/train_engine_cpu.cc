@@ -22,7 +22,7 @@ class CpuTrainEngine final : public TrainEngine {
           grads_(trained_.zeros_like()) {
         if (adapters) {
             frozen_ = &model.params;
-            base_grads_ = model.params.zeros_like();
+            base_grads_ = Qwen35CpuModel::frozen_base_grads(model.config, model.params);
             net_.attach_adapter(*adapters, grads_, lora_scale);
         }
     }
@@ -41,8 +41,8 @@ class CpuTrainEngine final : public TrainEngine {
         for (auto& g : grads_.all()) g.value.fill_zero();
         DT_ASSIGN_OR_RETURN(LossResult r, net_.forward(b));
         // With an adapter the blocks still form the frozen base's gradients: a scratch set.
-        ParamSet& into = frozen_ ? base_grads_ : grads_;
-        for (auto& g : base_grads_.all()) g.value.fill_zero();
+        ParamSet& into = frozen_ ? base_grads_.set : grads_;
+        base_grads_.zero_written();
         DT_RETURN_IF_ERROR(net_.backward(into, 1.0 / static_cast<double>(global_labels)));
         return r.loss_sum;
     }
@@ -93,8 +93,9 @@ class CpuTrainEngine final : public TrainEngine {
     ParamSet& trained_;  // the parameters, or the adapter's tensors
     ShardedOptimizer optimizer_;
     Qwen35CpuModel net_;
-    ParamSet grads_;                    // of trained_
-    ParamSet base_grads_;               // with an adapter: the frozen base's, never used
+    ParamSet grads_;  // of trained_
+    // With an adapter: the small base gradients the blocks form on the way, never used.
+    Qwen35CpuModel::FrozenBaseGrads base_grads_;
     const ParamSet* frozen_ = nullptr;  // with an adapter: the base
     bool pending_ = false;              // grads_ hold a micro-batch the optimizer has not taken yet
 };

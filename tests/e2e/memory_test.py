@@ -9,6 +9,9 @@ vocabulary, hidden 1,024, 8 layers, bf16 checkpoint), with its checkpoint and ex
     parameters themselves, and one micro-batch a step needs no fp64 accumulator (gradient
     accumulation, more data shards than ranks, adds 8 bytes per parameter). Before (c99b1d2) the
     same runs peaked at 33.2 bytes per parameter, and 25.2 per rank at world size 2.
+  - LoRA (rank 16, every projection), world size 1: at most 8 bytes per parameter of the base:
+    its fp32 weights held once (no gradient of the frozen projections, embedding or head is
+    formed; only the small ones the blocks compute on the way), the adapter's state beside.
   - World size 2: each rank below world size 1's peak (moments sharded). The CPU model still holds
     the whole fp32 parameters and gradients on every rank (12 bytes per parameter at world size 2):
     0.6x of world size 1 needs the model to gather one layer at a time, as the GPU path does.
@@ -66,14 +69,21 @@ def parameters():
     return count
 
 
-def train(world):
+LORA = ("adapter:\n  type: lora\n  rank: 16\n  alpha: 32\n"
+        "  target_modules: [q_proj, k_proj, v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, "
+        "gate_proj, up_proj, down_proj]\n")
+
+
+def train(world, adapter=""):
     """Runs the job (one step, its checkpoint and export) at `world` ranks: each rank's peak RSS."""
-    out = os.path.join(ROOT, f"out-{world}")
-    job = os.path.join(ROOT, f"job-{world}.yaml")
+    tag = f"{world}{'-lora' if adapter else ''}"
+    out = os.path.join(ROOT, f"out-{tag}")
+    job = os.path.join(ROOT, f"job-{tag}.yaml")
     with open(job, "w") as f:
         f.write(f"model: {MODEL}\noutput_dir: {out}\ndata:\n  train_files: [{DATA}]\n"
-                "hyperparameters:\n  learning_rate: 0.001\n  max_steps: 1\n  tokens_per_batch: 32\n")
-    rdv = os.path.join(ROOT, f"rdv-{world}")
+                "hyperparameters:\n  learning_rate: 0.001\n  max_steps: 1\n  tokens_per_batch: 32\n"
+                + adapter)
+    rdv = os.path.join(ROOT, f"rdv-{tag}")
     os.makedirs(rdv)
     procs = [subprocess.Popen([CLI, "train", job] + (["--rank", str(r), "--world-size", str(world),
                                                      "--rendezvous", rdv] if world > 1 else []),
@@ -85,7 +95,8 @@ def train(world):
         log = p.stdout.read().decode()
         check(os.waitstatus_to_exitcode(status) == 0, f"rank exited {status}: {log[-2000:]}")
         peaks.append(usage.ru_maxrss * 1024)
-    check(os.path.exists(os.path.join(out, "export", "model.safetensors")), "no export written")
+    exported = "adapter_model.safetensors" if adapter else "model.safetensors"
+    check(os.path.exists(os.path.join(out, "export", exported)), "no export written")
     return peaks
 
 
@@ -113,12 +124,20 @@ def test_world_size_2_ranks_below_world_size_1():
         check(peak < 0.85 * one, f"rank {r}: {peak / one:.2f}x world size 1, limit 0.85x")
 
 
+def test_lora_holds_the_base_once():
+    n = parameters()
+    peak = train(1, LORA)[0]
+    print(f"  LoRA, world size 1: peak RSS {peak / 2**30:.2f} GiB = {peak / n:.1f} bytes/parameter")
+    check(peak / n <= 8, f"{peak / n:.1f} bytes per parameter of the base, limit 8")
+
+
 if __name__ == "__main__":
     try:
         setup()
         run_tests([("world size 1: at most 20 bytes per parameter",
                     test_world_size_1_within_20_bytes_per_parameter),
                    ("world size 2: each rank below world size 1",
-                    test_world_size_2_ranks_below_world_size_1)])
+                    test_world_size_2_ranks_below_world_size_1),
+                   ("LoRA: the frozen base held once", test_lora_holds_the_base_once)])
     finally:
         shutil.rmtree(ROOT, ignore_errors=True)

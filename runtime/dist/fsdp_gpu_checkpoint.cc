@@ -22,6 +22,35 @@ std::string unit_name(const char* kind, size_t unit) {
     return absl::StrCat(kind, ".unit.", unit);
 }
 
+// Elements [lo, lo + count) of a flat segment saved in equal shards of `saved_shard` elements
+// (file r held [r, r + 1) * saved_shard; past `numel` is padding: zero) to `dst` on the device,
+// a staging piece at a time, from the files' pages.
+absl::Status upload_saved_range(PinnedStaging& staging, const std::vector<SafetensorsFile>& files,
+                                const std::string& name, int64_t saved_shard, int64_t numel,
+                                int64_t lo, int64_t count, float* dst, cudaStream_t s) {
+    const auto step = static_cast<int64_t>(kCheckpointPiece / sizeof(float));
+    for (int64_t p0 = 0; p0 < count; p0 += step) {
+        const int64_t p1 = std::min(count, p0 + step);
+        auto fill = [&](void* host) -> absl::Status {
+            auto* out = static_cast<float*>(host);
+            std::fill(out, out + (p1 - p0), 0.0f);
+            const int64_t a0 = lo + p0, a1 = std::min(lo + p1, numel);
+            for (int64_t a = a0; a < a1;) {
+                const int64_t r = a / saved_shard;
+                const int64_t b = std::min(a1, (r + 1) * saved_shard);
+                DT_RETURN_IF_ERROR(files[static_cast<size_t>(r)].copy_bytes(
+                    name, sizeof(float) * static_cast<size_t>(a - r * saved_shard),
+                    sizeof(float) * static_cast<size_t>(b - r * saved_shard), out + (a - a0)));
+                a = b;
+            }
+            return absl::OkStatus();
+        };
+        DT_RETURN_IF_ERROR(
+            staging.upload(sizeof(float) * static_cast<size_t>(p1 - p0), fill, dst + p0, s));
+    }
+    return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<int64_t> FsdpGpuParams::group_sizes() const {
@@ -122,7 +151,6 @@ absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_fil
                          rep_moments_.as<float>() + rep};
     DT_ASSIGN_OR_RETURN(PinnedStaging staging, PinnedStaging::create(kCheckpointPiece, 2));
     const cudaStream_t s = compute();
-    const int64_t step = static_cast<int64_t>(kCheckpointPiece / sizeof(float));
     for (int k = 0; k < 3; ++k) {
         for (size_t unit = 0; unit < units_.size(); ++unit) {
             const Unit& u = units_[unit];
@@ -131,45 +159,18 @@ absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_fil
             const int64_t quantum = world * kGpuParamAlign;
             const int64_t saved_shard = (numel + quantum - 1) / quantum * quantum / world;
             const std::string name = unit_name(kKinds[k], unit);
-            for (int64_t r = 0; r < world; ++r)
+            for (int64_t r = 0; r < world; ++r) {
                 DT_RETURN_IF_ERROR(saved(r, name, saved_shard).status());
-            // This rank's slice [lo, lo + shard) of the unit, a piece at a time; saved rank r held
-            // [r, r + 1) * saved_shard. Past the unit's end is padding: zero.
-            const int64_t lo = comm_.rank() * u.shard;
-            for (int64_t p0 = 0; p0 < u.shard; p0 += step) {
-                const int64_t p1 = std::min(u.shard, p0 + step);
-                auto fill = [&](void* host) -> absl::Status {
-                    auto* out = static_cast<float*>(host);
-                    std::fill(out, out + (p1 - p0), 0.0f);
-                    const int64_t a0 = lo + p0, a1 = std::min(lo + p1, numel);
-                    for (int64_t a = a0; a < a1;) {
-                        const int64_t rr = a / saved_shard;
-                        const int64_t b = std::min(a1, (rr + 1) * saved_shard);
-                        DT_RETURN_IF_ERROR(files[static_cast<size_t>(rr)].copy_bytes(
-                            name, sizeof(float) * static_cast<size_t>(a - rr * saved_shard),
-                            sizeof(float) * static_cast<size_t>(b - rr * saved_shard),
-                            out + (a - a0)));
-                        a = b;
-                    }
-                    return absl::OkStatus();
-                };
-                DT_RETURN_IF_ERROR(staging.upload(sizeof(float) * static_cast<size_t>(p1 - p0),
-                                                  fill, shard_dst[k] + u.shard_begin + p0, s));
             }
+            DT_RETURN_IF_ERROR(upload_saved_range(staging, files, name, saved_shard, numel,
+                                                  comm_.rank() * u.shard, u.shard,
+                                                  shard_dst[k] + u.shard_begin, s));
         }
-        if (rep > 0) {
+        if (rep > 0) {  // whole in every file: rank 0's
             const std::string name = absl::StrCat(kKinds[k], ".replicated");
             DT_RETURN_IF_ERROR(saved(0, name, rep).status());
-            for (int64_t p0 = 0; p0 < rep; p0 += step) {
-                const int64_t p1 = std::min(rep, p0 + step);
-                DT_RETURN_IF_ERROR(staging.upload(
-                    sizeof(float) * static_cast<size_t>(p1 - p0),
-                    [&](void* host) {
-                        return files[0].copy_bytes(name, sizeof(float) * static_cast<size_t>(p0),
-                                                   sizeof(float) * static_cast<size_t>(p1), host);
-                    },
-                    rep_dst[k] + p0, s));
-            }
+            DT_RETURN_IF_ERROR(
+                upload_saved_range(staging, files, name, rep, rep, 0, rep, rep_dst[k], s));
         }
     }
     DT_RETURN_IF_ERROR(staging.finish());

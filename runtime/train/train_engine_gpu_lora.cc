@@ -5,6 +5,7 @@
 
 #if DELTATUNE_HAVE_CUDA
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/train/train_engine_gpu.h"
@@ -54,14 +55,19 @@ ShardedStateIo GpuTrainEngine::lora_state_io() {
         DT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(files[0]));
         std::vector<float> state[3];
         for (int k = 0; k < 3; ++k) {
-            DT_ASSIGN_OR_RETURN(Tensor t, f.get(kStateNames[k]));
-            if (t.dtype() != DType::kF32 || t.numel() != lora_->numel()) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat(files[0], ": '", kStateNames[k], "' is ", t.shape_string(),
-                                 ", this adapter needs F32 [", lora_->numel(), "]"));
+            const SafetensorsEntry* e = f.entry(kStateNames[k]);
+            if (!e) {
+                return absl::NotFoundError(absl::StrCat(files[0], ": no '", kStateNames[k], "'"));
             }
-            const float* v = static_cast<const float*>(t.raw_data());
-            state[k].assign(v, v + t.numel());
+            if (e->dtype != DType::kF32 ||
+                e->end - e->begin != sizeof(float) * static_cast<size_t>(lora_->numel())) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    files[0], ": '", kStateNames[k], "' is [", absl::StrJoin(e->shape, ", "), "] ",
+                    dtype_name(e->dtype), ", this adapter needs F32 [", lora_->numel(), "]"));
+            }
+            // Copied from the file's pages, which are given back (a view's copy kept both).
+            state[k].resize(static_cast<size_t>(lora_->numel()));
+            DT_RETURN_IF_ERROR(f.copy_bytes(kStateNames[k], 0, e->end - e->begin, state[k].data()));
         }
         DT_RETURN_IF_ERROR(lora_->load_state(state[0], state[1], state[2]));
         adam_step_ = adam_step;

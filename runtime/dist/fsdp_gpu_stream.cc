@@ -102,7 +102,6 @@ absl::Status FsdpGpuParams::write_param(ExportCursor& cursor, size_t param, DTyp
     // BF16 is converted on the device; F16 (no device cast) crosses as fp32, converted here.
     const DType wire = dtype == DType::kF16 ? DType::kF32 : dtype;
     const size_t step = cursor.staging->buffer_bytes() / dtype_size(wire);
-    std::vector<uint16_t> f16;
     for (int64_t c = 0; c < slot.numel; c += static_cast<int64_t>(step)) {
         const int64_t n = std::min<int64_t>(slot.numel - c, static_cast<int64_t>(step));
         const void* piece = src + c;
@@ -112,12 +111,9 @@ absl::Status FsdpGpuParams::write_param(ExportCursor& cursor, size_t param, DTyp
         }
         DT_RETURN_IF_ERROR(cursor.staging->download(
             static_cast<size_t>(n) * dtype_size(wire), piece, s, [&](const void* host) {
-                if (dtype != DType::kF16) {
-                    return write(host, static_cast<size_t>(n) * dtype_size(dtype));
-                }
-                f16.resize(static_cast<size_t>(n));
-                f32_to_float_span(DType::kF16, static_cast<const float*>(host), f16.data(), n);
-                return write(f16.data(), f16.size() * sizeof(uint16_t));
+                return wire == DType::kBF16
+                           ? write(host, static_cast<size_t>(n) * sizeof(bf16))
+                           : write_f32_as(dtype, static_cast<const float*>(host), n, write);
             }));
     }
     return absl::OkStatus();

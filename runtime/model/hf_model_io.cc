@@ -209,19 +209,23 @@ absl::StatusOr<HfModel> load_hf_model(const std::string& dir) {
     return m;
 }
 
+absl::Status write_f32_as(DType dtype, const float* values, int64_t n,
+                          const SafetensorsWrite& write) {
+    if (dtype == DType::kF32) return write(values, static_cast<size_t>(n) * sizeof(float));
+    constexpr int64_t kPiece = 1 << 20;  // elements converted at a time
+    std::vector<unsigned char> out(static_cast<size_t>(std::min(n, kPiece)) * dtype_size(dtype));
+    for (int64_t at = 0; at < n; at += kPiece) {
+        const int64_t count = std::min(n - at, kPiece);
+        f32_to_float_span(dtype, values + at, out.data(), count);
+        DT_RETURN_IF_ERROR(write(out.data(), static_cast<size_t>(count) * dtype_size(dtype)));
+    }
+    return absl::OkStatus();
+}
+
 ParamBytes param_bytes_of(const ParamSet& params) {
-    return [&params](size_t i, const SafetensorsWrite& write) -> absl::Status {
+    return [&params](size_t i, const SafetensorsWrite& write) {
         const NamedParam& p = params.all()[i];
-        constexpr int64_t kPiece = 1 << 20;  // elements converted at a time
-        std::vector<unsigned char> out(static_cast<size_t>(kPiece) * dtype_size(p.stored_dtype));
-        const float* v = p.value.data<float>();
-        for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
-            const int64_t n = std::min(p.value.numel() - at, kPiece);
-            f32_to_float_span(p.stored_dtype, v + at, out.data(), n);
-            DT_RETURN_IF_ERROR(
-                write(out.data(), static_cast<size_t>(n) * dtype_size(p.stored_dtype)));
-        }
-        return absl::OkStatus();
+        return write_f32_as(p.stored_dtype, p.value.data<float>(), p.value.numel(), write);
     };
 }
 

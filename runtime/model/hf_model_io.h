@@ -80,6 +80,10 @@ std::string checkpoint_name(const std::string& canonical, CheckpointLayout layou
 
 // Parameter `param`'s values (ParamSet order), in its stored dtype, passed to `write` in pieces.
 using ParamBytes = std::function<absl::Status(size_t param, const SafetensorsWrite& write)>;
+// Writes n fp32 values as `dtype` (a float type), converted a bounded piece at a time (F32: as
+// they are).
+absl::Status write_f32_as(DType dtype, const float* values, int64_t n,
+                          const SafetensorsWrite& write);
 // The values of materialized fp32 params, converted a bounded piece at a time.
 ParamBytes param_bytes_of(const ParamSet& params);
 

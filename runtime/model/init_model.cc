@@ -30,9 +30,7 @@ ParamBytes host_values(const HfModel& m, uint64_t seed) {
         const NamedParam& p = m.params.all()[i];
         std::vector<float> v(static_cast<size_t>(p.value.numel()));
         init->fill(p.name, v.data(), p.value.numel());
-        std::vector<unsigned char> out(v.size() * dtype_size(p.stored_dtype));
-        f32_to_float_span(p.stored_dtype, v.data(), out.data(), p.value.numel());
-        return write(out.data(), out.size());
+        return write_f32_as(p.stored_dtype, v.data(), p.value.numel(), write);
     };
 }
 
@@ -59,8 +57,6 @@ absl::StatusOr<ParamBytes> cuda_values(const HfModel& m, uint64_t seed) {
         const NamedParam& p = m.params.all()[i];
         const GpuInitRule r = gpu_init_rule(p.name, range);
         const cudaStream_t s = st->dev->compute_stream();
-        const size_t size = dtype_size(p.stored_dtype);
-        std::vector<uint16_t> f16;
         for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
             const int64_t n = std::min(kPiece, p.value.numel() - at);
             DT_CUDA_RETURN_IF_ERROR(init_fill_f32(
@@ -72,13 +68,13 @@ absl::StatusOr<ParamBytes> cuda_values(const HfModel& m, uint64_t seed) {
                 src = st->stored.get();
             }
             const size_t wire = p.stored_dtype == DType::kBF16 ? 2 : 4;
-            DT_RETURN_IF_ERROR(st->staging->download(
-                static_cast<size_t>(n) * wire, src, s, [&](const void* host) -> absl::Status {
-                    if (p.stored_dtype != DType::kF16)
-                        return write(host, static_cast<size_t>(n) * size);
-                    f16.resize(static_cast<size_t>(n));
-                    f32_to_float_span(DType::kF16, static_cast<const float*>(host), f16.data(), n);
-                    return write(f16.data(), f16.size() * 2);
+            DT_RETURN_IF_ERROR(
+                st->staging->download(static_cast<size_t>(n) * wire, src, s, [&](const void* host) {
+                    // bf16 was converted on the device; F32 and F16 cross as fp32.
+                    return p.stored_dtype == DType::kBF16
+                               ? write(host, static_cast<size_t>(n) * wire)
+                               : write_f32_as(p.stored_dtype, static_cast<const float*>(host), n,
+                                              write);
                 }));
         }
         return absl::OkStatus();

@@ -215,9 +215,7 @@ ParamBytes merged_lora_bytes(const HfModel& model, const ParamSet& adapters, flo
         merge_pair(w.data(), adapters.get(prefix + "lora_A.weight"),
                    adapters.get(prefix + "lora_B.weight"), p.value.shape()[0], p.value.shape()[1],
                    scale);
-        std::vector<unsigned char> out(w.size() * dtype_size(p.stored_dtype));
-        f32_to_float_span(p.stored_dtype, w.data(), out.data(), p.value.numel());
-        return write(out.data(), out.size());
+        return write_f32_as(p.stored_dtype, w.data(), p.value.numel(), write);
     };
 }
 

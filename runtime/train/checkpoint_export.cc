@@ -132,14 +132,11 @@ absl::StatusOr<CheckpointMasters> open_checkpoint_masters(const HfModel& model,
         const FlatGroup& g = layout->groups[layout->group[i]];
         constexpr int64_t kPiece = 1 << 20;  // elements read and converted at a time
         std::vector<float> f32(static_cast<size_t>(std::min(kPiece, p.value.numel())));
-        std::vector<unsigned char> stored(f32.size() * dtype_size(p.stored_dtype));
         for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
             const int64_t n = std::min(kPiece, p.value.numel() - at);
             const int64_t first = layout->offset[i] + at;
             DT_RETURN_IF_ERROR(read_flat(*files, g, first, first + n, f32.data()));
-            f32_to_float_span(p.stored_dtype, f32.data(), stored.data(), n);
-            DT_RETURN_IF_ERROR(
-                write(stored.data(), static_cast<size_t>(n) * dtype_size(p.stored_dtype)));
+            DT_RETURN_IF_ERROR(write_f32_as(p.stored_dtype, f32.data(), n, write));
         }
         return absl::OkStatus();
     };

@@ -2,6 +2,7 @@
 // writes, all through the process sandbox (path_sandbox.h).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@ struct MappedFile {
     std::shared_ptr<const void> keep;
 };
 absl::StatusOr<MappedFile> map_file(const std::string& path);
+// Gives the whole pages of [data, data + size) inside a read-only mapping (map_file's) back to
+// the page cache: they leave this process's resident set, and the next access reads the cache
+// again. What streams a file larger than memory through the process calls after each piece.
+void release_mapped_pages(const void* data, size_t size);
 // Writes the chunks to `path` through a temporary file in the same directory, fsyncs it, renames
 // it into place and fsyncs the directory, so readers see the old file or the new one, never half.
 absl::Status write_file_atomic(const std::string& path,

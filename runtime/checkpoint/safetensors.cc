@@ -1,9 +1,6 @@
 // safetensors reader (mmap + header validation) and atomic writer.
 #include "runtime/checkpoint/safetensors.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -155,12 +152,7 @@ absl::Status SafetensorsFile::copy_bytes(const std::string& name, size_t begin, 
     const auto* from =
         static_cast<const unsigned char*>(mapping_->data()) + data_start_ + e->begin + begin;
     std::memcpy(dst, from, end - begin);
-    // The whole pages just read leave this process's resident set (a private read-only mapping
-    // never written: the next access reads the page cache again).
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(from) + page - 1) / page * page;
-    const uintptr_t hi = reinterpret_cast<uintptr_t>(from + (end - begin)) / page * page;
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    release_mapped_pages(from, end - begin);
     return absl::OkStatus();
 }
 

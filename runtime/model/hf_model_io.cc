@@ -1,9 +1,6 @@
 // Loading and saving Hugging Face Qwen3.5 checkpoints (single file or sharded with an index).
 #include "runtime/model/hf_model_io.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -270,13 +267,10 @@ ShardPlan plan_shards(const HfModel& model, size_t max_shard_bytes) {
 absl::Status write_mapped(const Tensor& view, const SafetensorsWrite& write) {
     constexpr size_t kPiece = 64ull << 20;
     const auto* p = static_cast<const unsigned char*>(view.raw_data());
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     for (size_t at = 0; at < view.nbytes(); at += kPiece) {
         const size_t n = std::min(kPiece, view.nbytes() - at);
         DT_RETURN_IF_ERROR(write(p + at, n));
-        const uintptr_t lo = (reinterpret_cast<uintptr_t>(p + at) + page - 1) / page * page;
-        const uintptr_t hi = reinterpret_cast<uintptr_t>(p + at + n) / page * page;
-        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+        release_mapped_pages(p + at, n);
     }
     return absl::OkStatus();
 }

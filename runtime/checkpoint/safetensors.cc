@@ -156,6 +156,23 @@ absl::Status SafetensorsFile::copy_bytes(const std::string& name, size_t begin, 
     return absl::OkStatus();
 }
 
+absl::Status copy_sharded_f32(const std::vector<SafetensorsFile>& files, const std::string& name,
+                              int64_t shard, int64_t first, int64_t last, float* out) {
+    for (int64_t a = first; a < last;) {
+        const int64_t r = a / shard;
+        const int64_t b = std::min(last, (r + 1) * shard);
+        if (static_cast<size_t>(r) >= files.size()) {
+            return absl::OutOfRangeError(absl::StrCat("element ", a, " of '", name, "' is past ",
+                                                      files.size(), " shards of ", shard));
+        }
+        DT_RETURN_IF_ERROR(files[static_cast<size_t>(r)].copy_bytes(
+            name, sizeof(float) * static_cast<size_t>(a - r * shard),
+            sizeof(float) * static_cast<size_t>(b - r * shard), out + (a - first)));
+        a = b;
+    }
+    return absl::OkStatus();
+}
+
 size_t SafetensorsSpec::nbytes() const {
     size_t n = dtype_size(dtype);
     for (int64_t d : shape) n *= static_cast<size_t>(d);

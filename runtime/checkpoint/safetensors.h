@@ -50,6 +50,13 @@ class SafetensorsFile {
     std::map<std::string, std::string> metadata_;
 };
 
+// Elements [first, last) of a flat fp32 segment saved as tensor `name` cut into equal shards of
+// `shard` elements over `files` (file r holds elements [r, r + 1) * shard: a sharded checkpoint's
+// rank files), copied into `out` with the pages read given back. The caller has checked the
+// tensors' sizes; OutOfRange past a file's tensor.
+absl::Status copy_sharded_f32(const std::vector<SafetensorsFile>& files, const std::string& name,
+                              int64_t shard, int64_t first, int64_t last, float* out);
+
 // A tensor whose bytes are produced while its file is written.
 struct SafetensorsSpec {
     std::string name;

@@ -34,16 +34,8 @@ absl::Status upload_saved_range(PinnedStaging& staging, const std::vector<Safete
         auto fill = [&](void* host) -> absl::Status {
             auto* out = static_cast<float*>(host);
             std::fill(out, out + (p1 - p0), 0.0f);
-            const int64_t a0 = lo + p0, a1 = std::min(lo + p1, numel);
-            for (int64_t a = a0; a < a1;) {
-                const int64_t r = a / saved_shard;
-                const int64_t b = std::min(a1, (r + 1) * saved_shard);
-                DT_RETURN_IF_ERROR(files[static_cast<size_t>(r)].copy_bytes(
-                    name, sizeof(float) * static_cast<size_t>(a - r * saved_shard),
-                    sizeof(float) * static_cast<size_t>(b - r * saved_shard), out + (a - a0)));
-                a = b;
-            }
-            return absl::OkStatus();
+            return copy_sharded_f32(files, name, saved_shard, lo + p0, std::min(lo + p1, numel),
+                                    out);
         };
         DT_RETURN_IF_ERROR(
             staging.upload(sizeof(float) * static_cast<size_t>(p1 - p0), fill, dst + p0, s));

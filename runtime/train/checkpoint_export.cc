@@ -75,22 +75,6 @@ absl::StatusOr<std::vector<int64_t>> saved_groups(const std::string& dir) {
     }
 }
 
-// Elements [first, last) of a group's flat masters into `out`, from the ranks that hold them.
-absl::Status read_flat(const std::vector<SafetensorsFile>& files, const FlatGroup& g, int64_t first,
-                       int64_t last, float* out) {
-    const auto world = static_cast<int64_t>(files.size());
-    const int64_t shard = g.shard(world);
-    for (int64_t a = first; a < last;) {
-        const int64_t r = g.replicated ? 0 : a / shard;
-        const int64_t b = std::min(last, (r + 1) * shard);
-        DT_RETURN_IF_ERROR(files[static_cast<size_t>(r)].copy_bytes(
-            g.tensor, sizeof(float) * static_cast<size_t>(a - r * shard),
-            sizeof(float) * static_cast<size_t>(b - r * shard), out + (a - first)));
-        a = b;
-    }
-    return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<CheckpointMasters> open_checkpoint_masters(const HfModel& model,
@@ -135,7 +119,9 @@ absl::StatusOr<CheckpointMasters> open_checkpoint_masters(const HfModel& model,
         for (int64_t at = 0; at < p.value.numel(); at += kPiece) {
             const int64_t n = std::min(kPiece, p.value.numel() - at);
             const int64_t first = layout->offset[i] + at;
-            DT_RETURN_IF_ERROR(read_flat(*files, g, first, first + n, f32.data()));
+            DT_RETURN_IF_ERROR(copy_sharded_f32(*files, g.tensor,
+                                                g.shard(static_cast<int64_t>(files->size())), first,
+                                                first + n, f32.data()));
             DT_RETURN_IF_ERROR(write_f32_as(p.stored_dtype, f32.data(), n, write));
         }
         return absl::OkStatus();

@@ -261,14 +261,12 @@ absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files) 
                         rank_files[static_cast<size_t>(r)], ": '", name, "' is ", t.shape_string(),
                         " ", dtype_name(t.dtype()), ", this model needs F32 [", saved_shard, "]"));
                 }
-                const float* src = static_cast<const float*>(t.raw_data());
-                // Saved rank r holds flat elements [r * saved_shard, (r + 1) * saved_shard).
-                for (int64_t i = 0; i < saved_shard; ++i) {
-                    const int64_t flat = r * saved_shard + i - my_begin;
-                    if (flat >= 0 && flat < g.shard && r * saved_shard + i < g.numel) {
-                        dst[flat] = src[i];
-                    }
-                }
+            }
+            // This rank's slice; saved rank r held [r, r + 1) * saved_shard. Padding stays zero.
+            const int64_t end = std::min(my_begin + g.shard, g.numel);
+            if (my_begin < end) {
+                DT_RETURN_IF_ERROR(
+                    copy_sharded_f32(files, prefixes[k] + g.name, saved_shard, my_begin, end, dst));
             }
         }
         for_each_piece(g, my_begin, my_begin + g.shard,

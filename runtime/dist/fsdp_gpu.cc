@@ -35,11 +35,10 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
     for (const auto& p : names.all()) f->names_.push_back(p.name);
     f->layout_ = make_gpu_param_layout(config, names, /*replicate_fp32_read=*/true);
     const int64_t world = comm.world_size();
-    const int64_t quantum = world * kGpuParamAlign;
     for (int64_t n : f->layout_.unit_numel) {
         Unit u;
-        u.padded = (n + quantum - 1) / quantum * quantum;
-        u.shard = u.padded / world;
+        u.shard = gpu_unit_shard(n, world);
+        u.padded = u.shard * world;
         u.shard_begin = f->shard_total_;
         f->shard_total_ += u.shard;
         DT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&u.ready, cudaEventDisableTiming));

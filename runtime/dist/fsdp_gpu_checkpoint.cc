@@ -148,8 +148,7 @@ absl::Status FsdpGpuParams::load_shards(const std::vector<std::string>& rank_fil
             const Unit& u = units_[unit];
             const int64_t numel = layout_.unit_numel[unit];
             if (u.shard == 0) continue;
-            const int64_t quantum = world * kGpuParamAlign;
-            const int64_t saved_shard = (numel + quantum - 1) / quantum * quantum / world;
+            const int64_t saved_shard = gpu_unit_shard(numel, world);
             const std::string name = unit_name(kKinds[k], unit);
             for (int64_t r = 0; r < world; ++r) {
                 DT_RETURN_IF_ERROR(saved(r, name, saved_shard).status());

@@ -26,6 +26,13 @@ namespace deltatune {
 
 inline constexpr int64_t kGpuParamAlign = 128;  // elements: 256-byte bf16, 512-byte fp32
 
+// Elements per rank of a unit of `numel` elements over `world` ranks: the unit padded to a
+// multiple of world x kGpuParamAlign and cut evenly (its shard in memory and in checkpoints).
+inline int64_t gpu_unit_shard(int64_t numel, int64_t world) {
+    const int64_t quantum = world * kGpuParamAlign;
+    return (numel + quantum - 1) / quantum * quantum / world;
+}
+
 struct GpuParamSlot {
     int unit = 0;
     bool replicated = false;  // in the replicated fp32-read segment rather than the unit's

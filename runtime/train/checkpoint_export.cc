@@ -16,17 +16,23 @@ namespace deltatune {
 
 namespace {
 
-// One flat segment of masters, cut into equal shards over the saved ranks (each padded to
-// `quantum` x world elements), or whole in rank 0's file (`replicated`).
+// One flat segment of masters, cut into equal shards over the saved ranks as the ranks that
+// wrote it cut it, or whole in rank 0's file.
 struct FlatGroup {
+    enum class Cut { kCpuGroup, kGpuUnit, kReplicated };
     std::string tensor;  // "master.layer.3", "master.unit.5", "master.replicated"
     int64_t numel = 0;
-    int64_t quantum = 1;
-    bool replicated = false;
+    Cut cut = Cut::kCpuGroup;
     int64_t shard(int64_t world) const {
-        if (replicated) return numel;
-        const int64_t q = quantum * world;
-        return (numel + q - 1) / q * q / world;
+        switch (cut) {
+            case Cut::kCpuGroup:
+                return ShardedOptimizer::group_shard(numel, world);
+            case Cut::kGpuUnit:
+                return gpu_unit_shard(numel, world);
+            case Cut::kReplicated:
+                return numel;
+        }
+        return numel;
     }
 };
 
@@ -55,9 +61,10 @@ MasterLayout gpu_layout(const HfModel& model) {
     const GpuParamLayout l = make_gpu_param_layout(model.config, model.params, true);
     MasterLayout m;
     for (size_t u = 0; u < l.unit_numel.size(); ++u) {
-        m.groups.push_back({absl::StrCat("master.unit.", u), l.unit_numel[u], kGpuParamAlign});
+        m.groups.push_back(
+            {absl::StrCat("master.unit.", u), l.unit_numel[u], FlatGroup::Cut::kGpuUnit});
     }
-    m.groups.push_back({"master.replicated", l.replicated_numel, 1, true});
+    m.groups.push_back({"master.replicated", l.replicated_numel, FlatGroup::Cut::kReplicated});
     for (const GpuParamSlot& s : l.slots) {
         m.group.push_back(s.replicated ? l.unit_numel.size() : static_cast<size_t>(s.unit));
         m.offset.push_back(s.offset);
@@ -102,7 +109,7 @@ absl::StatusOr<CheckpointMasters> open_checkpoint_masters(const HfModel& model,
     DT_ASSIGN_OR_RETURN(out.state, load_train_state(dir, io));
     for (const FlatGroup& g : layout->groups) {
         if (g.numel == 0) continue;  // a tied model's empty embedding unit is not saved
-        for (size_t r = 0; r < (g.replicated ? 1 : files->size()); ++r) {
+        for (size_t r = 0; r < (g.cut == FlatGroup::Cut::kReplicated ? 1 : files->size()); ++r) {
             const SafetensorsEntry* e = (*files)[r].entry(g.tensor);
             if (!e || e->dtype != DType::kF32 ||
                 e->end - e->begin != sizeof(float) * g.shard(static_cast<int64_t>(files->size()))) {

@@ -57,7 +57,7 @@ ShardedOptimizer ShardedOptimizer::create(ParamSet& params, Communicator* comm) 
     }
     ParamSet shards;  // names and shard sizes of the moments
     for (Group& g : o.groups_) {
-        g.shard = (g.numel + world - 1) / world;
+        g.shard = group_shard(g.numel, world);
         shards.add(g.name, {g.shard}, DType::kF32, /*zero_fill=*/false);
     }
     o.adam_ = make_adamw_state(shards);
@@ -244,7 +244,7 @@ absl::Status ShardedOptimizer::load(const std::vector<std::string>& rank_files) 
     std::vector<float> master;
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
         const Group& g = groups_[gi];
-        const int64_t saved_shard = (g.numel + world - 1) / world;
+        const int64_t saved_shard = group_shard(g.numel, world);
         const int64_t my_begin = comm_->rank() * g.shard;
         master.assign(static_cast<size_t>(g.shard), 0.0f);
         float* targets[3] = {master.data(), adam_.m.all()[gi].value.data<float>(),

@@ -37,6 +37,8 @@ class ShardedOptimizer {
         std::vector<int64_t> offset;     // per parameter: elements into its group
     };
     static FlatLayout flat_layout(const ParamSet& params);
+    // Elements per rank of a group of `numel` elements over `world` ranks (the last padded).
+    static int64_t group_shard(int64_t numel, int64_t world) { return (numel + world - 1) / world; }
 
     // Keeps one micro-batch's gradients (scaled so that their sum over micro-batches and ranks is
     // the global gradient) in fp64 accumulators, made by the first call of a step. fp64 makes the

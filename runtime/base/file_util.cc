@@ -36,12 +36,25 @@ absl::StatusOr<MappedFile> map_file(const std::string& path) {
     return m;
 }
 
-void release_mapped_pages(const void* data, size_t size) {
+namespace {
+
+void dont_need_whole_pages(const void* data, size_t size) {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const auto begin = reinterpret_cast<uintptr_t>(data);
     const uintptr_t lo = (begin + page - 1) / page * page, hi = (begin + size) / page * page;
-    // A private mapping never written: MADV_DONTNEED drops the pages, the file keeps the data.
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+}  // namespace
+
+// A private mapping never written: MADV_DONTNEED drops the pages, the file keeps the data.
+void release_mapped_pages(const void* data, size_t size) {
+    dont_need_whole_pages(data, size);
+}
+
+// Private anonymous memory: MADV_DONTNEED frees the pages; the next touch maps a zero page.
+void discard_pages(void* data, size_t size) {
+    dont_need_whole_pages(data, size);
 }
 
 absl::Status write_file_atomic(const std::string& path,

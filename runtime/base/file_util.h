@@ -26,6 +26,10 @@ absl::StatusOr<MappedFile> map_file(const std::string& path);
 // the page cache: they leave this process's resident set, and the next access reads the cache
 // again. What streams a file larger than memory through the process calls after each piece.
 void release_mapped_pages(const void* data, size_t size);
+// Anonymous memory (an allocation this code owns): the whole pages inside [data, data + size)
+// go back to the kernel and read as zeros when touched again; the partial pages at either end
+// keep their values.
+void discard_pages(void* data, size_t size);
 // Writes the chunks to `path` through a temporary file in the same directory, fsyncs it, renames
 // it into place and fsyncs the directory, so readers see the old file or the new one, never half.
 absl::Status write_file_atomic(const std::string& path,

@@ -9,6 +9,7 @@
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/model/lora.h"
 
 namespace deltatune {
@@ -59,7 +60,17 @@ void Qwen35CpuModel::FrozenBaseGrads::zero_written() {
 }
 
 Qwen35CpuModel::Qwen35CpuModel(const Qwen35Config& config, ParamSet& params)
-    : config_(config), params_(params), view_(model_view(config, params)) {}
+    : config_(config),
+      params_(params),
+      view_(model_view(config, params)),
+      tied_(!params.contains("lm_head.weight")) {}
+
+int cpu_param_unit(const std::string& name, int64_t num_layers, bool tied) {
+    constexpr std::string_view kLayers = "model.layers.";
+    if (name == "model.embed_tokens.weight") return tied ? cpu_head_unit(num_layers) : 0;
+    if (name.rfind(kLayers, 0) == 0) return std::stoi(name.substr(kLayers.size())) + 1;
+    return cpu_head_unit(num_layers);
+}
 
 void Qwen35CpuModel::attach_adapter(ParamSet& adapters, ParamSet& adapter_grads, float scale) {
     attach_lora(config_, view_, adapters, scale);
@@ -71,16 +82,29 @@ BatchMeta Qwen35CpuModel::meta(const PackedBatch& b) const {
     return {b.tokens(), b.cu_seqlens.data(), b.num_docs(), b.position_ids.data()};
 }
 
-void Qwen35CpuModel::run_layers(const PackedBatch& batch, Buf& x) {
+absl::Status Qwen35CpuModel::acquire(int unit, CpuParamSource::Phase phase) {
+    return source_ ? source_->acquire(unit, phase) : absl::OkStatus();
+}
+
+absl::Status Qwen35CpuModel::release(int unit, CpuParamSource::Phase phase) {
+    return source_ ? source_->release(unit, phase) : absl::OkStatus();
+}
+
+absl::Status Qwen35CpuModel::run_layers(const PackedBatch& batch, Buf& x) {
+    using Phase = CpuParamSource::Phase;
     const int64_t T = batch.tokens(), H = config_.hidden_size;
     const BatchMeta m = meta(batch);
     x.assign(T * H, 0.0f);
+    const int embed_unit = tied_ ? head_unit() : 0;
+    DT_RETURN_IF_ERROR(acquire(embed_unit, Phase::kForward));
     embedding_forward_ref(x.data(), ptr(view_.embed), batch.input_ids.data(), T, H);
+    if (!tied_) DT_RETURN_IF_ERROR(release(0, Phase::kForward));
     acts_.resize(static_cast<size_t>(config_.num_layers));
     Buf block_out(T * H);
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         LayerActs& a = acts_[static_cast<size_t>(l)];
         const LayerView& w = view_.layers[static_cast<size_t>(l)];
+        DT_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, Phase::kForward));
         a.x = x;
         if (w.type == LayerType::kLinearAttention) {
             gdn_block_forward(config_, w, m, a.x.data(), block_out.data(), a.gdn);
@@ -91,12 +115,15 @@ void Qwen35CpuModel::run_layers(const PackedBatch& batch, Buf& x) {
         a.mid = x;
         mlp_block_forward(config_, w, m, a.mid.data(), block_out.data(), a.mlp);
         for (int64_t i = 0; i < T * H; ++i) x[i] += block_out[i];
+        DT_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, Phase::kForward));
     }
+    if (!tied_) DT_RETURN_IF_ERROR(acquire(head_unit(), Phase::kForward));
     final_x_ = x;
     final_normed_.resize(T * H);
     final_rstd_.resize(T);
     rmsnorm_forward_ref(final_normed_.data(), final_rstd_.data(), final_x_.data(),
                         ptr(view_.final_norm), T, H, static_cast<float>(config_.rms_norm_eps));
+    return absl::OkStatus();
 }
 
 absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
@@ -106,7 +133,7 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
         return absl::FailedPreconditionError("batch has no trained targets (every label is -100)");
     }
     Buf x;
-    run_layers(batch, x);
+    DT_RETURN_IF_ERROR(run_layers(batch, x));
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     Buf logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk);
     for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
@@ -117,6 +144,7 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
                                   batch.targets.data() + t0, n, V);
         for (int64_t i = 0; i < n; ++i) r.loss_sum += losses[i];
     }
+    DT_RETURN_IF_ERROR(release(head_unit(), CpuParamSource::Phase::kForward));
     r.loss = r.loss_sum / static_cast<double>(r.label_tokens);
     batch_ = &batch;
     label_tokens_ = r.label_tokens;
@@ -127,19 +155,12 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
     return backward(grads, 1.0 / static_cast<double>(label_tokens_));
 }
 
-absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
-    if (batch_ == nullptr)
-        return absl::FailedPreconditionError("backward without a pending forward");
-    const PackedBatch& batch = *batch_;
+// LM head and final norm: dx = d(last layer's output). Logits are recomputed chunk by chunk
+// (never stored whole).
+absl::Status Qwen35CpuModel::head_backward(const PackedBatch& batch, const ModelView& g,
+                                           float grad_scale, Buf& dx) {
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
-    ModelView g = model_view(config_, grads);
-    if (adapter_grads_) {
-        attach_lora(config_, g, *adapter_grads_, lora_scale_);
-        drop_frozen_weights(g);
-    }
-    const auto grad_scale = static_cast<float>(loss_scale);
-
-    // LM head: logits are recomputed chunk by chunk (never stored whole).
+    DT_RETURN_IF_ERROR(acquire(head_unit(), CpuParamSource::Phase::kBackward));
     Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk),
         dlogits(kHeadChunk * V);
     for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
@@ -152,15 +173,34 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
         linear_backward_ref(dnormed.data() + t0 * H, g.lm_head.defined() ? ptr(g.lm_head) : nullptr,
                             dlogits.data(), h, ptr(view_.lm_head), n, H, V);
     }
-    Buf dx(T * H);
+    dx.assign(T * H, 0.0f);
     rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(),
                          ptr(view_.final_norm), final_rstd_.data(), T, H);
+    // Tied: the embedding's gradient is still to come, into the same unit.
+    if (!tied_) DT_RETURN_IF_ERROR(release(head_unit(), CpuParamSource::Phase::kBackward));
+    return absl::OkStatus();
+}
+
+absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
+    using Phase = CpuParamSource::Phase;
+    if (batch_ == nullptr)
+        return absl::FailedPreconditionError("backward without a pending forward");
+    const PackedBatch& batch = *batch_;
+    batch_ = nullptr;
+    ModelView g = model_view(config_, grads);
+    if (adapter_grads_) {
+        attach_lora(config_, g, *adapter_grads_, lora_scale_);
+        drop_frozen_weights(g);
+    }
+    Buf dx;
+    DT_RETURN_IF_ERROR(head_backward(batch, g, static_cast<float>(loss_scale), dx));
 
     const BatchMeta m = meta(batch);
     for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
         LayerActs& a = acts_[static_cast<size_t>(l)];
         const LayerView& w = view_.layers[static_cast<size_t>(l)];
         const LayerView& gl = g.layers[static_cast<size_t>(l)];
+        DT_RETURN_IF_ERROR(acquire(static_cast<int>(l) + 1, Phase::kBackward));
         // dx is d(layer output); the MLP adds its input gradient to it, giving d(mid).
         mlp_block_backward(config_, w, gl, m, a.mid.data(), dx.data(), dx.data(), a.mlp);
         if (w.type == LayerType::kLinearAttention) {
@@ -169,27 +209,33 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads, double loss_scale) {
             attention_block_backward(config_, w, gl, m, a.x.data(), dx.data(), dx.data(), a.attn);
         }
         a = LayerActs{};
+        DT_RETURN_IF_ERROR(release(static_cast<int>(l) + 1, Phase::kBackward));
     }
+    const int embed_unit = tied_ ? head_unit() : 0;
+    if (!tied_) DT_RETURN_IF_ERROR(acquire(0, Phase::kBackward));
     if (g.embed.defined()) {
-        embedding_backward_ref(ptr(g.embed), dx.data(), batch.input_ids.data(), T, H);
+        embedding_backward_ref(ptr(g.embed), dx.data(), batch.input_ids.data(), batch.tokens(),
+                               config_.hidden_size);
     }
-    batch_ = nullptr;
-    return absl::OkStatus();
+    return release(embed_unit, Phase::kBackward);
 }
 
 absl::StatusOr<Buf> Qwen35CpuModel::hidden_states(const PackedBatch& batch) {
     Buf x;
-    run_layers(batch, x);
+    DT_RETURN_IF_ERROR(run_layers(batch, x));
+    DT_RETURN_IF_ERROR(release(head_unit(), CpuParamSource::Phase::kForward));
     acts_.clear();
     return final_normed_;
 }
 
 absl::StatusOr<Buf> Qwen35CpuModel::logits(const PackedBatch& batch) {
-    auto h = hidden_states(batch);
-    if (!h.ok()) return h.status();
+    Buf x;
+    DT_RETURN_IF_ERROR(run_layers(batch, x));
+    acts_.clear();
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     Buf out(T * V);
-    linear_forward_ref(out.data(), h->data(), ptr(view_.lm_head), T, H, V);
+    linear_forward_ref(out.data(), final_normed_.data(), ptr(view_.lm_head), T, H, V);
+    DT_RETURN_IF_ERROR(release(head_unit(), CpuParamSource::Phase::kForward));
     return out;
 }
 

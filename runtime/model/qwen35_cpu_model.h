@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/model/cpu_blocks.h"
+#include "runtime/model/cpu_param_source.h"
 #include "runtime/model/packed_batch.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
@@ -53,6 +54,11 @@ class Qwen35CpuModel {
     };
     static FrozenBaseGrads frozen_base_grads(const Qwen35Config& config, const ParamSet& params);
 
+    // A sharded store (outliving the model) that makes each unit's values, and in backward its
+    // gradients, present only while the model computes with it. Without one every parameter is
+    // present throughout and gradients accumulate into backward's `grads` as they are.
+    void set_param_source(CpuParamSource* source) { source_ = source; }
+
     // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
     absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);
     absl::StatusOr<Buf> logits(const PackedBatch& batch);
@@ -66,12 +72,20 @@ class Qwen35CpuModel {
         MlpBlockActs mlp;
     };
 
-    void run_layers(const PackedBatch& batch, Buf& x);
+    // Embedding, layers and final norm; leaves the head unit acquired (the caller releases it).
+    absl::Status run_layers(const PackedBatch& batch, Buf& x);
+    absl::Status head_backward(const PackedBatch& batch, const ModelView& g, float grad_scale,
+                               Buf& dx);
     BatchMeta meta(const PackedBatch& batch) const;
+    absl::Status acquire(int unit, CpuParamSource::Phase phase);
+    absl::Status release(int unit, CpuParamSource::Phase phase);
+    int head_unit() const { return cpu_head_unit(config_.num_layers); }
 
     const Qwen35Config& config_;
     ParamSet& params_;
     ModelView view_;
+    bool tied_ = false;                   // the embedding is the LM head (in the head unit)
+    CpuParamSource* source_ = nullptr;    // null: every parameter present
     const PackedBatch* batch_ = nullptr;  // the batch of the pending backward
     ParamSet* adapter_grads_ = nullptr;
     float lora_scale_ = 0;

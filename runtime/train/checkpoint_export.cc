@@ -9,8 +9,8 @@
 #include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/dist/fsdp_cpu.h"
 #include "runtime/model/gpu_param_layout.h"
-#include "runtime/train/sharded_optimizer.h"
 
 namespace deltatune {
 
@@ -20,13 +20,13 @@ namespace {
 // wrote it cut it, or whole in rank 0's file.
 struct FlatGroup {
     enum class Cut { kCpuGroup, kGpuUnit, kReplicated };
-    std::string tensor;  // "master.layer.3", "master.unit.5", "master.replicated"
+    std::string tensor;  // "master.layer.3" (CPU), "master.unit.5" (GPU), "master.replicated"
     int64_t numel = 0;
     Cut cut = Cut::kCpuGroup;
     int64_t shard(int64_t world) const {
         switch (cut) {
             case Cut::kCpuGroup:
-                return ShardedOptimizer::group_shard(numel, world);
+                return FsdpCpuParams::shard_size(numel, world);
             case Cut::kGpuUnit:
                 return gpu_unit_shard(numel, world);
             case Cut::kReplicated:
@@ -47,12 +47,12 @@ struct MasterLayout {
     }
 };
 
-MasterLayout cpu_layout(const ParamSet& params) {
-    const ShardedOptimizer::FlatLayout l = ShardedOptimizer::flat_layout(params);
+MasterLayout cpu_layout(const HfModel& model) {
+    const FsdpCpuParams::Layout l = FsdpCpuParams::layout(model.params, model.config.num_layers);
     MasterLayout m;
     for (size_t g = 0; g < l.names.size(); ++g)
         m.groups.push_back({"master." + l.names[g], l.sizes[g]});
-    m.group = l.group;
+    m.group = l.unit;
     m.offset = l.offset;
     return m;
 }
@@ -87,7 +87,7 @@ absl::StatusOr<std::vector<int64_t>> saved_groups(const std::string& dir) {
 absl::StatusOr<CheckpointMasters> open_checkpoint_masters(const HfModel& model,
                                                           const std::string& dir) {
     DT_ASSIGN_OR_RETURN(const std::vector<int64_t> saved, saved_groups(dir));
-    auto layout = std::make_shared<MasterLayout>(cpu_layout(model.params));
+    auto layout = std::make_shared<MasterLayout>(cpu_layout(model));
     if (layout->sizes() != saved) *layout = gpu_layout(model);
     if (layout->sizes() != saved) {
         return absl::InvalidArgumentError(absl::StrCat(

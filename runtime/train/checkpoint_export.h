@@ -1,6 +1,6 @@
 // A full fine-tuning checkpoint's trained weights read straight from its rank files: where each
-// parameter's fp32 master lies in the shards of either layout (CPU ranks' flat groups,
-// ShardedOptimizer; GPU ranks' units, FsdpGpuParams), read and converted a piece at a time. What
+// parameter's fp32 master lies in the shards of either layout (CPU ranks' units, FsdpCpuParams;
+// GPU ranks' aligned units, FsdpGpuParams), read and converted a piece at a time. What
 // `deltatune export` writes, with neither the model nor the optimizer state in memory.
 #pragma once
 

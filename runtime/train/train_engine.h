@@ -1,6 +1,6 @@
 // What the training loop (trainer.h) drives on one rank: the model, its sharded optimizer state
 // and the rank's collectives. Two engines: the CPU reference path (Qwen35CpuModel with
-// ShardedOptimizer over the given Communicator) and the GPU path (Qwen35GpuModel over
+// FsdpCpuParams over the given Communicator) and the GPU path (Qwen35GpuModel over
 // FsdpGpuParams, NCCL between the GPU ranks). The loop itself, data, schedule, checkpoints and
 // events, is the same for both.
 #pragma once
@@ -65,12 +65,16 @@ class TrainEngine {
     virtual DeviceFigures device_figures() const { return {}; }
 };
 
-// `model.params` must outlive the engine: the CPU engine trains it in place. `comm` (not owned)
-// connects the CPU ranks. With `adapters` (model/lora.h, outliving the engine) only they train,
-// in place, the base frozen; download() then leaves model.params as they are.
-std::unique_ptr<TrainEngine> make_cpu_train_engine(HfModel& model, Communicator& comm,
-                                                   ParamSet* adapters = nullptr,
-                                                   float lora_scale = 0);
+// `model.params` must outlive the engine: the CPU engine computes over it. `comm` (not owned)
+// connects the CPU ranks. Full fine-tuning shards the parameters over the ranks (FsdpCpuParams):
+// a rank reads its shard from the model's files when they were not read yet, and model.params
+// holds values only while a unit is gathered (download() gathers them all). With `adapters`
+// (model/lora.h, outliving the engine) only they train, in place, the base frozen and read whole;
+// download() then leaves model.params as they are.
+absl::StatusOr<std::unique_ptr<TrainEngine>> make_cpu_train_engine(HfModel& model,
+                                                                   Communicator& comm,
+                                                                   ParamSet* adapters = nullptr,
+                                                                   float lora_scale = 0);
 
 // How a GPU rank trains and meets its peers.
 struct GpuRankOptions {

@@ -1,9 +1,10 @@
 // What a training checkpoint holds: every rank's shard of the fp32 master weights and AdamW
-// moments (one safetensors file per rank: ShardedOptimizer's on CPU ranks, FsdpGpuParams' on GPU
-// ranks, both through ShardedStateIo), and state.json with the step, tokens consumed, the data
-// cursor, the world size and the parameter group layout. Written by all ranks into one temporary
-// folder and committed by rank 0 through CheckpointWriter (atomic, checksummed); loading verifies
-// the checksums first and reshards to the loader's world size.
+// moments (one safetensors file per rank: FsdpCpuParams' on CPU ranks, ShardedOptimizer's for a
+// CPU LoRA adapter, FsdpGpuParams' on GPU ranks, all through ShardedStateIo), and state.json with
+// the step, tokens consumed, the data cursor, the world size and the parameter group layout.
+// Written by all ranks into one temporary folder and committed by rank 0 through CheckpointWriter
+// (atomic, checksummed); loading verifies the checksums first and reshards to the loader's world
+// size.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +26,8 @@ struct TrainState {
     double last_loss = 0;
 };
 
-// What a checkpoint needs of a rank's sharded optimizer state: the CPU path's ShardedOptimizer
-// and the GPU path's FsdpGpuParams (runtime/dist/fsdp_gpu.h) each provide one.
+// What a checkpoint needs of a rank's sharded optimizer state: the CPU path's FsdpCpuParams (or
+// ShardedOptimizer) and the GPU path's FsdpGpuParams (runtime/dist/fsdp_gpu.h) each provide one.
 struct ShardedStateIo {
     std::vector<int64_t> group_sizes;  // the parameter layout, checked on load
     int64_t adam_step = 0;             // AdamW steps taken (saved)

@@ -81,10 +81,11 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
                                                                c.lora ? &run->in.adapters : nullptr,
                                                                c.lora ? c.lora->scale() : 0.0f));
     } else {
-        run->engine =
-            make_cpu_engine_for(c, run->in.model, c.comm ? *c.comm : run->local, run->in.adapters);
+        DT_ASSIGN_OR_RETURN(
+            run->engine,
+            make_cpu_engine_for(c, run->in.model, c.comm ? *c.comm : run->local, run->in.adapters));
     }
-    // On GPU ranks this is where the weights are read: the rank's shard, streamed from the files.
+    // This is where the weights are read: the rank's shard, streamed from the files.
     hooks.on_event(
         {"ENGINE_READY",
          "INFO",

@@ -56,7 +56,7 @@ struct TrainConfig {
     int64_t max_document_tokens = DatasetOptions::kDefaultMaxDocumentTokens;
     uint64_t seed = 0;
     // Data parallelism. `comm` (not owned; nullptr = one process) connects the ranks, which
-    // shard parameters and optimizer state (ShardedOptimizer). A step's global batch is
+    // shard parameters and optimizer state (FsdpCpuParams). A step's global batch is
     // `data_shards` packed bins per micro-step (0 = the world size), dealt round-robin over the
     // ranks, so it is the same documents whatever the world size divides it: runs at world sizes
     // 1, 2 and 3 with data_shards 6 train on identical batches, and a job can resume at another

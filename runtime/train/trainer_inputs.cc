@@ -129,16 +129,16 @@ TrainerEvent data_loaded_event(const Corpus& train, const std::vector<std::strin
 absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHooks& hooks) {
     Loaded in;
     const auto t0 = std::chrono::steady_clock::now();
-    // GPU ranks stream their shards from the files (the engine's load); the CPU engine computes
-    // on the whole model and reads it here.
+    // Ranks read their shards from the files when the engine is made: GPU ranks stream them to
+    // the device, CPU ranks keep theirs in host memory (a LoRA base or world size 1: the whole).
     DT_ASSIGN_OR_RETURN(in.model, open_hf_model(c.model_dir));
-    if (!c.gpu.enabled) DT_RETURN_IF_ERROR(materialize_weights(in.model));
     hooks.on_event(
         {"MODEL_LOADED",
          "INFO",
          c.model_dir,
          {{"parameters", double(in.model.params.numel())}, {"seconds", seconds_since(t0)}},
-         {{"weights", c.gpu.enabled ? "streamed to the GPU shards" : "read to host"}}});
+         {{"weights",
+           c.gpu.enabled ? "streamed to the GPU shards" : "read into the rank's shard"}}});
     const auto t1 = std::chrono::steady_clock::now();
     if (c.lora) {
         in.adapters = make_lora_params(in.model.config, in.model.params, *c.lora);
@@ -266,8 +266,9 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
     return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
 }
 
-std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& model,
-                                                 Communicator& comm, ParamSet& adapters) {
+absl::StatusOr<std::unique_ptr<TrainEngine>> make_cpu_engine_for(const TrainConfig& c,
+                                                                 HfModel& model, Communicator& comm,
+                                                                 ParamSet& adapters) {
     if (!c.lora) return make_cpu_train_engine(model, comm);
     return make_cpu_train_engine(model, comm, &adapters, c.lora->scale());
 }
@@ -301,7 +302,8 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
     DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
     LocalCommunicator comm;
     ParamSet adapters = make_lora_params(model.config, model.params, *c.lora);
-    const std::unique_ptr<TrainEngine> engine = make_cpu_engine_for(c, model, comm, adapters);
+    DT_ASSIGN_OR_RETURN(const std::unique_ptr<TrainEngine> engine,
+                        make_cpu_engine_for(c, model, comm, adapters));
     DT_ASSIGN_OR_RETURN(const TrainState state,
                         load_train_state(checkpoint_dir, engine->state_io()));
     DT_RETURN_IF_ERROR(engine->download(model.params));

@@ -72,8 +72,9 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
 // export and export_checkpoint both write through it, so the two cannot differ.
 // The CPU engine for `c`: with c.lora it trains `adapters` (make_lora_params's, outliving the
 // engine) on the frozen base, else model.params.
-std::unique_ptr<TrainEngine> make_cpu_engine_for(const TrainConfig& c, HfModel& model,
-                                                 Communicator& comm, ParamSet& adapters);
+absl::StatusOr<std::unique_ptr<TrainEngine>> make_cpu_engine_for(const TrainConfig& c,
+                                                                 HfModel& model, Communicator& comm,
+                                                                 ParamSet& adapters);
 // With c.lora the export is the adapter in PEFT's form (`adapters`; or merged into the base,
 // streamed from it), written by the rank with `write_files` alone; else the model whole, from
 // `values` (the engine's param_bytes), which every rank calls (it may gather) and only the one

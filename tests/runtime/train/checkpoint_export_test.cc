@@ -10,10 +10,10 @@
 
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/dist/fsdp_cpu.h"
 #include "runtime/model/gpu_param_layout.h"
 #include "runtime/model/hf_model_io.h"
 #include "runtime/train/checkpoint_export.h"
-#include "runtime/train/sharded_optimizer.h"
 #include "runtime/train/train_state.h"
 #include "tests/common/test_util.h"
 
@@ -81,13 +81,15 @@ TEST_CASE("a checkpoint's masters are read from its rank files in either layout"
     TrainState state;
     state.step = 7;
 
-    // CPU ranks: the optimizer's own file.
+    // CPU ranks: the store's own file.
     HfModel cpu_model = *model;
     cpu_model.params = model->params.clone();
-    ShardedOptimizer opt = ShardedOptimizer::create(cpu_model.params, &comm);
+    ParamSet grads = cpu_model.params.zeros_like();
+    auto store = FsdpCpuParams::create(cpu_model, grads, comm);
+    REQUIRE(store.ok());
     ShardedStateIo cpu_io;
-    cpu_io.group_sizes = opt.group_sizes();
-    cpu_io.save_shard = [&](const std::string& path) { return opt.save_shard(path); };
+    cpu_io.group_sizes = (*store)->group_sizes();
+    cpu_io.save_shard = [&](const std::string& path) { return (*store)->save_shard(path); };
     auto cpu = save_train_state(tmp.file("cpu"), state, cpu_io, comm);
     REQUIRE(cpu.ok());
     auto cpu_masters = open_checkpoint_masters(*model, cpu->path);

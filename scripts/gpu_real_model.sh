@@ -6,8 +6,10 @@
 #     through a real deltatuned: paused after its first checkpoint, resumed, run to its PEFT
 #     export. A sampler records the peak RSS (VmHWM) of every rank process and of the daemon.
 #  3. `deltatune bench` on the same config and adapter in the same run, for the tokens/s check.
+#  4. With a build from before the streamed load in the bundle (daemon/deltatune-before, e.g. of
+#     c99b1d2), the same job through its `deltatune train` for contrast: exit, peak RSS, swap.
 # Prints one table (also $OUT/real_model.txt) and leaves the job's events in $OUT.
-#   BUNDLE_DIR=.device-build [STEPS=50] bash scripts/gpu_real_model.sh
+#   BUNDLE_DIR=.device-build [STEPS=50] [SKIP_JOB=1] bash scripts/gpu_real_model.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -69,7 +71,34 @@ resources: {gpus: 1}
 seed: 0
 YAML
 
+# before_contrast: the same LoRA job with the old build's `deltatune train` (one process, no
+# daemon), a few steps, sampled like the ranks: exit status, peak RSS, host memory and swap.
+before_contrast() {
+  [[ -x $BIN/deltatune-before ]] || return 0
+  echo "== before: the same job with the old build ($BIN/deltatune-before train)"
+  sed -e "s|^model: .*|model: $M|" -e "s|^output_dir: .*|output_dir: $D/outputs/before|" \
+      -e "s|train_files: .*|train_files: [$D/data/chat-train.jsonl]|" \
+      -e "s|max_steps: .*|max_steps: 3|" "$D/job.yaml" > "$D/job-before.yaml"
+  free -g | head -2; swapon --show 2>/dev/null
+  local t0 rc
+  t0=$(date +%s)
+  /usr/bin/time -f "before: exit %x after %e s, peak RSS %M KiB" timeout 420 \
+    "$BIN/deltatune-before" train "$D/job-before.yaml" > "$D/before.log" 2>&1 &
+  local pid=$! min_avail=999999999 a
+  while kill -0 $pid 2>/dev/null; do
+    a=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
+    (( a < min_avail )) && min_avail=$a
+    sleep 1
+  done
+  wait $pid; rc=$?
+  echo "before: exit $rc after $(( $(date +%s) - t0 )) s, lowest MemAvailable $(( min_avail / 1024 )) MiB"
+  grep -E "before:|MODEL_LOADED|TRAINING_STARTED|STEP_METRICS|rror|Killed" "$D/before.log" | cut -c1-240 | tail -8
+  dmesg 2>/dev/null | grep -iE "out of memory|oom" | tail -2
+  free -g | head -2
+}
+
 echo "== the LoRA job through deltatuned"
+[[ ${SKIP_JOB:-0} == 1 ]] && { before_contrast; exit 0; }
 source scripts/lib/daemon.sh
 start_daemon "$D" 7071 9091 "$BIN" || exit 1
 # Peak RSS (VmHWM, KiB) of the daemon and of every rank process, sampled every 0.5 s.
@@ -142,3 +171,4 @@ try:
 except Exception as e:
     print("bench: no result", e)
 PY
+before_contrast

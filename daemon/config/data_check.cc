@@ -2,16 +2,19 @@
 // must be what the spec says the file holds.
 #include "daemon/config/data_check.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/data/chat_json.h"
 #include "runtime/data/jsonl_reader.h"
@@ -85,10 +88,12 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
                              const v1::DataSpec& data) {
     const std::string where = absl::StrCat(field, " (", path, ")");
     {
-        std::ifstream in(path, std::ios::binary);
+        // Through the sandbox's open: a FIFO swapped in after confine() is refused, never read.
+        absl::StatusOr<UniqueFd> fd = process_sandbox().open(path, O_RDONLY);
+        if (!fd.ok()) return invalid(absl::StrCat(where, ": ", fd.status().message()));
         std::array<char, 8> head{};
-        in.read(head.data(), head.size());
-        const std::string_view got(head.data(), static_cast<size_t>(in.gcount()));
+        const ssize_t n = ::pread(fd->get(), head.data(), head.size(), 0);
+        const std::string_view got(head.data(), n > 0 ? static_cast<size_t>(n) : 0);
         if (const char* format = binary_format(got)) {
             return invalid(absl::StrCat(
                 where, " is ", format,
@@ -100,8 +105,11 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
     const size_t max_line = data.max_document_bytes() > 0
                                 ? static_cast<size_t>(data.max_document_bytes())
                                 : JsonlReader::kDefaultMaxLineBytes;
-    DT_ASSIGN_OR_RETURN(JsonlReader reader,
-                        JsonlReader::open(path, JsonlReader::kDefaultBufferBytes, max_line));
+    absl::StatusOr<JsonlReader> opened =
+        JsonlReader::open(path, JsonlReader::kDefaultBufferBytes, max_line);
+    // Swapped for a FIFO (or removed) since the check above: the client's file, its error.
+    if (!opened.ok()) return invalid(absl::StrCat(where, ": ", opened.status().message()));
+    JsonlReader& reader = *opened;
     JsonlReader::Line line;
     while (true) {
         DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));

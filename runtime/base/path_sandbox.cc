@@ -86,6 +86,19 @@ int openat2_fd(int dirfd, const std::string& rel, int flags, mode_t mode, uint64
     return fd;
 }
 
+const char* type_name(mode_t m) {
+    if (S_ISDIR(m)) return "folder";
+    if (S_ISFIFO(m)) return "FIFO";
+    if (S_ISSOCK(m)) return "socket";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "device";
+    return "special file";
+}
+
+absl::Status not_a_file(const std::string& path, mode_t m) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NOT_A_REGULAR_FILE: '", path, "' is a ", type_name(m), ", not a file"));
+}
+
 EntryType type_of(mode_t m) {
     if (S_ISREG(m)) return EntryType::kFile;
     if (S_ISDIR(m)) return EntryType::kDirectory;
@@ -187,7 +200,24 @@ absl::StatusOr<PathSandbox::Located> PathSandbox::locate(const std::string& path
 }
 
 absl::StatusOr<UniqueFd> PathSandbox::open(const std::string& path, int flags, mode_t mode) const {
-    return open_checked(path, flags, mode, (flags & kWriteFlags) != 0);
+    const bool plain = (flags & (O_PATH | O_DIRECTORY)) == 0;
+    absl::StatusOr<UniqueFd> fd =
+        open_checked(path, plain ? flags | O_NONBLOCK : flags, mode, (flags & kWriteFlags) != 0);
+    if (!plain) return fd;
+    if (!fd.ok()) {  // a FIFO without a reader refuses O_WRONLY | O_NONBLOCK (ENXIO): say why
+        absl::StatusOr<UniqueFd> there = open_checked(path, O_PATH, 0, false);
+        struct stat st {};
+        if (!there.ok() || ::fstat(there->get(), &st) != 0 || S_ISREG(st.st_mode)) return fd;
+        return not_a_file(path, st.st_mode);
+    }
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0) return errno_status(path, "cannot stat", errno);
+    if (!S_ISREG(st.st_mode)) {
+        return not_a_file(path, st.st_mode);
+    }
+    if ((flags & O_NONBLOCK) == 0)
+        ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) & ~O_NONBLOCK);
+    return fd;
 }
 
 absl::StatusOr<UniqueFd> PathSandbox::open_folder(const std::string& path, bool for_writing) const {

@@ -76,7 +76,10 @@ class PathSandbox {
     bool is_confined() const { return roots_ != nullptr; }
 
     // open(2) flags; anything that can modify (O_WRONLY, O_RDWR, O_CREAT, O_TRUNC) needs a
-    // writable root.
+    // writable root. Unless flags hold O_PATH or O_DIRECTORY, only a regular file opens: the
+    // open never blocks (O_NONBLOCK, cleared after) and a FIFO, socket or device found there is
+    // FailedPrecondition "NOT_A_REGULAR_FILE: ...", so no file planted at a path can stall the
+    // caller.
     absl::StatusOr<UniqueFd> open(const std::string& path, int flags, mode_t mode = 0644) const;
     // A folder to create, rename or remove entries in (through *at calls); for_writing needs a
     // writable root.

@@ -332,6 +332,124 @@ def test_the_cli_talks_to_a_tls_daemon():
         shutil.rmtree(certs, ignore_errors=True)
 
 
+class LatencyProbe:
+    """GetJob on `name` every 20 ms from a thread: the slowest answer, and any failure."""
+
+    def __init__(self, name):
+        import threading
+        self.name, self.worst, self.errors, self.calls = name, 0.0, [], 0
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        import time
+        while not self.stop_flag.is_set():
+            t = time.monotonic()
+            try:
+                C.stub.GetJob(C.service_pb2.GetJobRequest(name=self.name), timeout=5)
+            except grpc.RpcError as e:
+                self.errors.append(f"{e.code()} {e.details()}")
+            self.worst = max(self.worst, time.monotonic() - t)
+            self.calls += 1
+            time.sleep(0.02)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join()
+        return self
+
+
+def refused_or_failed(spec, text):
+    """Refused at submission, or the job fails at once; either way naming `text`."""
+    try:
+        job = C.create(spec).name
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{e.code()} {e.details()}")
+        check(text in e.details(), f"'{text}' not in '{e.details()}'")
+        return
+    done = C.wait_state(job, "FAILED", "SUCCEEDED", timeout=60)
+    check(done.state == C.job_pb2.Job.FAILED, f"{job} ran: {done}")
+    check(text in done.error_message, f"'{text}' not in '{done.error_message}'")
+
+
+def test_fifos_at_every_path_never_stall_the_api():
+    """A FIFO wherever a client names a file or a job reads or writes one: refused or failed at
+    once, never opened for reading. Once, a FIFO at a profile's path wedged every gRPC call, and
+    a data file renamed between a FIFO and a file during CreateJob killed the API for good."""
+    import threading
+    import time
+    steady = C.create(C.spec(output="fifo-steady", max_steps=2)).name
+    C.wait_state(steady, "SUCCEEDED")
+    probe = LatencyProbe(steady)
+    try:
+        os.mkfifo(D.path("data", "fifo.jsonl"))
+        refused(C.spec(train="fifo.jsonl"), grpc.StatusCode.INVALID_ARGUMENT, "fifo.jsonl")
+        # The model's files and the tokenizer.
+        for part in ("config.json", "model.safetensors"):
+            folder = D.path("models", "fifo-" + part.split(".")[0])
+            shutil.copytree(D.path("models", "tiny"), folder)
+            os.remove(os.path.join(folder, part))
+            os.mkfifo(os.path.join(folder, part))
+            refused_or_failed(C.spec(model=os.path.basename(folder),
+                                     output="fifo-" + part.split(".")[0]), part)
+        os.mkfifo(D.path("models", "fifo-tokenizer.json"))
+        with open(D.path("data", "chat.jsonl"), "w") as f:
+            for i in range(20):
+                f.write(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                                 {"role": "assistant", "content": "yo"}]}) + "\n")
+        spec = C.spec(train="chat.jsonl", output="fifo-tokenizer")
+        spec.data.format = C.job_pb2.DATA_FORMAT_CHAT
+        spec.data.tokenizer = D.path("models", "fifo-tokenizer.json")
+        refused_or_failed(spec, "fifo-tokenizer.json")
+        # A data file renamed between a FIFO and a file while CreateJob(validate_only) runs.
+        make_tokenized_data(D.path("data", "flip-file.jsonl"), 50, seed=6)
+        os.mkfifo(D.path("data", "flip-fifo"))
+        done = threading.Event()
+
+        def flip():
+            while not done.is_set():
+                for src in ("flip-file.jsonl", "flip-fifo"):
+                    os.link(D.path("data", src), D.path("data", "flip.tmp"))
+                    os.replace(D.path("data", "flip.tmp"), D.path("data", "flip.jsonl"))
+
+        flipper = threading.Thread(target=flip, daemon=True)
+        flipper.start()
+        outcomes = set()
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            try:
+                C.create(C.spec(train="flip.jsonl"), validate_only=True)
+                outcomes.add("accepted")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{e.code()} {e.details()}")
+                outcomes.add("refused")
+        done.set()
+        flipper.join()
+        # A checkpoint to resume from whose state is a FIFO: the job fails, it does not hang.
+        src = D.path("outputs", "origin", "checkpoints", "step-0000000004")
+        dst = D.path("outputs", "fifo-ckpt")
+        shutil.copytree(src, dst)
+        os.remove(os.path.join(dst, "state.json"))
+        os.mkfifo(os.path.join(dst, "state.json"))
+        spec = C.spec(output="fifo-resumed", max_steps=6)
+        spec.resume_from = "fifo-ckpt"
+        refused_or_failed(spec, "state.json")
+        # A FIFO where the job writes its export: replaced, as every written file is.
+        job = C.create(C.spec(output="fifo-export", max_steps=2)).name
+        os.makedirs(D.path("outputs", "fifo-export", "export"))  # before the rank starts
+        os.mkfifo(D.path("outputs", "fifo-export", "export", "config.json"))
+        C.wait_state(job, "SUCCEEDED", timeout=60)
+        check(os.path.isfile(D.path("outputs", "fifo-export", "export", "config.json")),
+              "the export's config.json is not a file")
+    finally:
+        probe.stop()
+    print(f"  flip outcomes {sorted(outcomes)}; GetJob: {probe.calls} calls, slowest "
+          f"{probe.worst * 1000:.0f} ms")
+    check(not probe.errors, f"GetJob failed: {probe.errors[:3]}")
+    check(probe.worst < 0.1, f"GetJob took {probe.worst * 1000:.0f} ms")
+
+
 try:
     run_tests([
         ("overlong component after a symlink is refused",
@@ -349,6 +467,7 @@ try:
         ("a second daemon on the same port fails", test_a_second_daemon_on_the_same_port_fails),
         ("metrics without the token show no jobs", test_metrics_without_the_token_show_no_jobs),
         ("the CLI talks to a TLS daemon", test_the_cli_talks_to_a_tls_daemon),
+        ("FIFOs at every path never stall the API", test_fifos_at_every_path_never_stall_the_api),
     ])
 finally:
     D.stop()

@@ -1,12 +1,15 @@
 // PathSandbox: every path resolved beneath its root by the kernel, at the time of use.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "tests/common/test_util.h"
 
@@ -137,6 +140,33 @@ TEST_CASE("sandbox errors name the disk being full", "[sandbox]") {
     const absl::Status s = errno_status("/out/x", "write failed", ENOSPC);
     CHECK(absl::IsResourceExhausted(s));
     CHECK(absl::StartsWith(s.message(), "DISK_FULL: /out/x"));
+}
+
+TEST_CASE("sandbox opens only regular files, without blocking on a FIFO", "[sandbox]") {
+    testing::TempDir tmp;
+    const std::string root = tmp.file("root");
+    put(root + "/file", "text");
+    REQUIRE(::mkfifo((root + "/fifo").c_str(), 0600) == 0);
+    auto confined = PathSandbox::confined({{}, {root}});
+    REQUIRE(confined.ok());
+    for (const PathSandbox* box : std::vector<const PathSandbox*>{&*confined, &process_sandbox()}) {
+        // No writer ever comes: a blocking open would never return.
+        for (int flags : {O_RDONLY, O_RDWR, O_WRONLY | O_CREAT | O_TRUNC}) {
+            const absl::Status s = box->open(root + "/fifo", flags).status();
+            CHECK(absl::IsFailedPrecondition(s));
+            CHECK(absl::StrContains(s.message(), "NOT_A_REGULAR_FILE"));
+            CHECK(absl::StrContains(s.message(), "FIFO"));
+        }
+        CHECK(absl::IsFailedPrecondition(box->open(root, O_RDONLY).status()));  // a folder
+        CHECK(box->open(root, O_RDONLY | O_DIRECTORY).ok());
+        CHECK(box->stat(root + "/fifo").ok());  // O_PATH: looked at, never opened for I/O
+        absl::StatusOr<UniqueFd> fd = box->open(root + "/file", O_RDONLY);
+        REQUIRE(fd.ok());
+        CHECK((::fcntl(fd->get(), F_GETFL) & O_NONBLOCK) == 0);  // as the caller asked
+        CHECK(read_all(*box, root + "/file") == "text");
+    }
+    CHECK(absl::IsFailedPrecondition(read_file(root + "/fifo").status()));
+    CHECK(absl::IsFailedPrecondition(map_file(root + "/fifo").status()));
 }
 
 }  // namespace

@@ -19,7 +19,10 @@ template <typename Request, typename Response, typename Send>
 grpc::ServerUnaryReactor* forward(grpc::CallbackServerContext* ctx, const std::string& token,
                                   Request request, Response* response, Send send) {
     auto* c = new Call<Request>;
-    c->reactor = ctx->DefaultReactor();
+    // The callback may run (and delete `c`) before `send` returns: a failed channel answers at
+    // once. The reactor is returned from a local.
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    c->reactor = reactor;
     // The rank's own deadline, capped: a supervisor that does not answer fails the call.
     const auto cap = std::chrono::system_clock::now() + std::chrono::seconds(30);
     c->upstream.set_deadline(std::min(ctx->deadline(), cap));
@@ -29,7 +32,7 @@ grpc::ServerUnaryReactor* forward(grpc::CallbackServerContext* ctx, const std::s
         c->reactor->Finish(s);
         delete c;
     });
-    return c->reactor;
+    return reactor;
 }
 
 }  // namespace

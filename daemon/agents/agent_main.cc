@@ -20,6 +20,7 @@
 #include "daemon/jobs/rank_service.h"
 #include "daemon/service/auth.h"
 #include "deltatune/v1/agent.grpc.pb.h"
+#include "deltatune/v1/job.pb.h"
 #include "runtime/device/device_context.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -109,7 +110,7 @@ class Agent {
           state_dir_(args.state_dir.empty() ? "/tmp/deltatune-agent-" + info_.hostname()
                                             : args.state_dir),
           drain_(std::chrono::seconds(args.drain_seconds)),
-          relay_(channel_, token_, [this] { return id(); }) {}
+          relay_(channel_, token_, [this] { return identity(); }) {}
 
     // Registers, then polls (a poll is a heartbeat) until SIGTERM; 1 when the supervisor refuses
     // the token, 2 when the rank socket cannot be served.
@@ -143,13 +144,15 @@ class Agent {
     }
 
   private:
-    std::string id() const {
+    AgentIdentity identity() const {
         std::lock_guard<std::mutex> lock(mu_);
-        return id_;
+        return me_;
     }
-    void set_id(std::string id) {
+    std::string id() const { return identity().id; }
+    // Forgets the registration; its secret stays for the next one to present.
+    void forget_id() {
         std::lock_guard<std::mutex> lock(mu_);
-        id_ = std::move(id);
+        me_.id.clear();
     }
 
     std::unique_ptr<grpc::ClientContext> context() const {
@@ -177,7 +180,9 @@ class Agent {
     // Exits up, orders down. Terminations first: a relaunch after a fault may follow them.
     void poll(AgentRanks& ranks, bool draining) {
         v1::AgentPollRequest req;
-        req.set_agent_id(id());
+        const AgentIdentity me = identity();
+        req.set_agent_id(me.id);
+        req.set_agent_secret(me.secret);
         req.set_draining(draining);
         std::vector<v1::RemoteRankExit> exits = ranks.take_exits();
         for (const v1::RemoteRankExit& e : exits) *req.add_exits() = e;
@@ -190,23 +195,36 @@ class Agent {
         }
         if (resp.register_again()) {
             // The supervisor restarted or forgot this agent: the attempts it ran are over.
-            set_id("");
+            forget_id();
             ranks.kill_all();
             return;
         }
         for (const v1::TerminateOrder& t : resp.terminates()) ranks.terminate(t);
         for (const v1::LaunchOrder& l : resp.launches()) {
+            // Ranks of a terminated attempt may still be exiting: the bound is per order.
+            const int capacity = capacity_for(l);
             if (draining) {
                 ranks.refuse(l, "the agent is shutting down");  // placed before it knew
+            } else if (l.ranks_size() > capacity) {
+                ranks.refuse(l, absl::StrCat("the order's ", l.ranks_size(),
+                                             " ranks exceed this node's ", capacity));
             } else {
                 ranks.launch(l);
             }
         }
     }
 
+    // The ranks this node runs at once for the order's kind of job: one per GPU, or its CPU ranks.
+    int capacity_for(const v1::LaunchOrder& l) const {
+        v1::JobSpec spec;
+        const bool gpu = spec.ParseFromString(l.spec()) && spec.resources().gpus() > 0;
+        return gpu ? info_.gpus_size() : info_.cpu_ranks();
+    }
+
     bool register_once() {
         v1::RegisterAgentRequest req;
         *req.mutable_info() = info_;
+        req.set_previous_secret(identity().secret);  // replaces this agent's own live entry
         v1::RegisterAgentResponse resp;
         auto ctx = context();
         const grpc::Status s = stub_->RegisterAgent(ctx.get(), req, &resp);
@@ -216,7 +234,10 @@ class Agent {
             std::fprintf(stderr, "deltatuned agent: register: %s\n", s.error_message().c_str());
             return false;
         }
-        set_id(resp.agent_id());
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            me_ = {resp.agent_id(), resp.agent_secret()};
+        }
         std::fprintf(stderr, "deltatuned agent: registered %s as %s (%d GPUs, %d CPU ranks)\n",
                      info_.hostname().c_str(), resp.agent_id().c_str(), info_.gpus_size(),
                      info_.cpu_ranks());
@@ -238,7 +259,7 @@ class Agent {
     std::string state_dir_;
     std::chrono::seconds drain_;
     mutable std::mutex mu_;
-    std::string id_;  // guarded by mu_: the relay reads it from gRPC threads
+    AgentIdentity me_;  // guarded by mu_: the relay reads it from gRPC threads
     bool refused_ = false;
     RankRelay relay_;
 };

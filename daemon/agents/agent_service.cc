@@ -9,7 +9,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerCo
                                                           v1::RegisterAgentResponse* response) {
     absl::Status s = auth_.check(*ctx);
     if (s.ok()) {
-        auto registered = registry_->register_agent(request->info());
+        auto registered = registry_->register_agent(request->info(), request->previous_secret());
         s = registered.status();
         if (s.ok()) *response = *std::move(registered);
     }
@@ -19,8 +19,13 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentHeartbeat(grpc::CallbackServerContext* ctx,
                                                            const v1::AgentHeartbeatRequest* request,
                                                            v1::AgentHeartbeatResponse* response) {
-    const absl::Status s = auth_.check(*ctx);
-    if (s.ok()) response->set_register_again(!registry_->heartbeat(request->agent_id()));
+    absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    if (absl::IsNotFound(s)) {  // the supervisor restarted or forgot the agent
+        response->set_register_again(true);
+        return finish_unary(ctx, absl::OkStatus());
+    }
+    if (s.ok()) registry_->heartbeat(request->agent_id());
     return finish_unary(ctx, s);
 }
 
@@ -37,9 +42,13 @@ grpc::ServerUnaryReactor* AgentServiceImpl::ListAgents(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContext* ctx,
                                                       const v1::AgentPollRequest* request,
                                                       v1::AgentPollResponse* response) {
-    const absl::Status s = auth_.check(*ctx);
+    absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    if (absl::IsNotFound(s)) {  // its ranks' attempts ended when it was lost
+        response->set_register_again(true);
+        return finish_unary(ctx, absl::OkStatus());
+    }
     if (!s.ok()) return finish_unary(ctx, s);
-    // Exits first: a poll from an agent the registry lost still ends its ranks' attempts.
     for (const v1::RemoteRankExit& e : request->exits()) {
         manager_->on_remote_rank_exit(request->agent_id(), e);
     }
@@ -64,6 +73,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayReport(grpc::CallbackServerCont
                                                         const v1::RelayReportRequest* request,
                                                         v1::RankDirective* response) {
     absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
     const v1::RankReport& r = request->report();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), r.rank())) {
         // A rank of an attempt that ended (or never ran here): it stops, as a local one would.
@@ -78,6 +88,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreSet(grpc::CallbackServerCo
                                                           const v1::RelayStoreSetRequest* request,
                                                           v1::StoreSetResponse*) {
     absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
     const v1::StoreSetRequest& r = request->request();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), -1)) {
         s = not_placed(request->agent_id(), r.job(), r.attempt());
@@ -90,6 +101,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreGet(grpc::CallbackServerCo
                                                           const v1::RelayStoreGetRequest* request,
                                                           v1::StoreGetResponse* response) {
     absl::Status s = auth_.check(*ctx);
+    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
     const v1::StoreGetRequest& r = request->request();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), -1)) {
         s = not_placed(request->agent_id(), r.job(), r.attempt());

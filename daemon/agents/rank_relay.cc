@@ -41,7 +41,9 @@ grpc::ServerUnaryReactor* RankRelay::Report(grpc::CallbackServerContext* ctx,
                                             const v1::RankReport* request,
                                             v1::RankDirective* response) {
     v1::RelayReportRequest up;
-    up.set_agent_id(agent_id_());
+    const AgentIdentity me = agent_id_();
+    up.set_agent_id(me.id);
+    up.set_agent_secret(me.secret);
     *up.mutable_report() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayReport(args...); });
@@ -51,7 +53,9 @@ grpc::ServerUnaryReactor* RankRelay::StoreSet(grpc::CallbackServerContext* ctx,
                                               const v1::StoreSetRequest* request,
                                               v1::StoreSetResponse* response) {
     v1::RelayStoreSetRequest up;
-    up.set_agent_id(agent_id_());
+    const AgentIdentity me = agent_id_();
+    up.set_agent_id(me.id);
+    up.set_agent_secret(me.secret);
     *up.mutable_request() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayStoreSet(args...); });
@@ -61,7 +65,9 @@ grpc::ServerUnaryReactor* RankRelay::StoreGet(grpc::CallbackServerContext* ctx,
                                               const v1::StoreGetRequest* request,
                                               v1::StoreGetResponse* response) {
     v1::RelayStoreGetRequest up;
-    up.set_agent_id(agent_id_());
+    const AgentIdentity me = agent_id_();
+    up.set_agent_id(me.id);
+    up.set_agent_secret(me.secret);
     *up.mutable_request() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayStoreGet(args...); });

@@ -15,7 +15,7 @@ TEST_CASE("a relay to an unreachable supervisor answers its ranks UNAVAILABLE",
           "[daemon][agents]") {
     // Port 1 on loopback refuses at once: the upstream call fails while it is being started.
     auto supervisor = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
-    RankRelay relay(supervisor, "token", [] { return std::string("agent-1"); });
+    RankRelay relay(supervisor, "token", [] { return AgentIdentity{"agent-1", "secret"}; });
     grpc::ServerBuilder builder;
     builder.RegisterService(&relay);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

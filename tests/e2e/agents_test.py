@@ -3,8 +3,14 @@
 agent` processes register with a supervisor deltatuned that requires a token, heartbeat, are
 LOST when killed, register again when restarted (one entry per host) and when the supervisor
 restarts; an agent with a wrong token is refused and exits; a TLS supervisor is reached with
-its CA file and not in plaintext. Observed through the supervisor's deltatune_agents series."""
+its CA file and not in plaintext. Observed through the supervisor's deltatune_agents series.
+
+A token holder who is not the agent cannot act as one: every agent call carries the secret its
+registration returned (never listed), a live agent's hostname cannot be registered away from it,
+and what an agent says of itself is validated. Once, an id read from ListAgents let a probe
+write a job's rendezvous store, inject its metrics and end it SUCCEEDED with an export at /etc."""
 import json
+import os
 import re
 import shutil
 import signal
@@ -98,6 +104,114 @@ def test_wrong_token_refused():
     check(D.agent_counts() == {"ALIVE": 2, "LOST": 0}, f"refused agent counted: {D.agent_counts()}")
 
 
+def agent_stub():
+    import tempfile
+    import grpc
+    from harness import bearer_channel, load_stubs
+    load_stubs(tempfile.mkdtemp(prefix="deltatune-stubs-"))
+    from deltatune.v1 import agent_pb2, agent_pb2_grpc, rank_pb2
+    token = open(TOKEN).read().strip()
+    channel = bearer_channel(grpc.insecure_channel(f"127.0.0.1:{D.port}"), token)
+    return grpc, agent_pb2, rank_pb2, agent_pb2_grpc.AgentServiceStub(channel)
+
+
+def test_a_token_holder_cannot_act_as_an_agent():
+    grpc, pb, rank_pb, stub = agent_stub()
+    listed = stub.ListAgents(pb.ListAgentsRequest(), timeout=10).agents
+    check(len(listed) == 2, f"agents {listed}")
+    victim = listed[0].agent_id
+    probes = {
+        "AgentHeartbeat": lambda s: stub.AgentHeartbeat(
+            pb.AgentHeartbeatRequest(agent_id=victim, agent_secret=s), timeout=10),
+        "AgentPoll": lambda s: stub.AgentPoll(
+            pb.AgentPollRequest(agent_id=victim, agent_secret=s), timeout=10),
+        "RelayStoreSet": lambda s: stub.RelayStoreSet(pb.RelayStoreSetRequest(
+            agent_id=victim, agent_secret=s,
+            request=rank_pb.StoreSetRequest(job="000000000000", attempt=1, key="k", value=b"v")),
+            timeout=10),
+        "RelayReport": lambda s: stub.RelayReport(pb.RelayReportRequest(
+            agent_id=victim, agent_secret=s, report=rank_pb.RankReport(job="000000000000")),
+            timeout=10),
+    }
+    for name, call in probes.items():
+        for secret in ("", "0" * 32):
+            try:
+                call(secret)
+                raise AssertionError(f"{name} with secret '{secret}' accepted")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.PERMISSION_DENIED,
+                      f"{name}: {e.code()} {e.details()}")
+    # A live agent's hostname cannot be taken over; odd machines are refused.
+    host = listed[0].info.hostname
+    try:
+        stub.RegisterAgent(pb.RegisterAgentRequest(info=pb.AgentInfo(hostname=host)), timeout=10)
+        raise AssertionError("a live agent's hostname was registered again")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.ALREADY_EXISTS, f"{e.code()} {e.details()}")
+    for info in (pb.AgentInfo(hostname="x" * (1 << 20)), pb.AgentInfo(hostname="a\0b"),
+                 pb.AgentInfo(hostname="big", cpu_ranks=2**31 - 1),
+                 pb.AgentInfo(hostname="gpus", gpus=[pb.AgentGpu(index=i) for i in range(10000)])):
+        try:
+            stub.RegisterAgent(pb.RegisterAgentRequest(info=info), timeout=10)
+            raise AssertionError(f"registered {info.hostname[:20]}")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{e.code()} {e.details()[:200]}")
+    after = stub.ListAgents(pb.ListAgentsRequest(), timeout=10).agents
+    check([a.agent_id for a in after] == [a.agent_id for a in listed], f"agents now {after}")
+    check("secret" not in str(after).lower(), "ListAgents shows a secret")
+    check(D.agent_counts() == {"ALIVE": 2, "LOST": 0}, f"agents {D.agent_counts()}")
+
+
+def test_agent_refuses_orders_past_its_capacity():
+    """A supervisor (a fake one here) orders 40 ranks from an agent that offers 4: the agent
+    starts none and reports each refused, carrying its secret on every poll."""
+    import tempfile
+    from concurrent import futures
+    import grpc
+    grpc_, pb, _, _ = agent_stub()
+    from deltatune.v1 import agent_pb2_grpc, job_pb2
+    polls, exits = [], []
+
+    class FakeSupervisor(agent_pb2_grpc.AgentServiceServicer):
+        def RegisterAgent(self, request, context):
+            return pb.RegisterAgentResponse(agent_id="agent-fake", agent_secret="s" * 32,
+                                            heartbeat_seconds=1)
+
+        def AgentPoll(self, request, context):
+            polls.append((request.agent_id, request.agent_secret))
+            exits.extend(request.exits)
+            if len(polls) != 1:
+                return pb.AgentPollResponse()
+            spec = job_pb2.JobSpec(resources=job_pb2.Resources(cpu_ranks=40))
+            return pb.AgentPollResponse(launches=[pb.LaunchOrder(
+                job="000000000001", attempt=0, world=40, ranks=list(range(40)),
+                spec=spec.SerializeToString())])
+
+    server = grpc_.server(futures.ThreadPoolExecutor(max_workers=4))
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(FakeSupervisor(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    state = tempfile.mkdtemp(prefix="deltatune-agent-")
+    p = subprocess.Popen([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{port}", "--hostname",
+                          "small-node", "--cpu-ranks", "4", "--state-dir", state],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 20
+        while len(exits) < 40 and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        p.terminate()
+        out = p.communicate(timeout=20)[0]
+        server.stop(0)
+    check(len(exits) == 40 and all(e.exit_code == 127 for e in exits),
+          f"{len(exits)} refusals reported: {exits[:2]}; agent said: {out}")
+    check("exceed this node's 4" in out, f"agent said: {out}")
+    check(all(secret == "s" * 32 for _, secret in polls), f"polls {polls[:3]}")
+    started = [f for _, _, files in os.walk(state) for f in files if f.startswith("rank-")]
+    check(not started, f"ranks started: {started}")
+    shutil.rmtree(state, ignore_errors=True)
+
+
 def test_killed_agent_is_lost_and_comes_back():
     AGENTS["node-b"].send_signal(signal.SIGKILL)
     AGENTS["node-b"].wait()
@@ -154,6 +268,8 @@ try:
         ("GET /v1/agents lists them, with the token only", test_agents_json),
         ("the dashboard lists the agents", test_dashboard_lists_agents),
         ("an agent with a wrong token is refused and exits", test_wrong_token_refused),
+        ("a token holder cannot act as an agent", test_a_token_holder_cannot_act_as_an_agent),
+        ("an agent refuses orders past its capacity", test_agent_refuses_orders_past_its_capacity),
         ("a killed agent turns LOST; restarted, it registers again", test_killed_agent_is_lost_and_comes_back),
         ("an agent reaches a TLS supervisor with its CA file", test_agent_over_tls),
         ("after a supervisor restart the agents register again", test_supervisor_restart),

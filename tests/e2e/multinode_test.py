@@ -242,24 +242,33 @@ def test_agents_need_the_token():
         check(False, "AgentPoll without the token must fail")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.UNAUTHENTICATED, f"AgentPoll without the token: {e}")
-    # With the token, but for ranks this "agent" does not run: a report is told to exit, the
-    # rendezvous store refuses.
+    # With the token, an id no registration gave is unknown; a registered agent (no ranks to
+    # offer, so nothing is placed on it) relaying for ranks it does not run: a report is told to
+    # exit, the rendezvous store refuses.
     stub = agent_pb2_grpc.AgentServiceStub(bearer_channel(
         grpc.insecure_channel(f"127.0.0.1:{D.port}"), "cluster-secret"))
     name = C.create(spec("relay-refused", 2)).name
     C.wait(name, lambda j: j.progress.step >= 1, what="step 1")
     job = C.get(name)
     report = rank_pb2.RankReport(job=name, attempt=job.attempt, rank=0)
-    d = stub.RelayReport(agent_pb2.RelayReportRequest(agent_id="agent-forged", report=report),
+    try:
+        stub.RelayReport(agent_pb2.RelayReportRequest(agent_id="agent-forged", report=report),
                          timeout=10)
-    check(d.action == rank_pb2.RankDirective.EXIT_NOW, f"forged report answered {d}")
+        check(False, "a report relayed by an unknown agent must fail")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.NOT_FOUND, f"unknown agent's report: {e}")
+    me = stub.RegisterAgent(agent_pb2.RegisterAgentRequest(
+        info=agent_pb2.AgentInfo(hostname="bystander")), timeout=10)
+    d = stub.RelayReport(agent_pb2.RelayReportRequest(
+        agent_id=me.agent_id, agent_secret=me.agent_secret, report=report), timeout=10)
+    check(d.action == rank_pb2.RankDirective.EXIT_NOW, f"a bystander's report answered {d}")
     try:
         stub.RelayStoreGet(agent_pb2.RelayStoreGetRequest(
-            agent_id="agent-forged", request=rank_pb2.StoreGetRequest(
+            agent_id=me.agent_id, agent_secret=me.agent_secret, request=rank_pb2.StoreGetRequest(
                 job=name, attempt=job.attempt, key="x")), timeout=10)
-        check(False, "a forged store read must fail")
+        check(False, "a bystander's store read must fail")
     except grpc.RpcError as e:
-        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, f"forged store read: {e}")
+        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, f"a bystander's store read: {e}")
     C.wait_state(name, "SUCCEEDED", timeout=300)
 
 
@@ -277,7 +286,9 @@ try:
          test_agents_need_the_token),
     ])
 finally:
-    for p in AGENTS:
+    for i, p in enumerate(AGENTS):
+        if p is not None and p.poll() is not None:  # an agent no test stopped: say how it ended
+            print(f"node-{i}'s agent had exited: {p.returncode}")
         if p is not None and p.poll() is None:
             p.terminate()
             p.wait(timeout=10)

@@ -16,7 +16,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/agents/agent_ranks.h"
+#include "daemon/agents/agent_state_dir.h"
 #include "daemon/agents/rank_relay.h"
+#include "daemon/config/daemon_config.h"
 #include "daemon/jobs/rank_service.h"
 #include "daemon/service/auth.h"
 #include "deltatune/v1/agent.grpc.pb.h"
@@ -35,16 +37,21 @@ volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends bet
 const char kUsage[] =
     "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
     "       [--address A] [--cpu-ranks N] [--state-dir D] [--drain-seconds S] [--ca-file F]\n"
+    "       [--plaintext-token allow]\n"
     "  registers this machine with a supervisor deltatuned, heartbeats, and runs the ranks it\n"
-    "  is given (docs/multinode.md); rank logs and specs go under D\n"
-    "  (default /tmp/deltatune-agent-<hostname>). On SIGTERM its jobs checkpoint and move to\n"
+    "  is given (docs/multinode.md); rank logs and specs go under D, a folder of this user's\n"
+    "  only (default /var/lib/deltatune-agent/<hostname> as root, else\n"
+    "  ~/.local/state/deltatune/agent-<hostname>). On SIGTERM its jobs checkpoint and move to\n"
     "  other agents; after S seconds (default 90) ranks still running are killed.\n"
-    "  TLS to the supervisor with --ca-file (its CA), $DELTATUNE_CA_FILE or $DELTATUNE_TLS=1.\n";
+    "  TLS to the supervisor with --ca-file (its CA), $DELTATUNE_CA_FILE or $DELTATUNE_TLS=1;\n"
+    "  the token goes in plaintext only to a loopback supervisor, or with --plaintext-token\n"
+    "  allow (a network you trust).\n";
 
 struct AgentArgs {
     std::string supervisor, token_file, hostname, address, state_dir, ca_file;
     int cpu_ranks = 0;
     int drain_seconds = 90;
+    bool plaintext_token = false;  // the token may cross the network unencrypted
 };
 
 bool parse(int argc, char** argv, AgentArgs* a) {
@@ -67,6 +74,8 @@ bool parse(int argc, char** argv, AgentArgs* a) {
             a->state_dir = v;
         else if (k == "ca-file")
             a->ca_file = v;
+        else if (k == "plaintext-token" && v == "allow")
+            a->plaintext_token = true;
         else if (k == "drain-seconds" && absl::SimpleAtoi(v, &a->drain_seconds) &&
                  a->drain_seconds >= 0) {
         } else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
@@ -77,12 +86,34 @@ bool parse(int argc, char** argv, AgentArgs* a) {
     return !a->supervisor.empty();
 }
 
+std::string describe_hostname(const AgentArgs& a) {
+    if (!a.hostname.empty()) return a.hostname;
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    return host;
+}
+
+// The state folder's default, and no token sent in plaintext beyond this machine unless allowed.
+absl::Status check_agent_args(AgentArgs* a) {
+    if (a->state_dir.empty()) {
+        absl::StatusOr<std::string> dir = default_agent_state_dir(describe_hostname(*a));
+        if (!dir.ok()) return dir.status();
+        a->state_dir = *dir;
+    }
+    if (!a->token_file.empty() && !client_uses_tls(a->ca_file, false) && !a->plaintext_token &&
+        !is_loopback_address(a->supervisor)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "refusing to send the token in plaintext to ", a->supervisor,
+            ": give --ca-file (the supervisor's CA; TLS), or --plaintext-token allow on a "
+            "network you trust"));
+    }
+    return absl::OkStatus();
+}
+
 // This machine as the supervisor needs to know it.
 v1::AgentInfo describe(const AgentArgs& a) {
     v1::AgentInfo info;
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    info.set_hostname(a.hostname.empty() ? host : a.hostname);
+    info.set_hostname(describe_hostname(a));
     info.set_address(a.address.empty() ? info.hostname() : a.address);
     info.set_cpu_ranks(a.cpu_ranks);
     info.set_version(DT_VERSION);
@@ -107,22 +138,22 @@ class Agent {
           token_(std::move(token)),
           channel_(grpc::CreateChannel(args.supervisor, std::move(credentials))),
           stub_(v1::AgentService::NewStub(channel_)),
-          state_dir_(args.state_dir.empty() ? "/tmp/deltatune-agent-" + info_.hostname()
-                                            : args.state_dir),
+          state_dir_(args.state_dir),
           drain_(std::chrono::seconds(args.drain_seconds)),
           relay_(channel_, token_, [this] { return identity(); }) {}
 
     // Registers, then polls (a poll is a heartbeat) until SIGTERM; 1 when the supervisor refuses
     // the token, 2 when the rank socket cannot be served.
     int run() {
-        std::error_code ec;
-        std::filesystem::create_directories(state_dir_, ec);
+        if (absl::Status s = prepare_private_dir(state_dir_); !s.ok()) {
+            std::fprintf(stderr, "deltatuned agent: %s\n", std::string(s.message()).c_str());
+            return 2;
+        }
         const std::string socket = state_dir_ + "/rank.sock";
         auto server = start_rank_server(&relay_, socket);
-        if (ec || !server.ok()) {
-            std::fprintf(
-                stderr, "deltatuned agent: state dir %s: %s\n", state_dir_.c_str(),
-                ec ? ec.message().c_str() : std::string(server.status().message()).c_str());
+        if (!server.ok()) {
+            std::fprintf(stderr, "deltatuned agent: state dir %s: %s\n", state_dir_.c_str(),
+                         std::string(server.status().message()).c_str());
             return 2;
         }
         std::error_code self_ec;
@@ -270,6 +301,10 @@ int agent_main(int argc, char** argv) {
     AgentArgs args;
     if (!parse(argc, argv, &args)) {
         std::fputs(kUsage, stderr);
+        return 2;
+    }
+    if (absl::Status s = check_agent_args(&args); !s.ok()) {
+        std::fprintf(stderr, "deltatuned agent: %s\n", std::string(s.message()).c_str());
         return 2;
     }
     std::string token;

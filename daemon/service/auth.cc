@@ -105,13 +105,22 @@ absl::Status Authenticator::check_header(std::string_view value) const {
     return ok ? absl::OkStatus() : absl::UnauthenticatedError("invalid bearer token");
 }
 
+namespace {
+std::string ca_file_or_env(std::string ca_file) {
+    const char* env_ca = std::getenv("DELTATUNE_CA_FILE");
+    return ca_file.empty() && env_ca ? env_ca : ca_file;
+}
+}  // namespace
+
+bool client_uses_tls(const std::string& ca_file, bool tls) {
+    const char* env_tls = std::getenv("DELTATUNE_TLS");
+    return tls || !ca_file_or_env(ca_file).empty() || (env_tls && std::string(env_tls) == "1");
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> client_channel_credentials(
     std::string ca_file, bool tls, const std::string& ca_flag) {
-    const char* env_ca = std::getenv("DELTATUNE_CA_FILE");
-    if (ca_file.empty() && env_ca) ca_file = env_ca;
-    const char* env_tls = std::getenv("DELTATUNE_TLS");
-    tls = tls || !ca_file.empty() || (env_tls && std::string(env_tls) == "1");
-    if (!tls) return grpc::InsecureChannelCredentials();
+    if (!client_uses_tls(ca_file, tls)) return grpc::InsecureChannelCredentials();
+    ca_file = ca_file_or_env(ca_file);
     grpc::SslCredentialsOptions options;
     if (!ca_file.empty()) {
         absl::StatusOr<std::string> pem = read_file(ca_file);

@@ -36,6 +36,8 @@ absl::StatusOr<std::vector<std::string>> read_token_file(const std::string& path
 // a CA file that cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> client_channel_credentials(
     std::string ca_file, bool tls, const std::string& ca_flag = "--ca-file");
+// Whether client_channel_credentials(ca_file, tls) speaks TLS.
+bool client_uses_tls(const std::string& ca_file, bool tls);
 
 class Authenticator {
   public:

@@ -8,7 +8,9 @@ its CA file and not in plaintext. Observed through the supervisor's deltatune_ag
 A token holder who is not the agent cannot act as one: every agent call carries the secret its
 registration returned (never listed), a live agent's hostname cannot be registered away from it,
 and what an agent says of itself is validated. Once, an id read from ListAgents let a probe
-write a job's rendezvous store, inject its metrics and end it SUCCEEDED with an export at /etc."""
+write a job's rendezvous store, inject its metrics and end it SUCCEEDED with an export at /etc.
+An agent refuses a launch order past its capacity and keeps its state in a folder of its own (a
+link or another user's folder there is refused)."""
 import json
 import os
 import re
@@ -29,7 +31,8 @@ AGENTS = {}
 
 def agent(host, token=TOKEN):
     return subprocess.Popen([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{D.port}",
-                             "--token-file", token, "--hostname", host, "--cpu-ranks", "2"],
+                             "--token-file", token, "--hostname", host, "--cpu-ranks", "2",
+                             "--state-dir", D.path(f"agent-{host}")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -78,7 +81,8 @@ def test_dashboard_lists_agents():
     other = Daemon(heartbeat_timeout=3)
     other.start()
     a = subprocess.Popen([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{other.port}",
-                          "--hostname", "node-ui", "--cpu-ranks", "2"],
+                          "--hostname", "node-ui", "--cpu-ranks", "2", "--state-dir",
+                          other.path("agent")],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         other.wait_agent_counts({"ALIVE": 1, "LOST": 0})
@@ -212,6 +216,49 @@ def test_agent_refuses_orders_past_its_capacity():
     shutil.rmtree(state, ignore_errors=True)
 
 
+def test_agent_state_dir_is_its_own():
+    """The agent's folder is this user's alone: created 0700; a link there, or another user's
+    folder, is refused before the agent registers."""
+    def run_agent(state, env=None):
+        return subprocess.run([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{D.port}",
+                               "--token-file", TOKEN, "--hostname", "node-dir", "--state-dir",
+                               state], capture_output=True, text=True, timeout=20, env=env)
+
+    target = D.path("elsewhere")
+    os.makedirs(target)
+    link = D.path("state-link")
+    os.symlink(target, link)
+    r = run_agent(link)
+    check(r.returncode == 2 and "symbolic link" in r.stderr, f"a link: {r.returncode} {r.stderr}")
+    foreign = D.path("foreign")
+    os.makedirs(foreign)
+    if os.geteuid() == 0:
+        os.chown(foreign, 12345, 12345)
+        r = run_agent(foreign)
+        check(r.returncode == 2 and "owned by uid 12345" in r.stderr,
+              f"another user's folder: {r.returncode} {r.stderr}")
+    check(D.agent_counts() == {"ALIVE": 2, "LOST": 0}, f"agents {D.agent_counts()}")
+    # The default: under the user's own state root, created 0700 (here a fresh HOME).
+    home = D.path("home")
+    os.makedirs(home)
+    env = dict(os.environ, HOME=home)
+    env.pop("XDG_STATE_HOME", None)
+    p = subprocess.Popen([DELTATUNED, "agent", "--supervisor", f"127.0.0.1:{D.port}",
+                          "--token-file", TOKEN, "--hostname", "node-dir"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
+        want = ("/var/lib/deltatune-agent/node-dir" if os.geteuid() == 0
+                else os.path.join(home, ".local/state/deltatune/agent-node-dir"))
+        mode = os.stat(want).st_mode & 0o777
+        check(mode == 0o700, f"{want} mode {oct(mode)}")
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+        if os.geteuid() == 0:
+            shutil.rmtree("/var/lib/deltatune-agent/node-dir", ignore_errors=True)
+
+
 def test_killed_agent_is_lost_and_comes_back():
     AGENTS["node-b"].send_signal(signal.SIGKILL)
     AGENTS["node-b"].wait()
@@ -273,6 +320,7 @@ try:
         ("a killed agent turns LOST; restarted, it registers again", test_killed_agent_is_lost_and_comes_back),
         ("an agent reaches a TLS supervisor with its CA file", test_agent_over_tls),
         ("after a supervisor restart the agents register again", test_supervisor_restart),
+        ("an agent's state folder is its own", test_agent_state_dir_is_its_own),
     ])
 finally:
     for p in AGENTS.values():

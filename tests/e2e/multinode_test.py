@@ -51,8 +51,9 @@ def start_agent(i):
     log = open(D.path(f"agent-{i}.log"), "a")
     AGENTS[i] = subprocess.Popen(
         NET.run_in(i, [DELTATUNED, "agent", "--supervisor", f"{NET.supervisor_address()}:{D.port}",
-                       "--token-file", TOKEN, "--hostname", f"node-{i}", "--address",
-                       NET.address(i), "--cpu-ranks", "1", "--state-dir", D.path(f"agent-{i}")]),
+                       "--token-file", TOKEN, "--plaintext-token", "allow", "--hostname",
+                       f"node-{i}", "--address", NET.address(i), "--cpu-ranks", "1",
+                       "--state-dir", D.path(f"agent-{i}")]),
         stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -228,8 +229,9 @@ def test_agents_need_the_token():
     with open(wrong, "w") as f:
         f.write("not-the-token\n")
     r = subprocess.run(NET.run_in(2, [DELTATUNED, "agent", "--supervisor",
-                                      f"{NET.supervisor_address()}:{D.port}", "--token-file",
-                                      wrong, "--hostname", "intruder", "--state-dir",
+                                      f"{NET.supervisor_address()}:{D.port}",
+                                      "--plaintext-token", "allow", "--token-file", wrong,
+                                      "--hostname", "intruder", "--state-dir",
                                       D.path("intruder")]),
                        capture_output=True, text=True, timeout=30)
     check(r.returncode == 1 and "token" in r.stderr.lower(),

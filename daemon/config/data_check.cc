@@ -111,9 +111,14 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
     if (!opened.ok()) return invalid(absl::StrCat(where, ": ", opened.status().message()));
     JsonlReader& reader = *opened;
     JsonlReader::Line line;
-    while (true) {
+    // Past the first line's longest allowance in blank lines, the check stops: submission reads
+    // a bounded prefix (the ranks read the rest, and say what they skip).
+    const size_t scan_limit = max_line + kBlankPrefixBytes;
+    size_t scanned = 0;
+    while (scanned <= scan_limit) {
         DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));
         if (!more) return invalid(absl::StrCat(where, " holds no JSON line"));
+        scanned += line.text.size() + 1;
         if (line.too_long) {
             if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) return absl::OkStatus();
             return invalid(absl::StrCat(where, ":", line.number, ": longer than ",
@@ -123,6 +128,7 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
         if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
         return check_first_line(absl::StrCat(where, ":", line.number), line.text, data);
     }
+    return absl::OkStatus();
 }
 
 }  // namespace deltatune::daemon

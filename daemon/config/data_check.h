@@ -4,12 +4,17 @@
 // a JSON object of the spec's format.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
 #include "deltatune/v1/job.pb.h"
 
 namespace deltatune::daemon {
+
+// Blank lines read past the longest first line allowed before the check gives up looking (and
+// accepts): submission reads a bounded prefix of each file.
+inline constexpr size_t kBlankPrefixBytes = size_t{1} << 20;
 
 // `field` names the spec entry ("data.train_files[0]"); `path` is the confined file. Errors are
 // InvalidArgument "INVALID_CONFIG: ...". With bad_lines: skip a malformed first line is allowed

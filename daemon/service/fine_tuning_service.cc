@@ -89,11 +89,35 @@ grpc::ServerUnaryReactor* FineTuningService::unary(grpc::CallbackServerContext* 
     return finish_unary(ctx, s);
 }
 
+template <typename Request, typename Response, typename Fn>
+grpc::ServerUnaryReactor* FineTuningService::offloaded(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* in,
+                                                       grpc::ByteBuffer* out, Fn fn) {
+    absl::Status s = auth_.check(*ctx);
+    auto req = std::make_shared<Request>();
+    if (s.ok()) s = parse_request(*in, req.get());
+    if (!s.ok()) return finish_unary(ctx, s);
+    // The call stays open (its response buffer with it) until Finish, whoever calls it.
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    const bool queued = workers_.run([req, out, reactor, fn = std::move(fn)] {
+        Response resp;
+        absl::Status st = fn(req.get(), &resp);
+        if (st.ok()) st = serialize_response(resp, out);
+        reactor->Finish(ToGrpcStatus(st));
+    });
+    if (!queued) {
+        reactor->Finish(ToGrpcStatus(absl::UnavailableError(
+            "the daemon is busy checking other submissions' files; retry shortly")));
+    }
+    return reactor;
+}
+
 grpc::ServerUnaryReactor* FineTuningService::CreateJob(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* in,
                                                        grpc::ByteBuffer* out) {
-    return unary<v1::CreateJobRequest, v1::Job>(
-        ctx, in, out, [&](const v1::CreateJobRequest* req, v1::Job* resp) -> absl::Status {
+    // A submission reads and stats the client's files: off the gRPC threads.
+    return offloaded<v1::CreateJobRequest, v1::Job>(
+        ctx, in, out, [this](const v1::CreateJobRequest* req, v1::Job* resp) -> absl::Status {
             DT_ASSIGN_OR_RETURN(
                 *resp, manager_->create_job(req->spec(), req->request_id(), req->validate_only()));
             return absl::OkStatus();
@@ -213,8 +237,8 @@ grpc::ServerUnaryReactor* FineTuningService::ProfileJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* FineTuningService::GetProfile(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* in,
                                                         grpc::ByteBuffer* out) {
-    return unary<v1::GetProfileRequest, v1::Profile>(
-        ctx, in, out, [&](const v1::GetProfileRequest* req, v1::Profile* resp) -> absl::Status {
+    return offloaded<v1::GetProfileRequest, v1::Profile>(  // reads a profile file
+        ctx, in, out, [this](const v1::GetProfileRequest* req, v1::Profile* resp) -> absl::Status {
             DT_ASSIGN_OR_RETURN(*resp, manager_->get_profile(req->name(), req->profile_id()));
             return absl::OkStatus();
         });

@@ -12,6 +12,7 @@
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
+#include "daemon/service/blocking_workers.h"
 #include "daemon/service/job_streams.h"
 #include "daemon/service/reflection_v1.h"
 #include "deltatune/v1/service.grpc.pb.h"
@@ -88,10 +89,16 @@ class FineTuningService final : public FineTuningServiceBase {
     grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                     grpc::ByteBuffer* out, Fn&& fn);
 
+    // The same, with fn run on workers_: for calls that read the client's files.
+    template <typename Request, typename Response, typename Fn>
+    grpc::ServerUnaryReactor* offloaded(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Fn fn);
+
     JobManager* manager_;
     Authenticator auth_;
     StreamHub hub_;
     ReflectionV1Service reflection_v1_;
+    BlockingWorkers workers_{4, 64};  // last: joined before the rest goes
 };
 
 // Builds and starts the public server: `service`, grpc.health.v1 (serving) and reflection

@@ -52,5 +52,22 @@ TEST_CASE("the first line of a data file must be of the spec's format", "[daemon
     CHECK(check("") == "INVALID_CONFIG: data.train_files[0] (PATH) holds no JSON line");
 }
 
+TEST_CASE("submission reads a bounded prefix of a data file", "[daemon]") {
+    // A huge run of blank lines once held a CreateJob handler for 13.5 s per GiB: the check now
+    // stops after the longest first line allowed plus kBlankPrefixBytes of blank lines.
+    testing::TempDir dir;
+    const std::string path = dir.file("d.jsonl");
+    v1::DataSpec data;
+    data.set_max_document_bytes(1 << 20);
+    const std::string bad_line = "{\"input\": 1}\n";
+    const size_t within = (size_t{1} << 20) + kBlankPrefixBytes / 2;
+    std::ofstream(path, std::ios::binary) << std::string(within, '\n') << bad_line;
+    CHECK_THAT(std::string(check_data_file("f", path, data).message()),
+               Catch::Contains("the first line has \"input\""));
+    const size_t beyond = (size_t{1} << 20) + kBlankPrefixBytes + (size_t{2} << 20);
+    std::ofstream(path, std::ios::binary) << std::string(beyond, '\n') << bad_line;
+    CHECK(check_data_file("f", path, data).ok());
+}
+
 }  // namespace
 }  // namespace deltatune::daemon

@@ -450,6 +450,59 @@ def test_fifos_at_every_path_never_stall_the_api():
     check(probe.worst < 0.1, f"GetJob took {probe.worst * 1000:.0f} ms")
 
 
+def test_huge_data_files_at_submission_never_stall_the_api():
+    """Four clients validating a 512 MiB file of blank lines at once: each answered in about a
+    second, GetJob and ListJobs in under 100 ms throughout. Once, validation read the whole file
+    on a gRPC thread (13.5 s per GiB) and four such calls stalled ListJobs for 30 s."""
+    import threading
+    import time
+    steady = C.create(C.spec(output="huge-steady", max_steps=2)).name
+    C.wait_state(steady, "SUCCEEDED")
+    with open(D.path("data", "blank.jsonl"), "wb") as f:
+        chunk = b"\n" * (1 << 20)
+        for _ in range(512):
+            f.write(chunk)
+        f.write(b'{"input_ids": [1, 2, 3]}\n')
+    probe = LatencyProbe(steady)
+    slowest_list, answers = [0.0], []
+
+    def validate():
+        for _ in range(3):
+            t = time.monotonic()
+            try:
+                C.create(C.spec(train="blank.jsonl"), validate_only=True)
+                answers.append(("accepted", time.monotonic() - t))
+            except grpc.RpcError as e:
+                answers.append((f"{e.code()} {e.details()[:120]}", time.monotonic() - t))
+
+    def list_jobs():
+        while len(answers) < 12:
+            t = time.monotonic()
+            C.stub.ListJobs(C.service_pb2.ListJobsRequest(), timeout=10)
+            slowest_list[0] = max(slowest_list[0], time.monotonic() - t)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=validate) for _ in range(4)]
+    threads.append(threading.Thread(target=list_jobs))
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        probe.stop()
+        os.remove(D.path("data", "blank.jsonl"))
+    worst = max(seconds for _, seconds in answers)
+    print(f"  12 validations of 512 MiB of blank lines: slowest {worst:.2f} s; GetJob "
+          f"{probe.calls} calls, slowest {probe.worst * 1000:.0f} ms; ListJobs slowest "
+          f"{slowest_list[0] * 1000:.0f} ms")
+    check(all(what == "accepted" for what, _ in answers), f"answers {answers}")
+    check(worst < 5, f"a validation took {worst:.1f} s")
+    check(not probe.errors, f"GetJob failed: {probe.errors[:3]}")
+    check(probe.worst < 0.1, f"GetJob took {probe.worst * 1000:.0f} ms")
+    check(slowest_list[0] < 0.1, f"ListJobs took {slowest_list[0] * 1000:.0f} ms")
+
+
 try:
     run_tests([
         ("overlong component after a symlink is refused",
@@ -468,6 +521,8 @@ try:
         ("metrics without the token show no jobs", test_metrics_without_the_token_show_no_jobs),
         ("the CLI talks to a TLS daemon", test_the_cli_talks_to_a_tls_daemon),
         ("FIFOs at every path never stall the API", test_fifos_at_every_path_never_stall_the_api),
+        ("huge data files at submission never stall the API",
+         test_huge_data_files_at_submission_never_stall_the_api),
     ])
 finally:
     D.stop()

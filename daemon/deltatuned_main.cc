@@ -109,11 +109,15 @@ int serve(const std::string& config_path, const std::string& listen) {
     absl::StatusOr<std::unique_ptr<AdminHttpServer>> admin;
     if (!config->http_address.empty()) {
         FineTuningService* svc = service.get();
-        AdminHttpServer::Options admin_options{config->http_address, http_auth,
-                                               [svc] { return svc->stream_subscribers(); }};
+        AdminHttpServer::Options admin_options;
+        admin_options.address = config->http_address;
+        admin_options.auth = http_auth;
+        admin_options.subscribers = [svc] { return svc->stream_subscribers(); };
         admin_options.gpus = options.gpus;
         admin_options.grpc = &grpc_metrics;
         admin_options.agents = &agents;
+        admin_options.tls_cert_file = config->tls_cert_file;
+        admin_options.tls_key_file = config->tls_key_file;
         admin = AdminHttpServer::start(manager->get(), std::move(admin_options));
         if (!admin.ok()) return fail(admin.status());
         (*admin)->set_ready(true);

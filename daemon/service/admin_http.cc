@@ -292,7 +292,10 @@ AdminHttpServer::AdminHttpServer(JobManager* manager, Options options)
     : manager_(manager),
       options_(std::move(options)),
       metrics_(manager, options_.gpus, options_.grpc, options_.agents),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(options_.tls_cert_file.empty()
+                  ? std::make_unique<httplib::Server>()
+                  : std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
+                                                         options_.tls_key_file.c_str())) {}
 
 AdminHttpServer::~AdminHttpServer() {
     server_->stop();
@@ -309,6 +312,11 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManag
     const std::string host = parsed->host;
     int port = parsed->port;
     std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(manager, std::move(options)));
+    if (!s->server_->is_valid()) {  // an SSLServer whose certificate or key did not load
+        return absl::InvalidArgumentError(absl::StrCat(
+            "listen.http: TLS with tls.cert_file ", s->options_.tls_cert_file, " and tls.key_file ",
+            s->options_.tls_key_file, ": the certificate or key is not valid PEM"));
+    }
     s->routes();
     s->server_->set_payload_max_length(64 << 10);
     // cpp-httplib sets SO_REUSEPORT by default, which lets a second daemon bind the same port

@@ -69,6 +69,8 @@ class AdminHttpServer {
         int gpus = 0;                             // what the scheduler hands out
         const GrpcServerMetrics* grpc = nullptr;  // the public server's call counters
         const AgentRegistry* agents = nullptr;    // registered node agents
+        // PEM files (both or neither): HTTPS with them, as the gRPC listener's `tls:`.
+        std::string tls_cert_file, tls_key_file;
     };
     // Binds and starts serving on a background thread.
     static absl::StatusOr<std::unique_ptr<AdminHttpServer>> start(JobManager* manager,

@@ -16,11 +16,14 @@
   - Garbage, invalid UTF-8 and 10,000-deep requests were UNIMPLEMENTED with no message.
 """
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 
 from harness import Client, Daemon, check, load_stubs, make_tokenized_data, run_tests
 
@@ -249,6 +252,7 @@ def second_daemon(grpc_port, http_port, token=None, tls=None):
         auth = f"auth:\n  token_file: {other.path('tokens')}\n"
     if tls:
         auth += f"tls:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n"
+        other.tls_ca = tls[0]
     with open(other.config, "w") as f:
         f.write(f"listen:\n  grpc: 127.0.0.1:{grpc_port}\n  http: 127.0.0.1:{http_port}\n"
                 f"{auth}state_dir:{text}")
@@ -327,6 +331,14 @@ def test_the_cli_talks_to_a_tls_daemon():
         missing = cli("--ca-file", os.path.join(certs, "none.pem"))
         check(missing.returncode == 2 and "--ca-file" in missing.stderr,
               f"missing CA file: exit {missing.returncode}: {missing.stderr}")
+        # The admin listener too: HTTPS with the same certificate, nothing in cleartext.
+        with other.urlopen("/healthz") as r:
+            check(r.status == 200 and other.http("/").startswith("https:"), "HTTPS /healthz")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{other.http_port}/healthz", timeout=5)
+            check(False, "the admin listener answered plain HTTP")
+        except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+            pass
     finally:
         other.stop()
         shutil.rmtree(certs, ignore_errors=True)

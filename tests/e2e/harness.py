@@ -75,6 +75,7 @@ class Daemon:
         for d in ("models", "data", "outputs", "state"):
             os.makedirs(os.path.join(self.root, d), exist_ok=True)
         self.port, self.http_port = free_port(), free_port()
+        self.tls_ca = None  # the CA file of a TLS daemon (both listeners then speak TLS)
         self.config = os.path.join(self.root, "daemon.yaml")
         with open(self.config, "w") as f:
             f.write(f"""listen:
@@ -107,9 +108,17 @@ scheduler:
         return path
 
     def enable_tls(self, cert, key):
-        """Before start(): the gRPC listener serves TLS with this certificate and key."""
+        """Before start(): both listeners serve TLS with this (self-signed) certificate and key."""
         with open(self.config, "a") as f:
             f.write(f"tls:\n  cert_file: {cert}\n  key_file: {key}\n")
+        self.tls_ca = cert
+
+    def urlopen(self, route, headers=None, timeout=10):
+        """GET `route` on the admin listener (HTTPS, verified with tls_ca, on a TLS daemon)."""
+        import ssl
+        context = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
+        request = urllib.request.Request(self.http(route), headers=headers or {})
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
 
     def init_model(self, name="tiny", config="configs/models/tiny-a.json", seed=0):
         subprocess.run([CLI, "init-model", "--config", os.path.join(SOURCE, config), "--out",
@@ -127,7 +136,7 @@ scheduler:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     pass
-                with urllib.request.urlopen(self.http("/readyz"), timeout=1) as r:
+                with self.urlopen("/readyz", timeout=1) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -136,7 +145,7 @@ scheduler:
 
     def agent_counts(self):
         """deltatune_agents by state, from /metrics."""
-        with urllib.request.urlopen(self.http("/metrics")) as r:
+        with self.urlopen("/metrics") as r:
             text = r.read().decode()
         return {s: int(n) for s, n in
                 re.findall(r'^deltatune_agents\{state="(\w+)"\} (\d+)$', text, re.M)}
@@ -151,7 +160,8 @@ scheduler:
         raise AssertionError(f"agents {self.agent_counts()}, want {want}")
 
     def http(self, route):
-        return f"http://127.0.0.1:{self.http_port}{route}"
+        scheme = "https" if self.tls_ca else "http"
+        return f"{scheme}://127.0.0.1:{self.http_port}{route}"
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         if self.proc and self.proc.poll() is None:

@@ -1,6 +1,7 @@
 #include "daemon/grpc_status.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "google/rpc/status.pb.h"
 
 namespace deltatune::daemon {
@@ -20,16 +21,27 @@ std::string error_reason(const absl::Status& s) {
     return absl::StatusCodeToString(s.code());  // "INVALID_ARGUMENT", ...
 }
 
+std::string bounded_message(absl::string_view message) {
+    if (message.size() <= kMaxErrorMessageBytes) return std::string(message);
+    size_t keep = kMaxErrorMessageBytes;
+    // Cut at a character boundary: never half a UTF-8 sequence.
+    while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+    return absl::StrCat(message.substr(0, keep), "... (", message.size() - keep, " bytes cut)");
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& s) {
     if (s.ok()) return grpc::Status::OK;
+    // What a client sent may be echoed in the message: bounded, so the status still fits the
+    // response's headers and arrives with its own code.
+    const std::string message = bounded_message(s.message());
     google::rpc::Status details;
     details.set_code(static_cast<int>(s.code()));
-    details.set_message(std::string(s.message()));
+    details.set_message(message);
     google::rpc::ErrorInfo info;
     info.set_reason(error_reason(s));
     info.set_domain("deltatune");
     details.add_details()->PackFrom(info);
-    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()),
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), message,
                         details.SerializeAsString());
 }
 

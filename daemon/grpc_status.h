@@ -11,11 +11,17 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace deltatune::daemon {
 
 // The reason of a message "REASON: ..." (upper case, digits, underscores), else the code's name.
 std::string error_reason(const absl::Status& s);
+
+// A status message's most bytes at the RPC edge: longer ones (an oversized id echoed back) are
+// cut at a character boundary and say how much was cut.
+inline constexpr size_t kMaxErrorMessageBytes = 2048;
+std::string bounded_message(absl::string_view message);
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
 

@@ -318,6 +318,8 @@ absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManag
             s->options_.tls_key_file, ": the certificate or key is not valid PEM"));
     }
     s->routes();
+    // Every answer is what its Content-Type says: browsers must not guess another.
+    s->server_->set_default_headers({{"X-Content-Type-Options", "nosniff"}});
     s->server_->set_payload_max_length(64 << 10);
     // cpp-httplib sets SO_REUSEPORT by default, which lets a second daemon bind the same port
     // and take half the requests. SO_REUSEADDR alone still allows a quick restart.
@@ -462,11 +464,11 @@ void AdminHttpServer::job_routes() {
 void AdminHttpServer::ui_routes() {
     // The dashboard page: static (it holds no data; its script fetches the JSON routes
     // with the bearer token the user enters), so it is served without one.
-    auto page = [](const httplib::Request&, httplib::Response& res) {
+    auto page = [csp = ui_content_security_policy(ui_page_html())](const httplib::Request&,
+                                                                   httplib::Response& res) {
         res.set_header("Cache-Control", "no-store");
-        res.set_header("Content-Security-Policy",
-                       "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                       "img-src data:");
+        res.set_header("Content-Security-Policy", csp);
+        res.set_header("X-Frame-Options", "DENY");  // frame-ancestors for older browsers
         res.set_content(std::string(ui_page_html()), "text/html; charset=utf-8");
     };
     server_->Get("/ui", page);

@@ -28,5 +28,17 @@ TEST_CASE("a status's reason travels as ErrorInfo in the details", "[daemon]") {
     CHECK(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
+TEST_CASE("an echoed oversized id is cut, the code kept", "[daemon]") {
+    const std::string id(100 << 10, 'x');
+    const grpc::Status s = ToGrpcStatus(absl::NotFoundError("profile " + id + " not found"));
+    CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK(s.error_message().size() < kMaxErrorMessageBytes + 64);
+    CHECK(s.error_message().ends_with(" bytes cut)"));
+    // Never half a character: 2047 ASCII bytes, then two-byte characters.
+    const std::string utf8 = std::string(kMaxErrorMessageBytes - 1, 'a') + "\u00e9\u00e9\u00e9";
+    CHECK(bounded_message(utf8).starts_with(std::string(kMaxErrorMessageBytes - 1, 'a') + "..."));
+    CHECK(bounded_message("short") == "short");
+}
+
 }  // namespace
 }  // namespace deltatune::daemon

@@ -237,6 +237,19 @@ def test_unparseable_requests_are_invalid_argument():
         raise AssertionError("GetJob garbage accepted")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, f"GetJob: {e.code()}")
+    # An oversized id echoed into the error once made the status too large for its headers:
+    # the client saw RESOURCE_EXHAUSTED. It is cut, and the code arrives.
+    for call, request in (
+            (C.stub.GetJob, C.service_pb2.GetJobRequest(name="jobs/" + "x" * 100000)),
+            (C.stub.GetProfile, C.service_pb2.GetProfileRequest(name="jobs/000000000000",
+                                                                profile_id="p" * 100000))):
+        try:
+            call(request, timeout=10)
+            raise AssertionError("an oversized id was found")
+        except grpc.RpcError as e:
+            check(e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT),
+                  f"oversized id: {e.code()}")
+            check(len(e.details()) < 4096, f"oversized id: {len(e.details())} bytes of details")
 
 
 def second_daemon(grpc_port, http_port, token=None, tls=None):

@@ -73,7 +73,12 @@ def test_demo_job_runs():
 def test_page_is_self_contained():
     with urllib.request.urlopen(D.http("/ui")) as r:
         check(r.status == 200 and r.headers["Content-Type"].startswith("text/html"), "GET /ui")
+        csp = r.headers["Content-Security-Policy"]
+        check("unsafe-inline" not in csp and "frame-ancestors 'none'" in csp and
+              re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", csp), f"CSP: {csp}")
+        check(r.headers["X-Content-Type-Options"] == "nosniff", "X-Content-Type-Options")
         page = r.read().decode()
+    check("style=" not in page, "no inline style attribute in the page")
     check(not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no external resources")
     with urllib.request.urlopen(D.http("/ui/" + JOB)) as r:
         check(r.read().decode() == page, "/ui/jobs/{id} serves the same page")
@@ -82,6 +87,8 @@ def test_page_is_self_contained():
 def test_jobs_table():
     dom = browser(D.http("/ui"), "--dump-dom")
     check(f'href="/ui/{JOB}"' in dom and "SUCCEEDED" in dom, "the jobs table lists the demo job")
+    # Under the CSP, the script ran (it built the table) and set the progress bar's width.
+    check('style="width: 100%;"' in dom, "the progress bar's width, set from script")
 
 
 def test_job_page():

@@ -259,8 +259,10 @@ std::optional<LineError> parse_pretokenized_line(std::string_view text, int64_t 
     return validate_document(out, vocab_size);
 }
 
-absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path) {
-    DT_ASSIGN_OR_RETURN(JsonlReader reader, JsonlReader::open(path));
+absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path,
+                                                    size_t max_line_bytes) {
+    DT_ASSIGN_OR_RETURN(JsonlReader reader,
+                        JsonlReader::open(path, JsonlReader::kDefaultBufferBytes, max_line_bytes));
     JsonlReader::Line line;
     for (int n = 0; n < kDetectLines; ++n) {
         DT_ASSIGN_OR_RETURN(const bool more, reader.next(line));
@@ -316,7 +318,7 @@ absl::StatusOr<TokenizedDataset> load_dataset(const std::string& path,
                                               const DatasetOptions& options) {
     DatasetFormat format = options.format;
     if (format == DatasetFormat::kAuto) {
-        DT_ASSIGN_OR_RETURN(format, detect_dataset_format(path));
+        DT_ASSIGN_OR_RETURN(format, detect_dataset_format(path, options.max_line_bytes));
     }
     if (format == DatasetFormat::kChat && !options.chat.tokenize) {
         return absl::InvalidArgumentError(

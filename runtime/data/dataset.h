@@ -71,8 +71,10 @@ absl::StatusOr<TokenizedDataset> load_dataset(const std::string& path,
                                               const DatasetOptions& options);
 
 // Detects the format from the first line that is an object with "messages" or "input_ids"
-// (kChat when none is found within the first 1000 lines, so errors speak of "messages").
-absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path);
+// (kChat when none is found within the first 1000 lines, so errors speak of "messages"). A line
+// longer than `max_line_bytes` (the job's document bound) is passed over unread, never buffered.
+absl::StatusOr<DatasetFormat> detect_dataset_format(
+    const std::string& path, size_t max_line_bytes = DatasetOptions::kDefaultMaxDocumentBytes);
 
 // The cache key and file the options map `path` to (the key streams a hash over the file).
 absl::StatusOr<uint64_t> dataset_cache_key(const std::string& path, DatasetFormat format,

@@ -155,7 +155,8 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
     bool needs_tokenizer = c.format == DatasetFormat::kChat;
     for (const auto& f : c.train_files) {
         if (c.format != DatasetFormat::kAuto) break;
-        DT_ASSIGN_OR_RETURN(DatasetFormat detected, detect_dataset_format(f));
+        DT_ASSIGN_OR_RETURN(DatasetFormat detected,
+                            detect_dataset_format(f, static_cast<size_t>(c.max_document_bytes)));
         needs_tokenizer |= detected == DatasetFormat::kChat;
     }
     if (needs_tokenizer) {

@@ -108,6 +108,19 @@ TEST_CASE("tokenization on many threads keeps file order", "[data]") {
     }
 }
 
+TEST_CASE("format detection passes over a line past the document bound unread", "[data]") {
+    // A 200 MB line once peaked a rank at 844 MB: detection read lines up to 256 MiB whatever the
+    // job's bound. Here an 8 MiB tokenized line over a 1 MiB bound is not parsed (so it cannot
+    // decide the format), and the chat line after it does.
+    TempDir tmp;
+    const std::string path = tmp.file("long.jsonl");
+    std::string ids = "{\"input_ids\": [1";
+    while (ids.size() < (8u << 20)) ids += ", 1";
+    write_text(path, ids + "]}\n{\"messages\": []}\n");
+    CHECK(*detect_dataset_format(path, 1 << 20) == DatasetFormat::kChat);
+    CHECK(*detect_dataset_format(path, 16 << 20) == DatasetFormat::kPretokenized);
+}
+
 TEST_CASE("format detection and the chat-needs-a-tokenizer error", "[data]") {
     TempDir tmp;
     const std::string chat = tmp.file("c.jsonl");

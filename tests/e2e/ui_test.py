@@ -110,6 +110,34 @@ def test_job_page():
     print(f"screenshot: {png}")
 
 
+def test_jobs_table_follows_pages():
+    """/v1/jobs ends a page at 1 MiB: with 70 jobs of 16 KB of labels the table follows the
+    pages and lists them all (once it showed the first page's and said nothing of the rest)."""
+    env = dict(os.environ, DELTATUNE_ADDRESS=f"127.0.0.1:{D.port}")
+    base = open(os.path.join(SOURCE, "configs/jobs/demo.yaml")).read()
+    labels = "".join(f"  k{i}: {'v' * 256}\n" for i in range(64))
+    names = []
+    for i in range(70):
+        spec = D.path(f"paged-{i}.yaml")
+        with open(spec, "w") as f:
+            f.write(base.replace("output_dir: demo-arithmetic", f"output_dir: paged-{i}")
+                    .replace("  purpose: demo\n", labels))
+        r = subprocess.run([CLI, "submit", spec, "--output", "json"], capture_output=True,
+                           text=True, env=env, check=True)
+        names.append(json.loads(r.stdout)["name"])
+    try:
+        with urllib.request.urlopen(D.http("/v1/jobs?page_size=200")) as r:
+            first = json.loads(r.read())
+        check(first.get("nextPageToken") and len(first["jobs"]) < 71,
+              f"one page holds {len(first['jobs'])} jobs")
+        dom = browser(D.http("/ui"), "--dump-dom")
+        shown = set(re.findall(r'href="/ui/jobs/([0-9a-f]{12})"', dom))
+        check(shown >= {n.split("/")[1] for n in names}, f"{len(shown)} jobs in the table")
+    finally:
+        for name in names:
+            subprocess.run([CLI, "cancel", name], capture_output=True, env=env)
+
+
 def test_auth_shows_sign_in():
     other = Daemon()
     other.require_token("s3cret-token")
@@ -134,6 +162,7 @@ try:
         ("GET /ui: one self-contained page", test_page_is_self_contained),
         ("Chromium: the jobs table", test_jobs_table),
         ("Chromium: the job page (curves, kernels, events, spec) and a screenshot", test_job_page),
+        ("Chromium: the jobs table follows pages past 1 MiB", test_jobs_table_follows_pages),
         ("with auth on: no data without the token, the sign-in form", test_auth_shows_sign_in),
     ])
 finally:

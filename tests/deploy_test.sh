@@ -39,3 +39,35 @@ ports = {p["name"] for p in svc["spec"]["ports"]}
 assert all(e["port"] in ports for e in sm["spec"]["endpoints"]), (sm["spec"]["endpoints"], ports)
 print("servicemonitor: selects", svc["metadata"]["name"], "port", sm["spec"]["endpoints"][0]["port"])
 PY
+# Supervisor and agents agree on every root: each of the supervisor's roots lies under a mount of
+# a PersistentVolumeClaim that the agents mount at the same path, and the agents register with
+# the Service's gRPC port.
+"$PY" - "$ROOT/deploy/kubernetes/deltatune.yaml" "$ROOT/deploy/kubernetes/agents.yaml" <<'PY'
+import sys, yaml
+docs = [d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f)) if d]
+def statefulset(name):
+    return next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == name)
+def pod(name):
+    return statefulset(name)["spec"]["template"]["spec"]
+def claim_mounts(name):
+    """mountPath -> the claim behind it (a per-pod volumeClaimTemplate is "per-pod NAME")."""
+    spec = pod(name)
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    for t in statefulset(name)["spec"].get("volumeClaimTemplates", []):
+        claims[t["metadata"]["name"]] = "per-pod " + t["metadata"]["name"]
+    return {m["mountPath"]: claims[m["name"]] for c in spec["containers"] for m in c["volumeMounts"] if m["name"] in claims}
+config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["daemon.yaml"])
+supervisor, agent = claim_mounts("deltatune"), claim_mounts("deltatune-agent")
+for kind, paths in config["roots"].items():
+    for path in paths:
+        mount = max((m for m in supervisor if path.startswith(m.rstrip("/") + "/")), key=len, default=None)
+        assert mount, f"roots.{kind} {path}: on no volume of the supervisor"
+        assert agent.get(mount) == supervisor[mount], \
+            f"roots.{kind} {path}: the supervisor's {mount} is claim {supervisor[mount]}, the agents' {agent.get(mount)}"
+svc = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "deltatune")
+grpc_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
+args = pod("deltatune-agent")["containers"][0]["args"]
+supervisor_arg = args[args.index("--supervisor") + 1]
+assert supervisor_arg == f"deltatune:{grpc_port}", (supervisor_arg, grpc_port)
+print("roots: every root on a claim the agents mount at the same path; agents register with", supervisor_arg)
+PY

@@ -2,8 +2,8 @@
 # Fetches NVIDIA's cudnn-frontend headers (header-only C++ over the cuDNN library; MIT licence)
 # into $BUILD_DIR/_deps/cudnn_frontend/include: the graph API that builds cuDNN's fused flash
 # attention (kernels/attention_cudnn.cc). The headers ship in the PyPI wheel
-# nvidia-cudnn-frontend, pinned here by version and sha256. Idempotent; needs the Python
-# environment of scripts/python-env.sh (its pip reaches PyPI).
+# nvidia-cudnn-frontend, pinned here by version and sha256, downloaded by the pip of a bare
+# virtual environment ($BUILD_DIR/_deps/pip; nothing installed into it). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -14,7 +14,9 @@ DEST=$BUILD_DIR/_deps/cudnn_frontend
 if [[ -f $DEST/.version && $(cat "$DEST/.version") == "$VERSION" ]]; then exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$BUILD_DIR/pyenv/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
+PIP_ENV=$BUILD_DIR/_deps/pip
+[[ -x $PIP_ENV/bin/pip ]] || python3 -m venv "$PIP_ENV"
+"$PIP_ENV/bin/pip" download --disable-pip-version-check -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$VERSION"
 echo "$SHA256  $tmp/$WHEEL" | sha256sum -c --quiet
 rm -rf "$DEST" && mkdir -p "$DEST"

@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Installs every Debian package deltatune's build and tests need. Idempotent: packages already
-# present are skipped, so a second run does no network work. CUDA, cuDNN, NCCL and CUPTI come from
-# the CUDA toolkit under /usr/local/cuda (optional: without nvcc the CUDA targets are skipped).
+# Installs the Debian packages deltatune's build needs; with --tests, also what only the tests use
+# (scripts/test.sh passes it). Idempotent: packages already present are skipped, so a second run
+# does no network work. CUDA, cuDNN, NCCL and CUPTI come from the CUDA toolkit under
+# /usr/local/cuda (optional: without nvcc the CUDA targets are skipped).
+#   scripts/install-deps.sh [--tests]
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-venv
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
-  libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev clang-format
-  prometheus  # the monitoring tests: a real Prometheus scrapes a daemon; promtool checks /metrics
-  chromium  # the dashboard test: headless Chromium renders /ui
+  libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev
 )
-
-# kubectl renders the Kubernetes kustomize base in the deploy test; a kubectl already installed
-# (from any package) is kept.
-command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
+if [[ ${1:-} == --tests ]]; then
+  PACKAGES+=(
+    clang-format  # the format guard
+    prometheus  # the monitoring tests: a real Prometheus scrapes a daemon; promtool checks /metrics
+    chromium  # the dashboard test: headless Chromium renders /ui
+  )
+  # kubectl renders the Kubernetes kustomize base in the deploy test; a kubectl already
+  # installed (from any package) is kept.
+  command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
+elif [[ -n ${1:-} ]]; then
+  echo "usage: scripts/install-deps.sh [--tests]" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

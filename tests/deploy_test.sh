@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
-# deploy/: the Kubernetes manifests and what their kustomize base renders validate strictly against
-# the Kubernetes API schema (kubernetes-validate), and the daemon config in their ConfigMap is one
-# deltatuned accepts.
+# deploy/: the Kubernetes manifests, and what the base and each overlay (one-machine, cluster)
+# render, validate strictly against the Kubernetes API schema (kubernetes-validate); the daemon
+# config in their ConfigMap is one deltatuned accepts; supervisor and agents agree on paths.
 set -euo pipefail
 ROOT=$DELTATUNE_SOURCE_DIR
 PY=$DELTATUNE_BINARY_DIR/pyenv/bin/python
 if [[ ! -x $PY ]]; then echo "SKIP: $PY missing (run scripts/python-env.sh)"; exit 77; fi
 VALIDATE=$DELTATUNE_BINARY_DIR/pyenv/bin/kubernetes-validate
-manifests=()
-for f in "$ROOT"/deploy/kubernetes/*.yaml; do
-  [[ $(basename "$f") == kustomization.yaml ]] || manifests+=("$f")
-done
-"$VALIDATE" --strict --no-warn "${manifests[@]}"
+K=$ROOT/deploy/kubernetes
+"$VALIDATE" --strict --no-warn "$K/base/deltatune.yaml" "$K/base/agents.yaml"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-# The kustomize base renders (kubectl's built-in kustomize), and what it renders validates too.
+# Each kustomization renders (kubectl's built-in kustomize), and what it renders validates too.
 if command -v kubectl >/dev/null; then
-  kubectl kustomize "$ROOT/deploy/kubernetes" > "$tmp/rendered.yaml"
-  "$VALIDATE" --strict --no-warn "$tmp/rendered.yaml"
-  echo "kustomize: $(grep -c '^kind:' "$tmp/rendered.yaml") objects rendered and valid"
+  for k in . overlays/one-machine overlays/cluster; do
+    out=$tmp/$(echo "$k" | tr / _).yaml
+    kubectl kustomize "$K/$k" > "$out"
+    "$VALIDATE" --strict --no-warn "$out"
+    echo "kustomize $k: $(grep -c '^kind:' "$out") objects rendered and valid"
+  done
 else
-  echo "kustomize: no kubectl (scripts/install-deps.sh installs one); rendering not checked"
+  echo "kustomize: no kubectl (scripts/install-deps.sh --tests installs one); rendering not checked"
+  cat "$K/base/deltatune.yaml" <(echo ---) "$K/base/agents.yaml" > "$tmp/overlays_cluster.yaml"
 fi
-"$PY" - "$ROOT/deploy/kubernetes/deltatune.yaml" "$tmp/daemon.yaml" <<'PY'
+"$PY" - "$K/base/deltatune.yaml" "$tmp/daemon.yaml" <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap"]
 open(sys.argv[2], "w").write(docs[0]["data"]["daemon.yaml"])
@@ -29,7 +30,7 @@ PY
 "$DELTATUNE_BINARY_DIR/daemon/deltatuned" --config "$tmp/daemon.yaml" --check
 # The ServiceMonitor (a Prometheus-operator CRD, outside the core schema) selects the supervisor's
 # Service and names a port it has.
-"$PY" - "$ROOT/deploy/kubernetes/deltatune.yaml" "$ROOT/deploy/kubernetes/prometheus-operator/servicemonitor.yaml" <<'PY'
+"$PY" - "$K/base/deltatune.yaml" "$K/prometheus-operator/servicemonitor.yaml" <<'PY'
 import sys, yaml
 svc = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Service")
 sm = yaml.safe_load(open(sys.argv[2]))
@@ -39,10 +40,10 @@ ports = {p["name"] for p in svc["spec"]["ports"]}
 assert all(e["port"] in ports for e in sm["spec"]["endpoints"]), (sm["spec"]["endpoints"], ports)
 print("servicemonitor: selects", svc["metadata"]["name"], "port", sm["spec"]["endpoints"][0]["port"])
 PY
-# Supervisor and agents agree on every root: each of the supervisor's roots lies under a mount of
-# a PersistentVolumeClaim that the agents mount at the same path, and the agents register with
-# the Service's gRPC port.
-"$PY" - "$ROOT/deploy/kubernetes/deltatune.yaml" "$ROOT/deploy/kubernetes/agents.yaml" <<'PY'
+# In the cluster overlay as rendered, supervisor and agents agree on every root: each of the
+# supervisor's roots lies under a mount of a PersistentVolumeClaim that the agents mount at the
+# same path, and the agents register with the Service's gRPC port.
+"$PY" - "$tmp/overlays_cluster.yaml" <<'PY'
 import sys, yaml
 docs = [d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f)) if d]
 def statefulset(name):

@@ -1,19 +1,34 @@
 #include "daemon/random_hex.h"
 
-#include <mutex>
-#include <random>
+#include <sys/random.h>
 
-#include "absl/strings/str_cat.h"
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 namespace deltatune::daemon {
 
 std::string random_hex(int digits) {
-    static std::mutex mu;
-    static std::mt19937_64 rng(std::random_device{}());
-    std::lock_guard<std::mutex> lock(mu);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::vector<unsigned char> bytes((static_cast<size_t>(digits) + 1) / 2);
+    for (size_t got = 0; got < bytes.size();) {
+        const ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {  // no entropy source at all: nothing safe to hand out
+            std::perror("deltatuned: getrandom");
+            std::abort();
+        }
+        got += static_cast<size_t>(n);
+    }
     std::string out;
-    while (static_cast<int>(out.size()) < digits) absl::StrAppend(&out, absl::Hex(rng() >> 4));
-    return out.substr(0, digits);
+    out.reserve(bytes.size() * 2);
+    for (unsigned char b : bytes) {
+        out.push_back(kHex[b >> 4]);
+        out.push_back(kHex[b & 15]);
+    }
+    out.resize(static_cast<size_t>(digits));
+    return out;
 }
 
 bool is_random_hex(const std::string& id, size_t max_digits) {

@@ -1,5 +1,6 @@
-// Random lowercase hex identifiers for the daemon's resources (job ids and uids, profile ids,
-// agent ids): unpredictable, from one process-wide generator seeded by std::random_device.
+// Random lowercase hex identifiers and secrets for the daemon's resources (job ids and uids,
+// profile ids, agent ids and secrets): from the kernel's CSPRNG (getrandom), so what a client
+// sees of some never predicts the others.
 #pragma once
 
 #include <string>

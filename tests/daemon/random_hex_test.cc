@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <set>
+
 namespace deltatune::daemon {
 namespace {
 
@@ -15,6 +17,19 @@ TEST_CASE("ids from random_hex are recognised, nothing else", "[daemon]") {
     for (const char* bad : {"", "ABC123", "abc-12", "../etc", "abc 12", "g00d"}) {
         CHECK_FALSE(is_random_hex(bad, 32));
     }
+}
+
+TEST_CASE("random_hex draws every digit and never repeats a secret", "[daemon]") {
+    std::set<std::string> secrets;
+    std::set<char> digits;
+    for (int i = 0; i < 1000; ++i) {
+        const std::string s = random_hex(32);
+        secrets.insert(s);
+        digits.insert(s.begin(), s.end());
+    }
+    CHECK(secrets.size() == 1000);
+    CHECK(digits.size() == 16);
+    CHECK(random_hex(7).size() == 7);  // an odd count: half a byte dropped
 }
 
 }  // namespace

@@ -86,17 +86,16 @@ bool parse(int argc, char** argv, AgentArgs* a) {
     return !a->supervisor.empty();
 }
 
-std::string describe_hostname(const AgentArgs& a) {
-    if (!a.hostname.empty()) return a.hostname;
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    return host;
-}
-
-// The state folder's default, and no token sent in plaintext beyond this machine unless allowed.
+// The hostname's and state folder's defaults, and no token sent in plaintext beyond this machine
+// unless allowed.
 absl::Status check_agent_args(AgentArgs* a) {
+    if (a->hostname.empty()) {
+        char host[256] = {};
+        gethostname(host, sizeof(host) - 1);
+        a->hostname = host;
+    }
     if (a->state_dir.empty()) {
-        absl::StatusOr<std::string> dir = default_agent_state_dir(describe_hostname(*a));
+        absl::StatusOr<std::string> dir = default_agent_state_dir(a->hostname);
         if (!dir.ok()) return dir.status();
         a->state_dir = *dir;
     }
@@ -113,7 +112,7 @@ absl::Status check_agent_args(AgentArgs* a) {
 // This machine as the supervisor needs to know it.
 v1::AgentInfo describe(const AgentArgs& a) {
     v1::AgentInfo info;
-    info.set_hostname(describe_hostname(a));
+    info.set_hostname(a.hostname);  // check_agent_args filled the default
     info.set_address(a.address.empty() ? info.hostname() : a.address);
     info.set_cpu_ranks(a.cpu_ranks);
     info.set_version(DT_VERSION);

@@ -4,6 +4,14 @@
 #include "daemon/grpc_status.h"
 
 namespace deltatune::daemon {
+absl::Status AgentServiceImpl::check_agent(const grpc::CallbackServerContext& ctx,
+                                           const std::string& agent_id,
+                                           const std::string& secret) const {
+    absl::Status s = auth_.check(ctx);
+    if (s.ok()) s = registry_->authenticate(agent_id, secret);
+    return s;
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                           const v1::RegisterAgentRequest* request,
                                                           v1::RegisterAgentResponse* response) {
@@ -19,8 +27,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterAgent(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentHeartbeat(grpc::CallbackServerContext* ctx,
                                                            const v1::AgentHeartbeatRequest* request,
                                                            v1::AgentHeartbeatResponse* response) {
-    absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    absl::Status s = check_agent(*ctx, request->agent_id(), request->agent_secret());
     if (absl::IsNotFound(s)) {  // the supervisor restarted or forgot the agent
         response->set_register_again(true);
         return finish_unary(ctx, absl::OkStatus());
@@ -42,8 +49,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::ListAgents(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContext* ctx,
                                                       const v1::AgentPollRequest* request,
                                                       v1::AgentPollResponse* response) {
-    absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    absl::Status s = check_agent(*ctx, request->agent_id(), request->agent_secret());
     if (absl::IsNotFound(s)) {  // its ranks' attempts ended when it was lost
         response->set_register_again(true);
         return finish_unary(ctx, absl::OkStatus());
@@ -72,8 +78,7 @@ absl::Status not_placed(const std::string& agent, const std::string& job, int at
 grpc::ServerUnaryReactor* AgentServiceImpl::RelayReport(grpc::CallbackServerContext* ctx,
                                                         const v1::RelayReportRequest* request,
                                                         v1::RankDirective* response) {
-    absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    absl::Status s = check_agent(*ctx, request->agent_id(), request->agent_secret());
     const v1::RankReport& r = request->report();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), r.rank())) {
         // A rank of an attempt that ended (or never ran here): it stops, as a local one would.
@@ -87,8 +92,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayReport(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreSet(grpc::CallbackServerContext* ctx,
                                                           const v1::RelayStoreSetRequest* request,
                                                           v1::StoreSetResponse*) {
-    absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    absl::Status s = check_agent(*ctx, request->agent_id(), request->agent_secret());
     const v1::StoreSetRequest& r = request->request();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), -1)) {
         s = not_placed(request->agent_id(), r.job(), r.attempt());
@@ -100,8 +104,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreSet(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* AgentServiceImpl::RelayStoreGet(grpc::CallbackServerContext* ctx,
                                                           const v1::RelayStoreGetRequest* request,
                                                           v1::StoreGetResponse* response) {
-    absl::Status s = auth_.check(*ctx);
-    if (s.ok()) s = registry_->authenticate(request->agent_id(), request->agent_secret());
+    absl::Status s = check_agent(*ctx, request->agent_id(), request->agent_secret());
     const v1::StoreGetRequest& r = request->request();
     if (s.ok() && !manager_->placed_on(request->agent_id(), r.job(), r.attempt(), -1)) {
         s = not_placed(request->agent_id(), r.job(), r.attempt());

@@ -39,6 +39,10 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
                                             v1::StoreGetResponse* response) override;
 
   private:
+    // The bearer token, then the agent's own secret for `agent_id` (NotFound: not registered).
+    absl::Status check_agent(const grpc::CallbackServerContext& ctx, const std::string& agent_id,
+                             const std::string& secret) const;
+
     AgentRegistry* registry_;
     JobManager* manager_;
     Authenticator auth_;

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/path_sandbox.h"
 
 namespace deltatune::daemon {
 namespace {
@@ -44,25 +45,25 @@ absl::Status prepare_private_dir(const std::string& dir) {
     }
     // Opened without following a link, then checked by descriptor: what is checked is what the
     // agent uses.
-    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
+    const UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) {
         return refuse(dir, errno == ELOOP || errno == ENOTDIR
                                ? "not a directory (a symbolic link or a file)"
                                : absl::StrCat("cannot open it: ", std::strerror(errno)));
     }
     struct stat st {};
-    absl::Status s;
-    if (fstat(fd, &st) != 0) {
-        s = refuse(dir, absl::StrCat("cannot stat it: ", std::strerror(errno)));
-    } else if (st.st_uid != geteuid()) {
-        s = refuse(
+    if (fstat(fd.get(), &st) != 0) {
+        return refuse(dir, absl::StrCat("cannot stat it: ", std::strerror(errno)));
+    }
+    if (st.st_uid != geteuid()) {
+        return refuse(
             dir, absl::StrCat("owned by uid ", st.st_uid, ", not by this agent's uid ", geteuid()));
-    } else if ((st.st_mode & 077) != 0 && fchmod(fd, 0700) != 0) {
-        s = refuse(
+    }
+    if ((st.st_mode & 077) != 0 && fchmod(fd.get(), 0700) != 0) {
+        return refuse(
             dir, absl::StrCat("open to other users and cannot be closed: ", std::strerror(errno)));
     }
-    close(fd);
-    return s;
+    return absl::OkStatus();
 }
 
 }  // namespace deltatune::daemon

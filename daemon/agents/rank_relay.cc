@@ -35,15 +35,21 @@ grpc::ServerUnaryReactor* forward(grpc::CallbackServerContext* ctx, const std::s
     return reactor;
 }
 
+// An upstream request carrying who the agent is.
+template <typename Request>
+Request signed_by(const AgentIdentity& me) {
+    Request up;
+    up.set_agent_id(me.id);
+    up.set_agent_secret(me.secret);
+    return up;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* RankRelay::Report(grpc::CallbackServerContext* ctx,
                                             const v1::RankReport* request,
                                             v1::RankDirective* response) {
-    v1::RelayReportRequest up;
-    const AgentIdentity me = agent_id_();
-    up.set_agent_id(me.id);
-    up.set_agent_secret(me.secret);
+    auto up = signed_by<v1::RelayReportRequest>(agent_id_());
     *up.mutable_report() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayReport(args...); });
@@ -52,10 +58,7 @@ grpc::ServerUnaryReactor* RankRelay::Report(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* RankRelay::StoreSet(grpc::CallbackServerContext* ctx,
                                               const v1::StoreSetRequest* request,
                                               v1::StoreSetResponse* response) {
-    v1::RelayStoreSetRequest up;
-    const AgentIdentity me = agent_id_();
-    up.set_agent_id(me.id);
-    up.set_agent_secret(me.secret);
+    auto up = signed_by<v1::RelayStoreSetRequest>(agent_id_());
     *up.mutable_request() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayStoreSet(args...); });
@@ -64,10 +67,7 @@ grpc::ServerUnaryReactor* RankRelay::StoreSet(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* RankRelay::StoreGet(grpc::CallbackServerContext* ctx,
                                               const v1::StoreGetRequest* request,
                                               v1::StoreGetResponse* response) {
-    v1::RelayStoreGetRequest up;
-    const AgentIdentity me = agent_id_();
-    up.set_agent_id(me.id);
-    up.set_agent_secret(me.secret);
+    auto up = signed_by<v1::RelayStoreGetRequest>(agent_id_());
     *up.mutable_request() = *request;
     return forward(ctx, token_, std::move(up), response,
                    [this](auto... args) { stub_->async()->RelayStoreGet(args...); });

@@ -118,6 +118,8 @@ int serve(const std::string& config_path, const std::string& listen) {
         admin_options.agents = &agents;
         admin_options.tls_cert_file = config->tls_cert_file;
         admin_options.tls_key_file = config->tls_key_file;
+        admin_options.max_connections = config->limits.http_connections;
+        admin_options.max_connections_per_client = config->limits.http_connections_per_client;
         admin = AdminHttpServer::start(manager->get(), std::move(admin_options));
         if (!admin.ok()) return fail(admin.status());
         (*admin)->set_ready(true);

@@ -10,13 +10,14 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-venv
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
-  libutf8proc-dev libpcre2-dev libcpp-httplib-dev libssl-dev
+  libutf8proc-dev libpcre2-dev libmicrohttpd-dev
 )
 if [[ ${1:-} == --tests ]]; then
   PACKAGES+=(
     clang-format  # the format guard
     prometheus  # the monitoring tests: a real Prometheus scrapes a daemon; promtool checks /metrics
     chromium  # the dashboard test: headless Chromium renders /ui
+    debootstrap podman runc  # the image test: a Debian root, imported and run without a registry
   )
   # kubectl renders the Kubernetes kustomize base in the deploy test; a kubectl already
   # installed (from any package) is kept.

@@ -366,6 +366,32 @@ int export_job(const std::vector<std::string>& args) {
 
 // Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
 // where the time went.
+
+// DownloadProfile's pieces, joined and parsed (GetProfile would refuse a trace over 64 MiB).
+grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& req,
+                              v1::Profile* out) {
+    auto ctx = client->context();
+    std::unique_ptr<grpc::ClientReader<v1::ProfileChunk>> reader =
+        client->stub().DownloadProfile(ctx.get(), req);
+    std::string bytes;
+    v1::ProfileChunk chunk;
+    while (reader->Read(&chunk)) {
+        if (chunk.offset() != static_cast<int64_t>(bytes.size())) {
+            return grpc::Status(grpc::StatusCode::DATA_LOSS, "profile pieces out of order");
+        }
+        if (bytes.empty()) {
+            bytes.reserve(
+                static_cast<size_t>(std::clamp<int64_t>(chunk.total_bytes(), 0, 1 << 30)));
+        }
+        bytes += chunk.data();
+    }
+    grpc::Status s = reader->Finish();
+    if (s.ok() && (!out->ParseFromString(bytes) || out->profile_id() != req.profile_id())) {
+        s = grpc::Status(grpc::StatusCode::DATA_LOSS, "the profile does not parse");
+    }
+    return s;
+}
+
 int profile(const std::vector<std::string>& args) {
     auto one = one_job(args, {"steps", "out", "wait"});
     if (!one.ok()) return fail("profile", one.status());
@@ -392,7 +418,7 @@ int profile(const std::vector<std::string>& args) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
     for (;;) {
         auto c = client->context();
-        const grpc::Status s = client->stub().GetProfile(c.get(), get, &p);
+        const grpc::Status s = download_profile(client, get, &p);
         if (s.ok()) break;
         if (s.error_code() != grpc::StatusCode::NOT_FOUND ||
             std::chrono::steady_clock::now() > deadline) {

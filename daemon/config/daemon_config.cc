@@ -114,7 +114,10 @@ absl::Status parse_root(const YAML::Node& root, DaemonConfig* c) {
                       {"cpu_rank_memory_gib", seconds_to(&c->cpu_rank_memory_gib)}})},
             {"limits", section({{"max_request_bytes", integer_to(&c->limits.max_request_bytes)},
                                 {"max_yaml_depth", integer_to(&c->limits.max_yaml_depth)},
-                                {"max_list_length", integer_to(&c->limits.max_list_length)}})},
+                                {"max_list_length", integer_to(&c->limits.max_list_length)},
+                                {"http_connections", integer_to(&c->limits.http_connections)},
+                                {"http_connections_per_client",
+                                 integer_to(&c->limits.http_connections_per_client)}})},
         });
 }
 
@@ -138,6 +141,14 @@ absl::Status check_listen_address(const char* field, const std::string& address)
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> read_tls_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open"));
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
 
 absl::StatusOr<HostPort> parse_host_port(const std::string& address) {
     const size_t colon = address.rfind(':');
@@ -262,6 +273,10 @@ absl::Status validate_daemon_config(const DaemonConfig& c) {
                                 static_cast<double>(c.limits.max_request_bytes), 1024, 64 << 20));
     DT_RETURN_IF_ERROR(in_range("limits.max_yaml_depth", c.limits.max_yaml_depth, 4, 256));
     DT_RETURN_IF_ERROR(in_range("limits.max_list_length", c.limits.max_list_length, 1, 1 << 20));
+    DT_RETURN_IF_ERROR(in_range("limits.http_connections", c.limits.http_connections, 8, 60000));
+    DT_RETURN_IF_ERROR(in_range("limits.http_connections_per_client",
+                                c.limits.http_connections_per_client, 1,
+                                c.limits.http_connections));
     return absl::OkStatus();
 }
 

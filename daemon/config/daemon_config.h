@@ -14,9 +14,11 @@ namespace deltatune::daemon {
 
 // Bounds on untrusted input: gRPC messages and YAML documents (docs/operations.md).
 struct InputLimits {
-    int64_t max_request_bytes = 4 << 20;  // gRPC receive limit and YAML file size
-    int max_yaml_depth = 32;              // nesting of mappings and sequences
-    int max_list_length = 1024;           // entries of any list or map in a job spec
+    int64_t max_request_bytes = 4 << 20;   // gRPC receive limit and YAML file size
+    int max_yaml_depth = 32;               // nesting of mappings and sequences
+    int max_list_length = 1024;            // entries of any list or map in a job spec
+    int http_connections = 256;            // admin HTTP connections in total
+    int http_connections_per_client = 16;  // and from one address (a proxy counts as one)
 };
 
 // Folders that job paths must resolve under, after symlinks. Relative job paths are taken
@@ -73,5 +75,8 @@ absl::StatusOr<HostPort> parse_host_port(const std::string& address);
 // True for HOST:PORT with a literal in 127.0.0.0/8, [::1] or localhost as the host, and for unix:
 // addresses.
 bool is_loopback_address(const std::string& address);
+
+// The text of tls.cert_file or tls.key_file (PEM), for the gRPC and HTTP listeners alike.
+absl::StatusOr<std::string> read_tls_file(const std::string& path);
 
 }  // namespace deltatune::daemon

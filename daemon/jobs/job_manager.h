@@ -33,6 +33,7 @@
 #include "deltatune/v1/job.pb.h"
 #include "deltatune/v1/rank.pb.h"
 #include "deltatune/v1/service.pb.h"
+#include "runtime/base/path_sandbox.h"
 
 namespace deltatune::daemon {
 
@@ -136,8 +137,15 @@ class JobManager {
     // steps (0: 3; at most 100); returns the profile's id. FailedPrecondition for a job that is
     // not running, trains on CPU ranks, or has a profile ordered and not yet picked up.
     absl::StatusOr<std::string> request_profile(const std::string& name, int steps);
-    // A finished profile, read from the job's output folder (the path the daemon derives, never
-    // one a rank reported). NotFound until the job's PROFILE_COMPLETED event.
+    // A finished profile's file in the job's output folder (the path the daemon derives, never
+    // one a rank reported), open for reading. NotFound until the job's PROFILE_COMPLETED event.
+    struct ProfileFile {
+        UniqueFd fd;
+        int64_t bytes = 0;
+        std::string path;
+    };
+    absl::StatusOr<ProfileFile> open_profile(const std::string& name, const std::string& id);
+    // The same, read and parsed: FailedPrecondition past 64 MiB (DownloadProfile streams those).
     absl::StatusOr<v1::Profile> get_profile(const std::string& name, const std::string& id);
     // The rendezvous store of a running attempt; FailedPrecondition for any other attempt.
     absl::Status store_set(const std::string& job, int attempt, const std::string& key,

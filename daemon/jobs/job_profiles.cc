@@ -17,14 +17,15 @@ namespace deltatune::daemon {
 namespace {
 
 constexpr int kDefaultSteps = 3, kMaxSteps = 100;
-constexpr int64_t kMaxProfileBytes = int64_t{1} << 30;
+constexpr int64_t kMaxProfileBytes = int64_t{1} << 30;          // what a rank may write
+constexpr int64_t kMaxProfileMessageBytes = int64_t{64} << 20;  // GetProfile's one message
 
 // The job's profile file, opened through the daemon's outputs sandbox without following a link
 // in its last component, and only when its folder resolves inside the job's own output folder:
 // the rank process wrote it and is not trusted with a path.
-absl::StatusOr<std::string> read_profile_file(const PathSandbox& outputs,
-                                              const std::string& output_dir,
-                                              const std::string& id) {
+absl::StatusOr<JobManager::ProfileFile> open_profile_file(const PathSandbox& outputs,
+                                                          const std::string& output_dir,
+                                                          const std::string& id) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::path root = fs::canonical(output_dir, ec);
@@ -33,17 +34,20 @@ absl::StatusOr<std::string> read_profile_file(const PathSandbox& outputs,
         return absl::NotFoundError(
             absl::StrCat("profile ", id, ": no profiles folder in ", output_dir));
     }
-    const std::string path = (dir / (id + ".binpb")).string();
-    absl::StatusOr<UniqueFd> fd = outputs.open(path, O_RDONLY | O_NOFOLLOW);
+    JobManager::ProfileFile file;
+    file.path = (dir / (id + ".binpb")).string();
+    absl::StatusOr<UniqueFd> fd = outputs.open(file.path, O_RDONLY | O_NOFOLLOW);
     if (!fd.ok()) {
-        return absl::NotFoundError(
-            absl::StrCat("profile ", id, ": ", path, " missing (", fd.status().message(), ")"));
+        return absl::NotFoundError(absl::StrCat("profile ", id, ": ", file.path, " missing (",
+                                                fd.status().message(), ")"));
     }
     struct stat st {};
     if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxProfileBytes) {
-        return absl::DataLossError(absl::StrCat("profile ", id, ": ", path, " unreadable"));
+        return absl::DataLossError(absl::StrCat("profile ", id, ": ", file.path, " unreadable"));
     }
-    return read_fd(fd->get(), path);
+    file.fd = std::move(*fd);
+    file.bytes = st.st_size;
+    return file;
 }
 
 }  // namespace
@@ -85,8 +89,8 @@ absl::StatusOr<std::string> JobManager::request_profile(const std::string& name,
     return id;
 }
 
-absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
-                                                    const std::string& id) {
+absl::StatusOr<JobManager::ProfileFile> JobManager::open_profile(const std::string& name,
+                                                                 const std::string& id) {
     if (!is_random_hex(id, 32)) {  // a profile id (random_hex(16)) names a file
         return absl::InvalidArgumentError(absl::StrCat("'", id, "' is not a profile id"));
     }
@@ -109,17 +113,27 @@ absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
     if (outcome && outcome->type() == "PROFILE_FAILED") {
         return absl::FailedPreconditionError(outcome->message());
     }
-    if (outcome) {
-        DT_ASSIGN_OR_RETURN(const std::string bytes,
-                            read_profile_file(*impl_->outputs, job.spec().output_dir(), id));
-        v1::Profile p;
-        if (!p.ParseFromString(bytes) || p.profile_id() != id) {
-            return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));
-        }
-        return p;
-    }
+    if (outcome) return open_profile_file(*impl_->outputs, job.spec().output_dir(), id);
     return absl::NotFoundError(
         absl::StrCat("profile ", id, " of ", job.name(), ": not finished (or not ordered)"));
+}
+
+absl::StatusOr<v1::Profile> JobManager::get_profile(const std::string& name,
+                                                    const std::string& id) {
+    DT_ASSIGN_OR_RETURN(const ProfileFile file, open_profile(name, id));
+    if (file.bytes > kMaxProfileMessageBytes) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("profile ", id, " is ", file.bytes >> 20, " MiB, over GetProfile's ",
+                         kMaxProfileMessageBytes >> 20,
+                         " MiB: DownloadProfile streams it (deltatune profile "
+                         "does)"));
+    }
+    DT_ASSIGN_OR_RETURN(const std::string bytes, read_fd(file.fd.get(), file.path));
+    v1::Profile p;
+    if (!p.ParseFromString(bytes) || p.profile_id() != id) {
+        return absl::DataLossError(absl::StrCat("profile ", id, ": the file is corrupt"));
+    }
+    return p;
 }
 
 }  // namespace deltatune::daemon

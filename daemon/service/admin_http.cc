@@ -1,7 +1,6 @@
 #include "daemon/service/admin_http.h"
 
 #include <google/protobuf/util/json_util.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <charconv>
@@ -17,6 +16,7 @@
 #include "daemon/service/ui_page.h"
 #include "deltatune/v1/service.pb.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
 
 #ifndef DT_VERSION
 #define DT_VERSION "dev"
@@ -63,7 +63,7 @@ int http_status(absl::StatusCode code) {
     }
 }
 
-void reply_error(httplib::Response& res, const absl::Status& s) {
+void reply_error(HttpResponse& res, const absl::Status& s) {
     res.status = http_status(s.code());
     const nlohmann::json body = {{"error",
                                   {{"code", res.status},
@@ -73,7 +73,7 @@ void reply_error(httplib::Response& res, const absl::Status& s) {
 }
 
 template <typename Message>
-void reply_json(httplib::Response& res, const Message& m) {
+void reply_json(HttpResponse& res, const Message& m) {
     std::string out;
     google::protobuf::util::JsonPrintOptions opt;
     opt.preserve_proto_field_names = false;
@@ -291,157 +291,121 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
 AdminHttpServer::AdminHttpServer(JobManager* manager, Options options)
     : manager_(manager),
       options_(std::move(options)),
-      metrics_(manager, options_.gpus, options_.grpc, options_.agents),
-      server_(options_.tls_cert_file.empty()
-                  ? std::make_unique<httplib::Server>()
-                  : std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
-                                                         options_.tls_key_file.c_str())) {}
+      metrics_(manager, options_.gpus, options_.grpc, options_.agents) {}
 
-AdminHttpServer::~AdminHttpServer() {
-    server_->stop();
-    if (thread_.joinable()) thread_.join();
-}
+AdminHttpServer::~AdminHttpServer() = default;
 
 absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::start(JobManager* manager,
                                                                         Options options) {
-    const std::string address = options.address;
-    absl::StatusOr<HostPort> parsed = parse_host_port(address);
-    if (!parsed.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("listen.http ", parsed.status().message()));
-    }
-    const std::string host = parsed->host;
-    int port = parsed->port;
     std::unique_ptr<AdminHttpServer> s(new AdminHttpServer(manager, std::move(options)));
-    if (!s->server_->is_valid()) {  // an SSLServer whose certificate or key did not load
-        return absl::InvalidArgumentError(absl::StrCat(
-            "listen.http: TLS with tls.cert_file ", s->options_.tls_cert_file, " and tls.key_file ",
-            s->options_.tls_key_file, ": the certificate or key is not valid PEM"));
-    }
-    s->routes();
+    HttpServer::Options http;
+    http.address = s->options_.address;
+    http.tls_cert_file = s->options_.tls_cert_file;
+    http.tls_key_file = s->options_.tls_key_file;
+    http.limits.max_connections = s->options_.max_connections;
+    http.limits.max_connections_per_client = s->options_.max_connections_per_client;
     // Every answer is what its Content-Type says: browsers must not guess another.
-    s->server_->set_default_headers({{"X-Content-Type-Options", "nosniff"}});
-    s->server_->set_payload_max_length(64 << 10);
-    // cpp-httplib sets SO_REUSEPORT by default, which lets a second daemon bind the same port
-    // and take half the requests. SO_REUSEADDR alone still allows a quick restart.
-    s->server_->set_socket_options([](int sock) {
-        int yes = 1;
-        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    if (port == 0) {
-        port = s->server_->bind_to_any_port(host);
-    } else if (!s->server_->bind_to_port(host, port)) {
-        port = -1;
-    }
-    if (port <= 0) {
-        return absl::UnavailableError(absl::StrCat("listen.http: cannot bind ", address));
-    }
-    s->port_ = port;
-    s->thread_ = std::thread([srv = s->server_.get()] { srv->listen_after_bind(); });
+    http.default_headers = {{"X-Content-Type-Options", "nosniff"}};
+    Routes routes;
+    s->probe_routes(routes);
+    s->job_routes(routes);
+    s->ui_routes(routes);
+    DT_ASSIGN_OR_RETURN(s->server_, HttpServer::start(std::move(http), std::move(routes)));
     return s;
 }
 
-void AdminHttpServer::routes() {
-    probe_routes();
-    job_routes();
-    ui_routes();
-}
-
 // Probes and metrics: open (no job specs), per-job series only with the token.
-void AdminHttpServer::probe_routes() {
-    server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+void AdminHttpServer::probe_routes(Routes& routes) {
+    routes.emplace_back("/healthz", [](const HttpRequest&, HttpResponse& res) {
         res.set_content("ok\n", "text/plain");
     });
-    server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    routes.emplace_back("/readyz", [this](const HttpRequest&, HttpResponse& res) {
         res.status = ready_ ? 200 : 503;
         res.set_content(ready_ ? "ready\n" : "not ready\n", "text/plain");
     });
     // With auth on, /metrics without a valid token shows the daemon-wide series only (build,
     // jobs by state, stream subscribers): no job names or losses. Scrapers that send the token
     // get every series.
-    server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    routes.emplace_back("/metrics", [this](const HttpRequest& req, HttpResponse& res) {
         const size_t subscribers = options_.subscribers ? options_.subscribers() : 0;
-        const bool per_job = options_.auth.check_header(req.get_header_value("Authorization")).ok();
+        const bool per_job = options_.auth.check_header(req.header("Authorization")).ok();
         res.set_content(metrics_.render(subscribers, per_job), "text/plain; version=0.0.4");
     });
 }
 
 // The read-only JSON of jobs, behind the bearer token.
-void AdminHttpServer::job_routes() {
-    auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
-        const absl::Status s = options_.auth.check_header(req.get_header_value("Authorization"));
+void AdminHttpServer::job_routes(Routes& routes) {
+    auto authorized = [this](const HttpRequest& req, HttpResponse& res) {
+        const absl::Status s = options_.auth.check_header(req.header("Authorization"));
         if (!s.ok()) reply_error(res, s);
         return s.ok();
     };
-    server_->Get(
-        "/v1/jobs", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-            if (!authorized(req, res)) return;
-            JobManager::ListRequest list;
-            if (req.has_param("page_size") &&
-                !absl::SimpleAtoi(req.get_param_value("page_size"), &list.page_size)) {
-                return reply_error(res, absl::InvalidArgumentError("page_size must be an integer"));
+    routes.emplace_back("/v1/jobs", [this, authorized](const HttpRequest& req, HttpResponse& res) {
+        if (!authorized(req, res)) return;
+        JobManager::ListRequest list;
+        if (req.has_param("page_size") &&
+            !absl::SimpleAtoi(req.param("page_size"), &list.page_size)) {
+            return reply_error(res, absl::InvalidArgumentError("page_size must be an integer"));
+        }
+        list.page_token = req.param("page_token");
+        // ?label=key:value (or key%3Dvalue), repeatable: every one must match (as ListJobs'
+        // label filter). A bare '=' would end the parameter's value.
+        for (const std::string& kv : req.param_values("label")) {
+            const size_t eq = kv.find_first_of(":=");
+            if (eq == std::string::npos || eq == 0) {
+                return reply_error(res, absl::InvalidArgumentError(
+                                            absl::StrCat("label '", kv, "' is not key:value")));
             }
-            list.page_token = req.get_param_value("page_token");
-            // ?label=key:value (or key%3Dvalue), repeatable: every one must match (as ListJobs'
-            // label filter). A bare '=' would end the parameter's value.
-            for (size_t i = 0; i < req.get_param_value_count("label"); ++i) {
-                const std::string kv = req.get_param_value("label", i);
-                const size_t eq = kv.find_first_of(":=");
-                if (eq == std::string::npos || eq == 0) {
-                    return reply_error(res, absl::InvalidArgumentError(
-                                                absl::StrCat("label '", kv, "' is not key:value")));
-                }
-                list.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
-            }
-            if (req.has_param("state") &&
-                !v1::Job::State_Parse(req.get_param_value("state"), &list.state)) {
-                return reply_error(res, absl::InvalidArgumentError(absl::StrCat(
-                                            "unknown state '", req.get_param_value("state"), "'")));
-            }
-            auto page = manager_->list_jobs(list);
-            if (!page.ok()) return reply_error(res, page.status());
-            v1::ListJobsResponse out;
-            for (auto& j : page->jobs) *out.add_jobs() = std::move(j);
-            out.set_next_page_token(page->next_page_token);
-            reply_json(res, out);
-        });
+            list.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+        if (req.has_param("state") && !v1::Job::State_Parse(req.param("state"), &list.state)) {
+            return reply_error(res, absl::InvalidArgumentError(
+                                        absl::StrCat("unknown state '", req.param("state"), "'")));
+        }
+        auto page = manager_->list_jobs(list);
+        if (!page.ok()) return reply_error(res, page.status());
+        v1::ListJobsResponse out;
+        for (auto& j : page->jobs) *out.add_jobs() = std::move(j);
+        out.set_next_page_token(page->next_page_token);
+        reply_json(res, out);
+    });
     // ?since_step=N: the steps after N only (a poller's next request passes its last step).
-    server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+)/metrics)",
-                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
-                     if (!authorized(req, res)) return;
-                     int64_t since = 0;
-                     if (req.has_param("since_step") &&
-                         !absl::SimpleAtoi(req.get_param_value("since_step"), &since)) {
-                         return reply_error(
-                             res, absl::InvalidArgumentError("since_step must be an integer"));
-                     }
-                     auto body = metrics_history_json(*manager_, req.matches[1].str(), since);
-                     if (!body.ok()) return reply_error(res, body.status());
-                     res.set_content(*body, "application/json");
-                 });
+    routes.emplace_back(R"(/v1/jobs/([A-Za-z0-9._-]+)/metrics)", [this, authorized](
+                                                                     const HttpRequest& req,
+                                                                     HttpResponse& res) {
+        if (!authorized(req, res)) return;
+        int64_t since = 0;
+        if (req.has_param("since_step") && !absl::SimpleAtoi(req.param("since_step"), &since)) {
+            return reply_error(res, absl::InvalidArgumentError("since_step must be an integer"));
+        }
+        auto body = metrics_history_json(*manager_, req.matches[1], since);
+        if (!body.ok()) return reply_error(res, body.status());
+        res.set_content(*body, "application/json");
+    });
     // The node agents (docs/multinode.md) and their state, as ListAgents returns them.
-    server_->Get("/v1/agents",
-                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
-                     if (!authorized(req, res)) return;
-                     v1::ListAgentsResponse out;
-                     if (options_.agents != nullptr) {
-                         for (v1::Agent& a : options_.agents->list())
-                             *out.add_agents() = std::move(a);
-                     }
-                     reply_json(res, out);
-                 });
+    routes.emplace_back("/v1/agents",
+                        [this, authorized](const HttpRequest& req, HttpResponse& res) {
+                            if (!authorized(req, res)) return;
+                            v1::ListAgentsResponse out;
+                            if (options_.agents != nullptr) {
+                                for (v1::Agent& a : options_.agents->list())
+                                    *out.add_agents() = std::move(a);
+                            }
+                            reply_json(res, out);
+                        });
     // ?min_sequence=N&page_size=M&type=T: the job's event log a page at a time (ListJobEvents).
-    server_->Get(
+    routes.emplace_back(
         R"(/v1/jobs/([A-Za-z0-9._-]+)/events)",
-        [this, authorized](const httplib::Request& req, httplib::Response& res) {
+        [this, authorized](const HttpRequest& req, HttpResponse& res) {
             if (!authorized(req, res)) return;
             JobManager::EventsRequest r;
-            r.name = req.matches[1].str();
-            r.page_token = req.get_param_value("page_token");
-            r.type = req.get_param_value("type");
+            r.name = req.matches[1];
+            r.page_token = req.param("page_token");
+            r.type = req.param("type");
             if ((req.has_param("min_sequence") &&
-                 !absl::SimpleAtoi(req.get_param_value("min_sequence"), &r.min_sequence)) ||
+                 !absl::SimpleAtoi(req.param("min_sequence"), &r.min_sequence)) ||
                 (req.has_param("page_size") &&
-                 !absl::SimpleAtoi(req.get_param_value("page_size"), &r.page_size))) {
+                 !absl::SimpleAtoi(req.param("page_size"), &r.page_size))) {
                 return reply_error(
                     res, absl::InvalidArgumentError("min_sequence and page_size are integers"));
             }
@@ -452,27 +416,27 @@ void AdminHttpServer::job_routes() {
             out.set_next_page_token(page->next_page_token);
             reply_json(res, out);
         });
-    server_->Get(R"(/v1/jobs/([A-Za-z0-9._-]+))",
-                 [this, authorized](const httplib::Request& req, httplib::Response& res) {
-                     if (!authorized(req, res)) return;
-                     auto job = manager_->get_job(req.matches[1].str());
-                     if (!job.ok()) return reply_error(res, job.status());
-                     reply_json(res, *job);
-                 });
+    routes.emplace_back(R"(/v1/jobs/([A-Za-z0-9._-]+))",
+                        [this, authorized](const HttpRequest& req, HttpResponse& res) {
+                            if (!authorized(req, res)) return;
+                            auto job = manager_->get_job(req.matches[1]);
+                            if (!job.ok()) return reply_error(res, job.status());
+                            reply_json(res, *job);
+                        });
 }
 
-void AdminHttpServer::ui_routes() {
+void AdminHttpServer::ui_routes(Routes& routes) {
     // The dashboard page: static (it holds no data; its script fetches the JSON routes
     // with the bearer token the user enters), so it is served without one.
-    auto page = [csp = ui_content_security_policy(ui_page_html())](const httplib::Request&,
-                                                                   httplib::Response& res) {
+    auto page = [csp = ui_content_security_policy(ui_page_html())](const HttpRequest&,
+                                                                   HttpResponse& res) {
         res.set_header("Cache-Control", "no-store");
         res.set_header("Content-Security-Policy", csp);
         res.set_header("X-Frame-Options", "DENY");  // frame-ancestors for older browsers
         res.set_content(std::string(ui_page_html()), "text/html; charset=utf-8");
     };
-    server_->Get("/ui", page);
-    server_->Get(R"(/ui/jobs/([A-Za-z0-9._-]+))", page);
+    routes.emplace_back("/ui", page);
+    routes.emplace_back(R"(/ui/jobs/([A-Za-z0-9._-]+))", page);
 }
 
 }  // namespace deltatune::daemon

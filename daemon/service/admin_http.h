@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,10 +19,7 @@
 #include "daemon/jobs/job_manager.h"
 #include "daemon/service/auth.h"
 #include "daemon/service/grpc_metrics.h"
-
-namespace httplib {
-class Server;
-}
+#include "daemon/service/http_server.h"
 
 namespace deltatune::daemon {
 
@@ -71,28 +67,27 @@ class AdminHttpServer {
         const AgentRegistry* agents = nullptr;    // registered node agents
         // PEM files (both or neither): HTTPS with them, as the gRPC listener's `tls:`.
         std::string tls_cert_file, tls_key_file;
+        int max_connections = 256, max_connections_per_client = 16;
     };
     // Binds and starts serving on a background thread.
     static absl::StatusOr<std::unique_ptr<AdminHttpServer>> start(JobManager* manager,
                                                                   Options options);
     ~AdminHttpServer();  // stops serving
-    int port() const { return port_; }
+    int port() const { return server_->port(); }
     void set_ready(bool ready) { ready_ = ready; }
 
   private:
+    using Routes = std::vector<std::pair<std::string, HttpHandler>>;
     AdminHttpServer(JobManager* manager, Options options);
-    void routes();
-    void probe_routes();
-    void job_routes();
-    void ui_routes();
+    void probe_routes(Routes& routes);
+    void job_routes(Routes& routes);
+    void ui_routes(Routes& routes);
 
     JobManager* manager_;
     Options options_;
     MetricsCollector metrics_;
-    std::unique_ptr<httplib::Server> server_;
-    std::thread thread_;
     std::atomic<bool> ready_{false};
-    int port_ = 0;
+    std::unique_ptr<HttpServer> server_;  // last: stops (and finishes its requests) first
 };
 
 }  // namespace deltatune::daemon

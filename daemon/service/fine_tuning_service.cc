@@ -6,31 +6,21 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "daemon/service/grpc_metrics.h"
+#include "daemon/service/profile_download.h"
 #include "runtime/base/status_macros.h"
 
 namespace deltatune::daemon {
 namespace {
 
-absl::StatusOr<std::string> read_pem(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open"));
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials(const DaemonConfig& c) {
     if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
     grpc::SslServerCredentialsOptions opts;
     grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    DT_ASSIGN_OR_RETURN(pair.private_key, read_pem(c.tls_key_file));
-    DT_ASSIGN_OR_RETURN(pair.cert_chain, read_pem(c.tls_cert_file));
+    DT_ASSIGN_OR_RETURN(pair.private_key, read_tls_file(c.tls_key_file));
+    DT_ASSIGN_OR_RETURN(pair.cert_chain, read_tls_file(c.tls_cert_file));
     opts.pem_key_cert_pairs.push_back(std::move(pair));
     return grpc::SslServerCredentials(opts);
 }
@@ -264,6 +254,24 @@ grpc::ServerWriteReactor<v1::Job>* FineTuningService::WatchJob(grpc::CallbackSer
     if (s.ok()) s = manager_->cursor(req->name()).status();
     if (!s.ok()) return failed_stream<v1::Job>(ToGrpcStatus(s));
     return start_job_watch(manager_, &hub_, req->name());
+}
+
+grpc::ServerWriteReactor<v1::ProfileChunk>* FineTuningService::DownloadProfile(
+    grpc::CallbackServerContext* ctx, const v1::GetProfileRequest* req) {
+    auto* download = new ProfileDownload();
+    if (absl::Status s = auth_.check(*ctx); !s.ok()) {
+        download->begin(s);
+        return download;
+    }
+    // Finding the profile reads the job's events and opens its file: off the gRPC threads.
+    const bool queued = workers_.run([this, download, name = req->name(), id = req->profile_id()] {
+        download->begin(manager_->open_profile(name, id));
+    });
+    if (!queued) {
+        download->begin(absl::UnavailableError(
+            "the daemon is busy checking other submissions' files; retry shortly"));
+    }
+    return download;
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> start_public_server(

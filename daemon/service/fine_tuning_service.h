@@ -23,7 +23,7 @@ class GrpcServerMetrics;  // grpc_metrics.h
 
 // Unary methods take the request's raw bytes and parse it here: gRPC's own parsing answers a
 // request that does not parse with UNIMPLEMENTED and no message (grpc/grpc#30454); parsed here it
-// is INVALID_ARGUMENT with the reason. The two streams still use gRPC's parsing.
+// is INVALID_ARGUMENT with the reason. The three streams still use gRPC's parsing.
 using FineTuningServiceBase = v1::FineTuningService::WithRawCallbackMethod_CreateJob<
     v1::FineTuningService::WithRawCallbackMethod_GetJob<
         v1::FineTuningService::WithRawCallbackMethod_ListJobs<
@@ -78,6 +78,8 @@ class FineTuningService final : public FineTuningServiceBase {
         grpc::CallbackServerContext* ctx, const v1::StreamJobEventsRequest* req) override;
     grpc::ServerWriteReactor<v1::Job>* WatchJob(grpc::CallbackServerContext* ctx,
                                                 const v1::WatchJobRequest* req) override;
+    grpc::ServerWriteReactor<v1::ProfileChunk>* DownloadProfile(
+        grpc::CallbackServerContext* ctx, const v1::GetProfileRequest* req) override;
 
     size_t stream_subscribers() { return hub_.size(); }
     // Served beside this service (start_public_server), living as long as it.

@@ -9,7 +9,8 @@
 // "Checkpoints" are <output_dir>/fake-ckpt-<rank> holding the step, so resumes are observable.
 // A profile order (ProfileJob) is answered at once with <output_dir>/profiles/<id>.binpb and a
 // PROFILE_COMPLETED event; label fake_profile=symlink makes that file a link to one outside the
-// output folder instead (the daemon must not follow it).
+// output folder instead (the daemon must not follow it); fake_profile=huge pads its trace to 65
+// MiB.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -93,6 +94,9 @@ class Rank {
         deltatune::v1::Profile::Kernel* k = p.add_kernels();
         k->set_name("fake_kernel"), k->set_launches(7), k->set_total_ms(1.5);
         p.set_trace_json("{\"traceEvents\": []}");
+        if (spec_.labels().count("fake_profile") && spec_.labels().at("fake_profile") == "huge") {
+            p.set_trace_json(std::string(65 << 20, ' ') + p.trace_json());  // past GetProfile's cap
+        }
         const fs::path file = dir / (id + ".binpb");
         if (spec_.labels().count("fake_profile") &&
             spec_.labels().at("fake_profile") == "symlink") {

@@ -65,6 +65,25 @@ grpc::Status fetch(TestDaemon& d, const std::string& name, const std::string& id
     return s;
 }
 
+// DownloadProfile's pieces, in order and at most 1 MiB each, joined; `pieces` counts them.
+grpc::Status download(TestDaemon& d, const std::string& name, const std::string& id,
+                      std::string* bytes, int* pieces) {
+    v1::GetProfileRequest req;
+    req.set_name(name);
+    req.set_profile_id(id);
+    auto c = ctx();
+    auto reader = d.stub().DownloadProfile(c.get(), req);
+    v1::ProfileChunk chunk;
+    *pieces = 0;
+    while (reader->Read(&chunk)) {
+        CHECK(chunk.offset() == static_cast<int64_t>(bytes->size()));
+        CHECK(chunk.data().size() <= (1u << 20));
+        *bytes += chunk.data();
+        ++*pieces;
+    }
+    return reader->Finish();
+}
+
 TEST_CASE("a running GPU job's profile reaches rank 0 and comes back", "[daemon][profile]") {
     GpuDaemon g;
     TestDaemon d(g.config);
@@ -84,6 +103,11 @@ TEST_CASE("a running GPU job's profile reaches rank 0 and comes back", "[daemon]
     REQUIRE(p.kernels_size() == 1);
     CHECK(p.kernels(0).name() == "fake_kernel");
     CHECK(p.trace_json() == "{\"traceEvents\": []}");
+    std::string streamed;
+    int pieces = 0;
+    REQUIRE(download(d, job.name(), id, &streamed, &pieces).ok());
+    CHECK(pieces == 1);
+    CHECK(streamed == p.SerializeAsString());
     // Ordered once: a second profile is a new order with its own id.
     std::string second;
     REQUIRE(order(d, job.name(), 0, &second).ok());
@@ -109,6 +133,46 @@ TEST_CASE("a running GPU job's profile reaches rank 0 and comes back", "[daemon]
     CHECK_THAT(out, Catch::Contains("fake_kernel") && Catch::Contains("trace: " + trace));
     std::ifstream in(trace);
     CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "{\"traceEvents\": []}");
+}
+
+TEST_CASE("a profile past 64 MiB streams in 1 MiB pieces", "[daemon][profile]") {
+    GpuDaemon g;
+    TestDaemon d(g.config);
+    v1::JobSpec spec = gpu_spec("huge");
+    (*spec.mutable_labels())["fake_profile"] = "huge";
+    Job job;
+    REQUIRE(create(d, spec, &job).ok());
+    wait_state(d, job.name(), Job::RUNNING);
+    std::string id;
+    REQUIRE(order(d, job.name(), 1, &id).ok());
+    v1::Profile p;
+    const grpc::Status one = fetch(d, job.name(), id, &p);
+    CHECK(one.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(one.error_message(),
+               Catch::Contains("65 MiB") && Catch::Contains("DownloadProfile"));
+    std::string bytes;
+    int pieces = 0;
+    const grpc::Status streamed = download(d, job.name(), id, &bytes, &pieces);
+    INFO(streamed.error_message());
+    REQUIRE(streamed.ok());
+    CHECK(pieces == 66);
+    REQUIRE(p.ParseFromString(bytes));
+    CHECK(p.profile_id() == id);
+    CHECK(p.trace_json().size() == (65u << 20) + 19);
+    // Errors come as the stream's status: a malformed id, an unknown job.
+    CHECK(download(d, job.name(), "../x", &bytes, &pieces).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(download(d, "jobs/nope", id, &bytes, &pieces).error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+    // The CLI fetches it whole.
+    std::string out;
+    const std::string trace = g.dir.file("huge.json");
+    CHECK(::deltatune::testing::run_command(::deltatune::testing::cli_path() + " profile " +
+                                                job.name() + " --steps 1 --out " + trace +
+                                                " --address " + d.address() + " 2>&1",
+                                            out) == 0);
+    INFO(out);
+    CHECK(std::filesystem::file_size(trace) == (65u << 20) + 19);
 }
 
 TEST_CASE("profiles are refused for CPU jobs and jobs not running", "[daemon][profile]") {

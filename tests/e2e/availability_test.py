@@ -6,6 +6,9 @@
     checked to be a regular file before any read.
   - Validating a huge data file read it all on a gRPC thread: four such calls stalled ListJobs
     for 30 s. Now validation reads a bounded prefix on a bounded worker pool.
+  - Eight connections trickling a header byte every 2 s took every admin HTTP worker: /healthz
+    and /metrics stopped answering. Now connections are events, capped per client address, and
+    cut when their headers take over 10 s.
   - A storm of garbage requests, 5 MB messages and open streams while a job trains: GetJob stays
     fast and the job's losses are bit for bit an unloaded run's.
 """
@@ -201,6 +204,60 @@ def test_huge_data_files_at_submission_never_stall_the_api():
     check(slowest_list[0] < 0.1, f"ListJobs took {slowest_list[0] * 1000:.0f} ms")
 
 
+def test_slow_http_clients_never_stall_the_probes():
+    """64 connections from 127.0.0.2 trickling one header byte every 2 s: /healthz from 127.0.0.1
+    answers with p99 under 50 ms throughout, and every slow connection is refused (16 per client
+    address) or cut once its headers took 10 s."""
+    import socket
+    import time
+    slow = []
+    for _ in range(64):
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.connect(("127.0.0.1", D.http_port))
+        s.setblocking(False)
+        slow.append(s)
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    closed, latencies, sent = {}, [], 0
+    start = next_byte = time.monotonic()
+    while time.monotonic() - start < 14:
+        if time.monotonic() >= next_byte:
+            for i, s in enumerate(slow):
+                if i in closed:
+                    continue
+                try:
+                    if s.recv(1) == b"":
+                        closed[i] = time.monotonic() - start
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed[i] = time.monotonic() - start
+                    continue
+                try:
+                    s.send(request[sent % len(request):][:1])
+                except OSError:
+                    closed[i] = time.monotonic() - start
+            sent += 1
+            next_byte += 2
+        t = time.monotonic()
+        with D.urlopen("/healthz", timeout=5) as r:
+            check(r.status == 200, f"/healthz {r.status}")
+        latencies.append(time.monotonic() - t)
+        time.sleep(0.02)
+    for s in slow:
+        s.close()
+    latencies.sort()
+    p99 = latencies[int(0.99 * (len(latencies) - 1))]
+    at_once = sum(1 for t in closed.values() if t < 3)
+    cut = sorted(t for t in closed.values() if t >= 3)
+    print(f"  64 slow connections: {at_once} closed at once, {len(cut)} cut at "
+          f"{cut[0] if cut else 0:.0f}-{cut[-1] if cut else 0:.0f} s; {len(latencies)} /healthz, "
+          f"p99 {p99 * 1000:.1f} ms, slowest {latencies[-1] * 1000:.1f} ms")
+    check(p99 < 0.05, f"/healthz p99 {p99 * 1000:.1f} ms")
+    check(len(closed) == 64, f"{64 - len(closed)} slow connections still open after 14 s")
+
+
 def test_a_request_storm_during_training():
     """500 open event streams, 4 threads of ListJobs with garbage page tokens and a 5 MB
     CreateJob every 0.5 s while a job trains: GetJob p99 under 20 ms, and the job's losses equal
@@ -246,6 +303,7 @@ try:
         ("FIFOs at every path never stall the API", test_fifos_at_every_path_never_stall_the_api),
         ("huge data files at submission never stall the API",
          test_huge_data_files_at_submission_never_stall_the_api),
+        ("slow HTTP clients never stall the probes", test_slow_http_clients_never_stall_the_probes),
         ("a request storm during training", test_a_request_storm_during_training),
     ])
 finally:

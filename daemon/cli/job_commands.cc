@@ -21,6 +21,7 @@
 #include "daemon/cli/job_client.h"
 #include "daemon/cli/progress_line.h"
 #include "daemon/config/job_yaml.h"
+#include "daemon/rank/spec_to_config.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/train/trainer_inputs.h"
 
@@ -333,8 +334,10 @@ absl::StatusOr<v1::Checkpoint> pick_checkpoint(const v1::ListCheckpointsResponse
 
 // A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
 // are (the daemon's machine or a shared filesystem).
+// A checkpoint as the job's own export would write it: the whole model, or for a LoRA job its
+// adapter as a PEFT folder (`--merged`: merged into the base) from the job's own adapter spec.
 int export_job(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"step", "out"});
+    auto one = one_job(args, {"step", "out"}, {"merged"});
     if (!one.ok()) return fail("export", one.status());
     const absl::StatusOr<uint64_t> step = one->flags.get_uint("step", 0);
     if (!step.ok()) return fail("export", step.status());
@@ -354,18 +357,23 @@ int export_job(const std::vector<std::string>& args) {
     if (!cp.ok()) return fail("export", cp.status());
     const std::string out =
         flags->get("out", absl::StrCat(job.spec().output_dir(), "/export-step-", cp->step()));
-    TrainConfig c;
-    c.model_dir = job.spec().model();
-    c.tokenizer = job.spec().data().tokenizer();
+    TrainConfig c = train_config_from_spec(job.spec());
+    if (flags->has("merged")) {
+        if (!c.lora) {
+            return fail("export", absl::InvalidArgumentError(
+                                      absl::StrCat("--merged: ", name, " is not a LoRA job")));
+        }
+        c.lora_merged_export = true;
+    }
     const absl::StatusOr<int64_t> exported = export_checkpoint(c, cp->path(), out);
     if (!exported.ok()) return fail("export", exported.status());
-    std::printf("exported step %lld of %s to %s\n", static_cast<long long>(*exported), name.c_str(),
-                out.c_str());
+    std::printf("exported step %lld of %s to %s%s\n", static_cast<long long>(*exported),
+                name.c_str(), out.c_str(),
+                !c.lora                ? ""
+                : c.lora_merged_export ? " (LoRA merged)"
+                                       : " (LoRA, PEFT)");
     return 0;
 }
-
-// Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
-// where the time went.
 
 // DownloadProfile's pieces, joined and parsed (GetProfile would refuse a trace over 64 MiB).
 grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& req,
@@ -392,6 +400,8 @@ grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& re
     return s;
 }
 
+// Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
+// where the time went.
 int profile(const std::vector<std::string>& args) {
     auto one = one_job(args, {"steps", "out", "wait"});
     if (!one.ok()) return fail("profile", one.status());

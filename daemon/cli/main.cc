@@ -51,10 +51,13 @@ const Command kCommands[] = {
      deltatune::cli::kernels_command},
     {"pack-stats", "--data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
                    "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate|drop]\n"
-                   "       [--bad-lines fail|skip] [--cache-dir DIR]   packing efficiency vs 2D padding",
+                   "       [--format auto|chat|pretokenized] [--bad-lines fail|skip] [--cache-dir DIR]\n"
+                   "       packing efficiency vs 2D padding, and the steps of one epoch; the chat\n"
+                   "       template defaults to the tokenizer's, as a job's does",
      deltatune::cli::pack_stats_command},
     {"tokenize", "--tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads N]\n"
-                 "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line",
+                 "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
+                 "       (the chat template defaults to the tokenizer's, as a job's does)",
      deltatune::cli::tokenize_command},
     {"train", "JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]\n"
               "       train in this process, without the daemon (W processes: data-parallel, Gloo)",
@@ -71,8 +74,9 @@ const Command kCommands[] = {
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
     {"profile", "JOB [--steps 3] [--out FILE] [--wait 600]   trace a running GPU job's next steps\n"
                 "       (CUPTI): a Chrome/Perfetto trace and where the GPU time went", nullptr},
-    {"export", "JOB [--step N] [--out DIR]   a checkpoint as a Hugging Face folder, written here\n"
-               "       (default: the newest, into OUTPUT_DIR/export-step-N)", nullptr},
+    {"export", "JOB [--step N] [--out DIR] [--merged]   a checkpoint as a Hugging Face folder,\n"
+               "       written here (default: the newest, into OUTPUT_DIR/export-step-N); a LoRA\n"
+               "       job's adapter as a PEFT folder, or with --merged merged into the base", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
     {"agents", "   the node agents registered with the daemon (jobs with resources.nodes run there)",
      deltatune::cli::agents_command},

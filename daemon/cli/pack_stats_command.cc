@@ -1,9 +1,11 @@
 // deltatune pack-stats --data FILE [--tokenizer T] --tokens-per-batch N [--window W] [--seed S]
-//     [--chat-template qwen3|qwen3_5] [--format auto|chat|pretokenized] [--world-size R]
+//     [--chat-template qwen3|qwen3_5 (default: the tokenizer's, as a job picks)]
+//     [--format auto|chat|pretokenized] [--world-size R]
 //     [--overlong split|truncate|drop] [--bad-lines fail|skip] [--cache-dir DIR] [--threads N]
 //     [--vocab-size V]   (ids are checked against V, default the tokenizer's vocabulary if given)
 // Loads (and tokenizes) a dataset, plans one epoch of packing and prints one JSON line: documents,
-// tokens, batches, packing efficiency (real tokens / (batches x N)), the batches 2D padding would
+// tokens, batches, steps (the optimizer steps of one epoch, as a job with these settings runs
+// them), packing efficiency (real tokens / (batches x N)), the batches 2D padding would
 // need over the same shuffled order, the relative reduction, and the ranks' token balance.
 #include <cstdio>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
+#include "runtime/data/chat_template_source.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
 #include "runtime/data/tokenizer.h"
@@ -32,11 +35,12 @@ absl::StatusOr<nlohmann::json> pack_stats(const Flags& flags) {
     DT_ASSIGN_OR_RETURN(const uint64_t threads, flags.get_uint("threads", 0));
     dopt.num_threads = static_cast<int>(threads);
     dopt.cache_dir = flags.get("cache-dir");
-    DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
-                        parse_chat_template_kind(flags.get("chat-template", "qwen3_5")));
     std::unique_ptr<Tokenizer> tokenizer;
     if (flags.has("tokenizer")) {
         DT_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(flags.get("tokenizer")));
+        DT_ASSIGN_OR_RETURN(
+            const ChatTemplateKind kind,
+            chat_template_for(*tokenizer, flags.get("tokenizer"), flags.get("chat-template")));
         dopt.chat = make_chat_tokenizer(*tokenizer, kind);
         dopt.vocab_size = tokenizer->vocab_size();
     }

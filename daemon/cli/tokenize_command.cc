@@ -1,5 +1,7 @@
 // deltatune tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5]
 //     [--threads N] [--input FILE] < in.jsonl > out.jsonl
+// The chat template defaults to the one the tokenizer's folder carries, as a job's does
+// (choose_chat_template).
 // Reads JSON lines with "text" (or "messages" with --chat) and writes, in input order, one JSON
 // line per input with "input_ids" (and "labels" with --chat); a blank input line gives a blank
 // output line, so line N of the output is always line N's. Special tokens written in the text
@@ -17,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/data/chat_template.h"
+#include "runtime/data/chat_template_source.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/jsonl_reader.h"
 #include "runtime/data/tokenizer.h"
@@ -79,7 +82,8 @@ absl::Status tokenize(const Flags& flags) {
     DT_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
                         Tokenizer::load(tokenizer_path));
     Job job{tokenizer.get(), flags.has("chat"), ChatTemplateKind::kQwen35};
-    DT_ASSIGN_OR_RETURN(job.kind, parse_chat_template_kind(flags.get("chat-template", "qwen3_5")));
+    DT_ASSIGN_OR_RETURN(job.kind,
+                        chat_template_for(*tokenizer, tokenizer_path, flags.get("chat-template")));
     DT_ASSIGN_OR_RETURN(uint64_t threads, flags.get_uint("threads", 0));
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
     const std::string input = flags.get("input", "/dev/stdin");

@@ -44,17 +44,18 @@ const char* binary_format(std::string_view head) {
     return nullptr;
 }
 
-// The keys a first line of each format needs, and a word on the others people bring.
-absl::Status check_first_line(const std::string& where, std::string_view text,
-                              const v1::DataSpec& data) {
+// The keys a first line of each format needs, and a word on the others people bring. True when
+// the line is a conversation.
+absl::StatusOr<bool> check_first_line(const std::string& where, std::string_view text,
+                                      const v1::DataSpec& data) {
     const bool skip = data.bad_lines() == v1::BAD_LINE_POLICY_SKIP;
     nlohmann::ordered_json j;  // keys in file order
     if (auto why = parse_json_line(text, j)) {
-        if (skip) return absl::OkStatus();
+        if (skip) return false;
         return invalid(absl::StrCat(where, ": not valid JSON: ", *why));
     }
     if (!j.is_object()) {
-        if (skip) return absl::OkStatus();
+        if (skip) return false;
         return invalid(absl::StrCat(where, ": not a JSON object"));
     }
     const bool chat = std::any_of(kChatLineKeys.begin(), kChatLineKeys.end(),
@@ -63,7 +64,7 @@ absl::Status check_first_line(const std::string& where, std::string_view text,
     const v1::DataFormat f = data.format();
     if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
         (f == v1::DATA_FORMAT_UNSPECIFIED && (chat || tokenized))) {
-        return absl::OkStatus();
+        return f == v1::DATA_FORMAT_CHAT || (f == v1::DATA_FORMAT_UNSPECIFIED && !tokenized);
     }
     std::vector<std::string> keys;
     for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");
@@ -84,8 +85,8 @@ absl::Status check_first_line(const std::string& where, std::string_view text,
 
 }  // namespace
 
-absl::Status check_data_file(const std::string& field, const std::string& path,
-                             const v1::DataSpec& data) {
+absl::StatusOr<bool> check_data_file(const std::string& field, const std::string& path,
+                                     const v1::DataSpec& data) {
     const std::string where = absl::StrCat(field, " (", path, ")");
     {
         // Through the sandbox's open: a FIFO swapped in after confine() is refused, never read.
@@ -120,7 +121,9 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
         if (!more) return invalid(absl::StrCat(where, " holds no JSON line"));
         scanned += line.text.size() + 1;
         if (line.too_long) {
-            if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) return absl::OkStatus();
+            if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) {
+                return data.format() == v1::DATA_FORMAT_CHAT;
+            }
             return invalid(absl::StrCat(where, ":", line.number, ": longer than ",
                                         "data.max_document_bytes (", data.max_document_bytes(),
                                         ")"));
@@ -128,7 +131,7 @@ absl::Status check_data_file(const std::string& field, const std::string& path,
         if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
         return check_first_line(absl::StrCat(where, ":", line.number), line.text, data);
     }
-    return absl::OkStatus();
+    return data.format() == v1::DATA_FORMAT_CHAT;
 }
 
 }  // namespace deltatune::daemon

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "deltatune/v1/job.pb.h"
 
 namespace deltatune::daemon {
@@ -18,8 +18,9 @@ inline constexpr size_t kBlankPrefixBytes = size_t{1} << 20;
 
 // `field` names the spec entry ("data.train_files[0]"); `path` is the confined file. Errors are
 // InvalidArgument "INVALID_CONFIG: ...". With bad_lines: skip a malformed first line is allowed
-// (the job counts it), an unreadable format never is.
-absl::Status check_data_file(const std::string& field, const std::string& path,
-                             const v1::DataSpec& data);
+// (the job counts it), an unreadable format never is. True when the file is chat data (by its
+// format, or by its first line under format: auto), which a chat template renders.
+absl::StatusOr<bool> check_data_file(const std::string& field, const std::string& path,
+                                     const v1::DataSpec& data);
 
 }  // namespace deltatune::daemon

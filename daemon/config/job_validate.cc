@@ -18,6 +18,7 @@
 #include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/data/chat_template_source.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/qwen35_config.h"
 
@@ -364,6 +365,24 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
     return absl::OkStatus();
 }
 
+namespace {
+
+// Chat data is rendered with the base's own template unless the spec names a built-in one: a
+// base whose template deltatune does not render is refused here, at submission, not when the
+// rank reads its data (choose_chat_template says what to set).
+absl::Status check_chat_template(const std::string& model, const v1::DataSpec& d) {
+    if (!d.chat_template().empty()) return absl::OkStatus();
+    const std::string folder = tokenizer_folder_of(d.tokenizer().empty() ? model : d.tokenizer());
+    absl::StatusOr<std::optional<std::string>> carried = read_carried_chat_template(folder);
+    if (!carried.ok()) return invalid(std::string(carried.status().message()));
+    if (*carried && !identify_chat_template(**carried)) {
+        return choose_chat_template(0, "", *carried).status();
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
     const PathRule model{"models", roots.models, fs::file_type::directory};
     PathRule tokenizer{"models or data", roots.models, fs::file_type::unknown};
@@ -376,16 +395,20 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
         DT_ASSIGN_OR_RETURN(*d->mutable_tokenizer(),
                             confine("data.tokenizer", d->tokenizer(), tokenizer));
     }
+    bool chat = false;
     for (int i = 0; i < d->train_files_size(); ++i) {
         const std::string field = absl::StrCat("data.train_files[", i, "]");
         DT_ASSIGN_OR_RETURN(*d->mutable_train_files(i), confine(field, d->train_files(i), data));
-        DT_RETURN_IF_ERROR(check_data_file(field, d->train_files(i), *d));
+        DT_ASSIGN_OR_RETURN(const bool is_chat, check_data_file(field, d->train_files(i), *d));
+        chat |= is_chat;
     }
     for (int i = 0; i < d->eval_files_size(); ++i) {
         const std::string field = absl::StrCat("data.eval_files[", i, "]");
         DT_ASSIGN_OR_RETURN(*d->mutable_eval_files(i), confine(field, d->eval_files(i), data));
-        DT_RETURN_IF_ERROR(check_data_file(field, d->eval_files(i), *d));
+        DT_ASSIGN_OR_RETURN(const bool is_chat, check_data_file(field, d->eval_files(i), *d));
+        chat |= is_chat;
     }
+    if (chat) DT_RETURN_IF_ERROR(check_chat_template(spec->model(), *d));
     DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
                         confine("output_dir", spec->output_dir(), output));
     if (!spec->resume_from().empty() && spec->resume_from().rfind("jobs/", 0) != 0) {

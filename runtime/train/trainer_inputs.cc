@@ -10,6 +10,8 @@
 #include "runtime/base/file_util.h"
 #include "runtime/base/path_sandbox.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/data/chat_template_source.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/train/checkpoint_export.h"
 #include "runtime/train/train_state.h"
@@ -19,6 +21,11 @@ namespace deltatune {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The tokenizer's path (a folder or a tokenizer.json): the spec's, or the model's folder.
+std::string tokenizer_path(const TrainConfig& c) {
+    return c.tokenizer.empty() ? c.model_dir : c.tokenizer;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -160,13 +167,9 @@ absl::StatusOr<Loaded> load_train_inputs(const TrainConfig& c, const TrainerHook
         needs_tokenizer |= detected == DatasetFormat::kChat;
     }
     if (needs_tokenizer) {
-        DT_ASSIGN_OR_RETURN(in.tokenizer,
-                            Tokenizer::load(c.tokenizer.empty() ? c.model_dir : c.tokenizer));
-        ChatTemplateKind kind = in.tokenizer->vocab_size() >= 248000 ? ChatTemplateKind::kQwen35
-                                                                     : ChatTemplateKind::kQwen3;
-        if (!c.chat_template.empty()) {
-            DT_ASSIGN_OR_RETURN(kind, parse_chat_template_kind(c.chat_template));
-        }
+        DT_ASSIGN_OR_RETURN(in.tokenizer, Tokenizer::load(tokenizer_path(c)));
+        DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
+                            chat_template_for(*in.tokenizer, tokenizer_path(c), c.chat_template));
         options.chat = make_chat_tokenizer(*in.tokenizer, kind);
     }
     DT_ASSIGN_OR_RETURN(in.train, load_corpus(c.train_files, c, options));
@@ -223,8 +226,10 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 namespace {
 
 // GenerationConfig.from_model_config's essentials: the special token ids of the exported
-// config.json (top level, or a multimodal config's text_config). Nothing when it names none.
-absl::Status write_generation_config(const std::string& export_dir) {
+// config.json (top level, or a multimodal config's text_config); with a chat template (`chat`),
+// eos also holds "<|im_end|>", which ends an assistant turn, so generation stops there. Nothing
+// when the config names none.
+absl::Status write_generation_config(const std::string& export_dir, bool chat) {
     absl::StatusOr<std::string> read = read_file(export_dir + "/config.json");
     if (absl::IsNotFound(read.status())) return absl::OkStatus();  // an adapter: the base's serves
     DT_ASSIGN_OR_RETURN(const std::string text, std::move(read));
@@ -238,21 +243,61 @@ absl::Status write_generation_config(const std::string& export_dir) {
             out[key] = config["text_config"][key];
         }
     }
+    if (chat) {
+        absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::load(export_dir);
+        const std::optional<int32_t> im_end =
+            tokenizer.ok() ? (*tokenizer)->token_to_id("<|im_end|>") : std::nullopt;
+        if (im_end) {
+            nlohmann::ordered_json eos = nlohmann::ordered_json::array({*im_end});
+            const nlohmann::ordered_json& was = out.contains("eos_token_id")
+                                                    ? out["eos_token_id"]
+                                                    : nlohmann::ordered_json::array();
+            for (const auto& id : was.is_array() ? was : nlohmann::ordered_json::array({was})) {
+                if (id != *im_end) eos.push_back(id);
+            }
+            out["eos_token_id"] = eos;
+        }
+    }
     if (out.size() == 1) return absl::OkStatus();
     return write_file_atomic(export_dir + "/generation_config.json", out.dump(2) + "\n");
+}
+
+// Writes the built-in template training used as the export's chat_template.jinja (and drops a
+// different one from its tokenizer_config.json) unless the base's own template served; returns
+// whether the export carries a chat template.
+absl::StatusOr<bool> write_trained_chat_template(const TrainConfig& c, const std::string& tok_dir,
+                                                 const std::string& export_dir) {
+    DT_ASSIGN_OR_RETURN(const std::optional<std::string> carried,
+                        read_carried_chat_template(tok_dir));
+    if (carried && c.chat_template.empty()) return true;  // trained with the base's own
+    int64_t vocab = 0;
+    if (c.chat_template.empty()) {  // no template anywhere: the vocabulary's, as training chose
+        absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::load(export_dir);
+        if (!tokenizer.ok()) return false;  // no tokenizer, no chat
+        vocab = (*tokenizer)->vocab_size();
+    }
+    DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
+                        choose_chat_template(vocab, c.chat_template, std::nullopt));
+    DT_RETURN_IF_ERROR(write_file_atomic(export_dir + "/chat_template.jinja",
+                                         std::string(builtin_chat_template_text(kind))));
+    absl::StatusOr<std::string> config = read_file(export_dir + "/tokenizer_config.json");
+    if (!config.ok()) return true;
+    nlohmann::ordered_json json = nlohmann::ordered_json::parse(*config, nullptr, false);
+    if (json.is_object() && json.erase("chat_template") > 0) {
+        DT_RETURN_IF_ERROR(
+            write_file_atomic(export_dir + "/tokenizer_config.json", json.dump(2) + "\n"));
+    }
+    return true;
 }
 
 }  // namespace
 
 // The tokenizer files beside the model (or the spec's tokenizer) go with the export, so it loads
-// in transformers as it is. Through the process sandbox, like every other file the trainer opens.
+// in transformers as it is, with the chat template training used: the base's own when it carries
+// one and the job named none (choose_chat_template accepted it), else the built-in one's text.
+// Through the process sandbox, like every other file the trainer opens.
 absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& export_dir) {
-    const PathSandbox& files = process_sandbox();
-    std::string tok_dir = c.tokenizer.empty() ? c.model_dir : c.tokenizer;
-    absl::StatusOr<DirEntry> st = files.stat(tok_dir);
-    if (!c.tokenizer.empty() && !(st.ok() && st->type == EntryType::kDirectory)) {
-        tok_dir = fs::path(c.tokenizer).parent_path().string();
-    }
+    const std::string tok_dir = tokenizer_folder_of(tokenizer_path(c));
     bool have_generation_config = false;
     for (const char* f :
          {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -264,7 +309,9 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
         DT_RETURN_IF_ERROR(write_file_atomic(absl::StrCat(export_dir, "/", f), *text));
         have_generation_config |= std::string_view(f) == "generation_config.json";
     }
-    return have_generation_config ? absl::OkStatus() : write_generation_config(export_dir);
+    DT_ASSIGN_OR_RETURN(const bool templated, write_trained_chat_template(c, tok_dir, export_dir));
+    return have_generation_config ? absl::OkStatus()
+                                  : write_generation_config(export_dir, templated);
 }
 
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_cpu_engine_for(const TrainConfig& c,

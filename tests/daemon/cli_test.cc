@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_split.h"
@@ -100,13 +101,19 @@ TEST_CASE("tokenize writes the library's ids for every corpus line, in order", "
     CHECK(bad == 0);
 }
 
+// TMP/chat.jsonl holding one short conversation.
+std::string one_conversation(const TempDir& tmp) {
+    const std::string path = tmp.file("chat.jsonl");
+    std::ofstream(path) << R"({"messages": [{"role": "user", "content": "2+2?"},)"
+                        << R"( {"role": "assistant", "content": "4"}]})"
+                        << "\n";
+    return path;
+}
+
 TEST_CASE("tokenize --chat masks all but the assistant turns; bad lines name file and line",
           "[cli]") {
     TempDir tmp;
-    const std::string in = tmp.file("chat.jsonl");
-    std::ofstream(in) << R"({"messages": [{"role": "user", "content": "2+2?"},)"
-                      << R"( {"role": "assistant", "content": "4"}]})"
-                      << "\n";
+    const std::string in = one_conversation(tmp);
     std::string out;
     REQUIRE(run("tokenize --chat --chat-template qwen3 --tokenizer " + tokenizer_fixtures() +
                     "/qwen3/tokenizer.json --input " + in,
@@ -137,6 +144,32 @@ TEST_CASE("tokenize --chat masks all but the assistant turns; bad lines name fil
                    "parsing object key - invalid literal; last read: '{no'; expected string "
                    "literal\n") != std::string::npos);
     CHECK(out.find("{\"input_ids\":[") != std::string::npos);
+}
+
+TEST_CASE("tokenize and pack-stats render chat with the tokenizer's template, as a job does",
+          "[cli]") {
+    TempDir tmp;
+    const std::string in = one_conversation(tmp);
+    // Each tokenizer's default equals its own template named, and the two differ.
+    std::map<std::string, std::string> rendered;
+    for (const std::string tok : {"qwen3", "qwen3_5"}) {
+        const std::string base = "tokenize --chat --tokenizer " + tokenizer_fixtures() + "/" + tok +
+                                 "/tokenizer.json --input " + in;
+        std::string by_default, named;
+        REQUIRE(run(base, by_default) == 0);
+        REQUIRE(run(base + " --chat-template " + tok, named) == 0);
+        CHECK(by_default == named);
+        rendered[tok] = by_default;
+    }
+    CHECK(rendered["qwen3"] != rendered["qwen3_5"]);
+    // pack-stats counts the tokens the qwen3 template gives, not qwen3_5's.
+    std::string stats;
+    REQUIRE(run("pack-stats --format chat --tokens-per-batch 64 --tokenizer " +
+                    tokenizer_fixtures() + "/qwen3/tokenizer.json --data " + in,
+                stats) == 0);
+    const auto ids = nlohmann::json::parse(rendered["qwen3"])["input_ids"];
+    CHECK(nlohmann::json::parse(stats)["tokens"].get<size_t>() == ids.size());
+    CHECK(nlohmann::json::parse(stats)["steps"].get<int>() == 1);
 }
 
 TEST_CASE("tokenize answers every input line, blank ones with a blank line; NUL is refused",

@@ -19,7 +19,7 @@ std::string check(const std::string& bytes, v1::DataFormat format = v1::DATA_FOR
     v1::DataSpec data;
     data.set_format(format);
     data.set_bad_lines(bad_lines);
-    const absl::Status s = check_data_file("data.train_files[0]", path, data);
+    const absl::Status s = check_data_file("data.train_files[0]", path, data).status();
     if (s.ok()) return "ok";
     return absl::StrReplaceAll(s.message(), {{path, "PATH"}});
 }
@@ -62,7 +62,7 @@ TEST_CASE("submission reads a bounded prefix of a data file", "[daemon]") {
     const std::string bad_line = "{\"input\": 1}\n";
     const size_t within = (size_t{1} << 20) + kBlankPrefixBytes / 2;
     std::ofstream(path, std::ios::binary) << std::string(within, '\n') << bad_line;
-    CHECK_THAT(std::string(check_data_file("f", path, data).message()),
+    CHECK_THAT(std::string(check_data_file("f", path, data).status().message()),
                Catch::Contains("the first line has \"input\""));
     const size_t beyond = (size_t{1} << 20) + kBlankPrefixBytes + (size_t{2} << 20);
     std::ofstream(path, std::ios::binary) << std::string(beyond, '\n') << bad_line;

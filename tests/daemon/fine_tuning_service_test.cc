@@ -155,6 +155,30 @@ TEST_CASE("CreateJob with a request_id is idempotent", "[daemon][grpc]") {
     CHECK(resp.jobs_size() == 1);
 }
 
+TEST_CASE("chat data over a base template deltatune does not render is refused at submission",
+          "[daemon][grpc]") {
+    TempDir dir;
+    DaemonConfig config = test_config(dir);
+    std::ofstream(dir.file("models/tiny/chat_template.jinja")) << "{{ messages }}";
+    std::ofstream(dir.file("data/tokens.jsonl")) << "{\"input_ids\": [1, 2, 3]}\n";
+    TestDaemon d(config, false);
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = fake_spec("tpl");  // train.jsonl: chat
+    req.set_validate_only(true);
+    Job out;
+    const grpc::Status refused = d.stub().CreateJob(ctx().get(), req, &out);
+    CHECK(refused.error_code() == StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(refused.error_message(),
+               Catch::StartsWith("CHAT_TEMPLATE_UNKNOWN") && Catch::Contains("data.chat_template"));
+    // Named, a built-in template trains (and the export carries it).
+    req.mutable_spec()->mutable_data()->set_chat_template("qwen3_5");
+    CHECK(d.stub().CreateJob(ctx().get(), req, &out).ok());
+    // Tokenized data renders no template.
+    *req.mutable_spec() = fake_spec("tpl");
+    req.mutable_spec()->mutable_data()->set_train_files(0, "tokens.jsonl");
+    CHECK(d.stub().CreateJob(ctx().get(), req, &out).ok());
+}
+
 TEST_CASE("every allowed and refused transition without ranks", "[daemon][grpc]") {
     TempDir dir;
     TestDaemon d(test_config(dir), false);

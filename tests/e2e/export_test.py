@@ -3,6 +3,8 @@
 a tiny model with Qwen3.5's tokenizer and chat template, a vision tower's and an MTP head's
 tensors in its weights, then the export read with Hugging Face's own libraries:
 
+  - a base whose own template deltatune does not render is refused unless the job names a built-in
+    one; a base without one trains with its vocabulary's; the export carries the one trained with;
   - AutoTokenizer (transformers) loads the export and apply_chat_template renders every training
     conversation, tools included, exactly as from the base model, and as the committed fixture
     says the Qwen3.5 template renders it;
@@ -104,19 +106,21 @@ def as_read(messages):
     return out
 
 
-def train(conversations):
+def train(conversations, base=BASE, out=OUT, template=None, expect_ok=True):
+    """`deltatune train` of `conversations` on `base` (data.chat_template: `template` if given);
+    the export folder, or the failed run's stderr when expect_ok is False."""
     data = os.path.join(ROOT, "train.jsonl")
     with open(data, "w") as f:
         for r in conversations:
             f.write(json.dumps({k: v for k, v in r.items() if k in ("messages", "tools")}) + "\n")
     job = os.path.join(ROOT, "job.yaml")
     with open(job, "w") as f:
-        f.write(f"""model: {BASE}
-output_dir: {OUT}
+        named = f"\n  chat_template: {template}" if template else ""
+        f.write(f"""model: {base}
+output_dir: {out}
 data:
   train_files: [{data}]
-  format: chat
-  chat_template: qwen3_5
+  format: chat{named}
 hyperparameters:
   learning_rate: 0.01
   lr_schedule: constant
@@ -125,8 +129,11 @@ hyperparameters:
 seed: 1
 """)
     r = subprocess.run([CLI, "train", job], capture_output=True, text=True, timeout=600)
+    if not expect_ok:
+        check(r.returncode != 0, "deltatune train succeeded")
+        return r.stderr
     check(r.returncode == 0, f"deltatune train: {r.returncode} {r.stderr[-2000:]}")
-    return os.path.join(OUT, "export")
+    return os.path.join(out, "export")
 
 
 def test_export_serves():
@@ -176,10 +183,53 @@ def test_export_serves():
         check(os.path.exists(os.path.join(export, f)), f"the export has no {f}")
     from transformers import GenerationConfig
     gen = GenerationConfig.from_pretrained(export)
-    check(gen.eos_token_id == IM_END == tok.convert_tokens_to_ids("<|im_end|>"),
+    check(gen.eos_token_id in (IM_END, [IM_END]) and IM_END == tok.convert_tokens_to_ids("<|im_end|>"),
           f"generation eos {gen.eos_token_id}")
     print(f"  export: {len(header)} tensors, {len(conversations)} conversations render as the base's")
 
 
+def base_variant(name, template):
+    """A copy of the base whose chat_template.jinja is `template` (None: the base has none)."""
+    path = os.path.join(ROOT, name)
+    shutil.copytree(BASE, path)
+    os.remove(os.path.join(path, "chat_template.jinja"))
+    if template is not None:
+        open(os.path.join(path, "chat_template.jinja"), "w").write(template)
+    return path
+
+
+def check_serves_qwen3_5(export, conversations):
+    """transformers renders every conversation from the export as Qwen3.5's template does, and
+    generation stops at the end of an assistant turn."""
+    from transformers import AutoTokenizer, GenerationConfig
+    tok = AutoTokenizer.from_pretrained(export)
+    for i, r in enumerate(conversations):
+        kwargs = {"tools": r["tools"]} if "tools" in r else {}
+        got = tok.apply_chat_template(as_read(r["messages"]), tokenize=False, **kwargs)
+        check(got == r["qwen3_5"], f"conversation {i}: the export renders differently")
+    eos = GenerationConfig.from_pretrained(export).eos_token_id
+    check(IM_END in (eos if isinstance(eos, list) else [eos]), f"generation eos {eos}")
+
+
+def test_the_template_trained_is_the_template_served():
+    """A base whose own template deltatune does not render is refused (unless the job names a
+    built-in one, which the export then carries); a base without one trains with its vocabulary's
+    built-in template, which the export carries."""
+    conversations = training_conversations()[:4]
+    custom = base_variant("base-custom", "{% for m in messages %}{{ m.content }}{% endfor %}")
+    err = train(conversations, base=custom, out=os.path.join(ROOT, "out-custom"), expect_ok=False)
+    check("CHAT_TEMPLATE_UNKNOWN" in err and "data.chat_template" in err, f"stderr: {err[-500:]}")
+    export = train(conversations, base=custom, out=os.path.join(ROOT, "out-named"),
+                   template="qwen3_5")
+    check_serves_qwen3_5(export, conversations)
+    bare = base_variant("base-bare", None)
+    export = train(conversations, base=bare, out=os.path.join(ROOT, "out-bare"))
+    check(open(os.path.join(export, "chat_template.jinja")).read() ==
+          open(os.path.join(FIXTURES, "chat", "qwen3_5.jinja")).read(), "the export's template")
+    check_serves_qwen3_5(export, conversations)
+
+
 if __name__ == "__main__":
-    run_tests([("an export serves: tokenizer, config and weights as the base's", test_export_serves)])
+    run_tests([("an export serves: tokenizer, config and weights as the base's", test_export_serves),
+               ("the template trained is the template served",
+                test_the_template_trained_is_the_template_served)])

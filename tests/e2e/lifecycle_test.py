@@ -358,6 +358,30 @@ def test_lora_job():
     r = subprocess.run([CLI, "step", "--model", D.path("models", "tiny"), "--batch", batch,
                         "--adapter", job.result_model], capture_output=True, text=True)
     check(r.returncode == 0 and json.loads(r.stdout)["loss"] > 0, f"step --adapter: {r.stderr}")
+    # `deltatune export` of a LoRA job's checkpoints: the newest is the job's own PEFT folder,
+    # byte for byte; an earlier one is another adapter; --merged is a whole model whose step
+    # loss equals the base with the adapter.
+    out = D.path("outputs", "lora-reexport")
+    rc, stdout, err = cli("export", name, "--out", out)
+    check(rc == 0 and "(LoRA, PEFT)" in stdout, f"export: {rc} {stdout} {err}")
+    for f in ("adapter_config.json", "adapter_model.safetensors"):
+        same = open(os.path.join(job.result_model, f), "rb").read() == \
+            open(os.path.join(out, f), "rb").read()
+        check(same, f"re-exported {f} differs from the job's export")
+    cps = C.stub.ListCheckpoints(C.service_pb2.ListCheckpointsRequest(name=name)).checkpoints
+    rc, _, err = cli("export", name, "--step", str(cps[0].step), "--out", out + "-early")
+    early = open(os.path.join(out + "-early", "adapter_model.safetensors"), "rb").read()
+    check(rc == 0 and early != open(os.path.join(out, "adapter_model.safetensors"), "rb").read(),
+          f"export --step {cps[0].step}: {rc} {err}")
+    rc, stdout, err = cli("export", name, "--merged", "--out", out + "-merged")
+    check(rc == 0 and "(LoRA merged)" in stdout, f"export --merged: {rc} {err}")
+    merged = subprocess.run([CLI, "step", "--model", out + "-merged", "--batch", batch],
+                            capture_output=True, text=True)
+    want, got = json.loads(r.stdout)["loss"], json.loads(merged.stdout or "{}").get("loss")
+    check(merged.returncode == 0 and got is not None and abs(got - want) <= 1e-5 * abs(want),
+          f"merged loss {got} vs base + adapter {want}: {merged.stderr}")
+    rc, _, err = cli("export", "jobs/" + "0" * 12, "--merged")
+    check(rc == 3, f"export of no job: {rc} {err}")
 
 
 try:
@@ -368,7 +392,7 @@ try:
         ("pause, resume, cancel in each state, delete", test_pause_resume_cancel),
         ("hostile requests get precise codes", test_hostile_requests),
         ("C++ CLI lifecycle", test_cli_lifecycle),
-        ("a LoRA job: pause, resume, PEFT export", test_lora_job),
+        ("a LoRA job: pause, resume, PEFT export, CLI export", test_lora_job),
         ("admin HTTP: metrics, probes, JSON", test_admin_http),
         ("SIGTERM checkpoints; restart resumes", test_sigterm_checkpoints_and_restart_resumes),
     ])

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Installs the build's dependencies (idempotent), configures and builds everything, CUDA included
-# when nvcc is found, into build/ (override with BUILD_DIR). Jobs default to the number of cores.
-# Nothing GPU-specific is fetched where there is no nvcc.
+# Installs the build's dependencies (idempotent), configures and builds into build/ (override with
+# BUILD_DIR): everything, or only TARGETS (e.g. "deltatuned deltatune"). CUDA kernels are built
+# when nvcc is found unless CMAKE_ARGS has -DDELTATUNE_CUDA=OFF; nothing GPU-specific is fetched
+# for a build without them. Jobs default to the number of cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 ./scripts/install-deps.sh
-if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+if [[ ${CMAKE_ARGS:-} != *DELTATUNE_CUDA=OFF* ]] &&
+   { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
   ./scripts/fetch-cudnn-frontend.sh
 fi
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
+targets=()
+for t in ${TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" "${targets[@]}"

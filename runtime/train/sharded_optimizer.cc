@@ -72,6 +72,19 @@ void ShardedOptimizer::for_each_piece(const Group& g, int64_t lo, int64_t hi, Fn
     }
 }
 
+ShardedStateIo ShardedOptimizer::state_io() {
+    ShardedStateIo io;
+    io.group_sizes = group_sizes();
+    io.adam_step = adam_step();
+    io.save_shard = [this](const std::string& path) { return save_shard(path); };
+    io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
+        DT_RETURN_IF_ERROR(load(files));
+        set_adam_step(adam_step);
+        return absl::OkStatus();
+    };
+    return io;
+}
+
 std::vector<int64_t> ShardedOptimizer::group_sizes() const {
     std::vector<int64_t> out;
     for (const Group& g : groups_) out.push_back(g.numel);

@@ -20,6 +20,7 @@
 #include "runtime/dist/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/train/train_state.h"
 
 namespace deltatune {
 
@@ -63,6 +64,8 @@ class ShardedOptimizer {
     // Loads from the shard files saved by ranks 0..W-1 (any world size W), then all-gathers
     // into the parameters. InvalidArgument when the layout differs from this model's.
     absl::Status load(const std::vector<std::string>& rank_files);
+    // The checkpoint reader and writer over the above (this optimizer must outlive it).
+    ShardedStateIo state_io();
 
   private:
     struct Member {

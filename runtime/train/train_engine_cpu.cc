@@ -142,18 +142,7 @@ class CpuLoraEngine final : public TrainEngine {
 
     absl::StatusOr<LossResult> evaluate(const PackedBatch& b) override { return net_.forward(b); }
 
-    ShardedStateIo state_io() override {
-        ShardedStateIo io;
-        io.group_sizes = optimizer_.group_sizes();
-        io.adam_step = optimizer_.adam_step();
-        io.save_shard = [this](const std::string& path) { return optimizer_.save_shard(path); };
-        io.load = [this](const std::vector<std::string>& files, int64_t adam_step) {
-            DT_RETURN_IF_ERROR(optimizer_.load(files));
-            optimizer_.set_adam_step(adam_step);
-            return absl::OkStatus();
-        };
-        return io;
-    }
+    ShardedStateIo state_io() override { return optimizer_.state_io(); }
 
     // The adapter is trained in place; the base is unchanged.
     absl::Status download(ParamSet&) override { return absl::OkStatus(); }

@@ -14,6 +14,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/train/checkpoint_export.h"
+#include "runtime/train/sharded_optimizer.h"
 #include "runtime/train/train_state.h"
 
 namespace deltatune {
@@ -347,14 +348,14 @@ absl::StatusOr<int64_t> export_checkpoint(const TrainConfig& c, const std::strin
         DT_RETURN_IF_ERROR(write_export(c, model, {}, masters.values, out_dir, true));
         return masters.state.step;
     }
-    DT_ASSIGN_OR_RETURN(HfModel model, load_hf_model(c.model_dir));
+    // LoRA: the adapter from the optimizer's state files; the base is only opened (a merged
+    // export streams it), never read whole.
+    DT_ASSIGN_OR_RETURN(HfModel model, open_hf_model(c.model_dir));
     LocalCommunicator comm;
     ParamSet adapters = make_lora_params(model.config, model.params, *c.lora);
-    DT_ASSIGN_OR_RETURN(const std::unique_ptr<TrainEngine> engine,
-                        make_cpu_engine_for(c, model, comm, adapters));
+    ShardedOptimizer optimizer = ShardedOptimizer::create(adapters, &comm);
     DT_ASSIGN_OR_RETURN(const TrainState state,
-                        load_train_state(checkpoint_dir, engine->state_io()));
-    DT_RETURN_IF_ERROR(engine->download(model.params));
+                        load_train_state(checkpoint_dir, optimizer.state_io()));
     DT_RETURN_IF_ERROR(write_export(c, model, adapters, nullptr, out_dir, true));
     return state.step;
 }

@@ -15,6 +15,9 @@ vocabulary, hidden 1,024, 8 layers, bf16 checkpoint), with its checkpoint and ex
     formed; only the small ones the blocks compute on the way), the adapter's state beside.
   - A process that does no GPU work (`deltatune --version`) stays under 64 MiB: cuBLAS, cuBLASLt
     and NVRTC are opened on first call, not at start.
+  - `deltatune export` of a LoRA job's checkpoint holds at most 1 byte per parameter of the base:
+    the adapter comes from the checkpoint's optimizer state and the base is only opened (before,
+    the CLI read the whole base into fp32, over 4 bytes per parameter).
 
 Before (c99b1d2) the same runs peaked at 33.2 bytes per parameter at world size 1 and 25.2 per
 rank at world size 2 (0.78x); at 5732bf0, 17.9 and 10.9 (0.61x), of which 1.7 bytes per parameter
@@ -27,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 
-from harness import CLI, SOURCE, check, run_tests
+from harness import CLI, SOURCE, Daemon, check, run_tests
 
 ROOT = tempfile.mkdtemp(prefix="deltatune-memory-")
 MODEL = os.path.join(ROOT, "model")
@@ -144,6 +147,38 @@ def test_lora_holds_the_base_once():
     check(peak / n <= 8, f"{peak / n:.1f} bytes per parameter of the base, limit 8")
 
 
+def test_lora_export_from_the_cli_opens_the_base_only():
+    """A LoRA job through a daemon, then `deltatune export` of its checkpoint: the CLI's peak RSS.
+    Runs last: it moves the model and data under the daemon's roots."""
+    n = parameters()
+    d = Daemon(root=os.path.join(ROOT, "daemon"))
+    os.rename(MODEL, d.path("models", "m"))
+    os.rename(DATA, d.path("data", "d.jsonl"))
+    job = d.path("job.yaml")
+    with open(job, "w") as f:
+        f.write("model: m\noutput_dir: lora\ndata:\n  train_files: [d.jsonl]\n"
+                "hyperparameters:\n  learning_rate: 0.001\n  max_steps: 1\n  tokens_per_batch: 32\n"
+                "checkpoint: {every_n_steps: 1}\n" + LORA)
+    d.start()
+    try:
+        env = dict(os.environ, DELTATUNE_ADDRESS=f"127.0.0.1:{d.port}")
+        r = subprocess.run([CLI, "submit", job, "--watch"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        check(r.returncode == 0, f"submit --watch: {r.returncode} {r.stderr[-1000:]}")
+        name = next(w for w in r.stdout.split() if w.startswith("jobs/"))
+        p = subprocess.Popen([CLI, "export", name, "--out", d.path("outputs", "again")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(p.pid, 0)
+        log = p.stdout.read().decode()
+        check(os.waitstatus_to_exitcode(status) == 0, f"export: {log[-1000:]}")
+    finally:
+        d.stop()
+    peak = usage.ru_maxrss * 1024
+    print(f"  deltatune export of the LoRA job: peak RSS {peak / 2**20:.0f} MiB = "
+          f"{peak / n:.2f} bytes per parameter of the base")
+    check(peak / n <= 1, f"{peak / n:.2f} bytes per parameter of the base, limit 1")
+
+
 if __name__ == "__main__":
     try:
         setup()
@@ -153,6 +188,8 @@ if __name__ == "__main__":
                     test_world_size_2_at_most_0_6x),
                    ("LoRA: the frozen base held once", test_lora_holds_the_base_once),
                    ("a process without GPU work loads no CUDA math library",
-                    test_a_process_without_gpu_work_loads_no_cuda_math_library)])
+                    test_a_process_without_gpu_work_loads_no_cuda_math_library),
+                   ("LoRA export from the CLI opens the base only",
+                    test_lora_export_from_the_cli_opens_the_base_only)])
     finally:
         shutil.rmtree(ROOT, ignore_errors=True)

@@ -297,6 +297,10 @@ class Agent {
 }  // namespace
 
 int agent_main(int argc, char** argv) {
+    if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
+        std::fputs(kUsage, stdout);  // asked for: stdout, success
+        return 0;
+    }
     AgentArgs args;
     if (!parse(argc, argv, &args)) {
         std::fputs(kUsage, stderr);

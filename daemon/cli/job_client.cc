@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/cli/progress_line.h"
 #include "daemon/service/auth.h"
 #include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
@@ -99,8 +100,7 @@ std::string job_line(const v1::Job& job) {
     if (it != job.latest_metrics().end()) line += absl::StrFormat("  eval %.4f", it->second);
     if (job.state() == v1::Job::QUEUED && job.queue_position() > 0)
         line += absl::StrCat("  queue #", job.queue_position());
-    if (!job.state_reason().empty()) line += absl::StrCat("  ", job.state_reason());
-    if (!job.error_message().empty()) line += absl::StrCat(": ", job.error_message());
+    line += reason_and_message(job, "  ");
     if (!job.result_model().empty()) line += absl::StrCat("  model ", job.result_model());
     absl::StripTrailingAsciiWhitespace(&line);  // the state's padding when nothing follows it
     return line;

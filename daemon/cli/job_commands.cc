@@ -132,6 +132,16 @@ int submit(const std::vector<std::string>& args) {
     auto ctx = client->context();
     const grpc::Status s = client->stub().CreateJob(ctx.get(), req, &job);
     if (!s.ok()) return report_rpc_error(s);
+    if (req.validate_only()) {  // nothing created: say what was checked
+        if (client->json()) {
+            std::printf("%s\n", to_json(job).c_str());
+        } else {
+            std::printf(
+                "valid: %s (the spec, its paths and data files, admission); not submitted\n",
+                path.c_str());
+        }
+        return 0;
+    }
     if (flags->has("watch")) {
         if (!client->json()) std::fprintf(stderr, "submitted %s\n", job.name().c_str());
         return watch(*client, job.name());
@@ -271,16 +281,21 @@ int events(const std::vector<std::string>& args) {
     req.set_since_sequence(static_cast<int64_t>(*since));
     auto reader = client->stub().StreamJobEvents(ctx.get(), req);
     v1::JobEvent e;
-    while (reader->Read(&e)) {
+    bool ended = false;
+    while (!ended && reader->Read(&e)) {
         if (e.type() == "HEARTBEAT") continue;
         std::printf("%s\n", client->json() ? to_json(e).c_str() : event_line(e).c_str());
         std::fflush(stdout);
-        if (e.type() == "SUCCEEDED" || e.type() == "FAILED" || e.type() == "CANCELLED") break;
+        ended = e.type() == "SUCCEEDED" || e.type() == "FAILED" || e.type() == "CANCELLED";
     }
-    ctx->TryCancel();
+    // Cancelled only when this side stopped reading: a stream the server ended carries its
+    // reason (NOT_FOUND for no such job), which a cancel would turn into CANCELLED.
+    if (ended) ctx->TryCancel();
     const grpc::Status s = reader->Finish();
-    if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) return report_rpc_error(s);
-    return 0;
+    if (ended) return 0;
+    return report_rpc_error(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                  "the event stream ended before the job did")
+                                   : s);
 }
 
 // Every page of a job's checkpoints, in one response.

@@ -19,8 +19,9 @@ using Run = int (*)(const std::vector<std::string>&);
 
 struct Command {
     const char* name;
-    const char* usage;  // after "deltatune NAME"
-    Run run;            // null: a job command (job_command)
+    const char* usage;    // after "deltatune NAME"
+    Run run;              // null: a job command (job_command)
+    bool client = false;  // talks to a daemon (every job command does): takes the client flags
 };
 
 constexpr char kJobFlags[] =
@@ -79,13 +80,13 @@ const Command kCommands[] = {
                "       job's adapter as a PEFT folder, or with --merged merged into the base", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
     {"agents", "   the node agents registered with the daemon (jobs with resources.nodes run there)",
-     deltatune::cli::agents_command},
+     deltatune::cli::agents_command, true},
 };
 // clang-format on
 
 void print_usage(FILE* out, const Command& c) {
     std::fprintf(out, "usage: deltatune %s %s\n", c.name, c.usage);
-    if (c.run == nullptr) std::fputs(kJobFlags, out);
+    if (c.run == nullptr || c.client) std::fputs(kJobFlags, out);
 }
 
 void usage(FILE* out) {

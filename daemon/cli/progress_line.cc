@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/cli/job_client.h"
@@ -78,6 +79,17 @@ std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t 
     return line;
 }
 
+std::string reason_and_message(const v1::Job& job, const std::string& lead) {
+    const std::string& reason = job.state_reason();
+    const std::string& message = job.error_message();
+    // Most messages start with their reason ("NO_TRAINED_TOKENS: ..."): say it once.
+    if (!reason.empty() && !absl::StartsWith(message, absl::StrCat(reason, ":"))) {
+        return message.empty() ? absl::StrCat(lead, reason)
+                               : absl::StrCat(lead, reason, ": ", message);
+    }
+    return message.empty() ? "" : absl::StrCat(lead, message);
+}
+
 std::string job_summary(const v1::Job& job) {
     std::string out = state_name(job.state());
     if (job.start_time().seconds() > 0 && job.end_time().seconds() > 0) {
@@ -85,8 +97,7 @@ std::string job_summary(const v1::Job& job) {
                         format_duration(job.end_time().seconds() - job.start_time().seconds()));
     }
     if (job.state() != v1::Job::SUCCEEDED) {
-        if (!job.state_reason().empty()) absl::StrAppend(&out, ": ", job.state_reason());
-        if (!job.error_message().empty()) absl::StrAppend(&out, ": ", job.error_message());
+        absl::StrAppend(&out, reason_and_message(job, ": "));
         return out;
     }
     const double loss = metric(job, "loss"), eval = metric(job, "eval_loss");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "deltatune/v1/job.pb.h"
@@ -33,6 +34,9 @@ std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t 
 
 // "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export" (or the
 // failure's reason and message).
+// The job's failure reason and message (" REASON: message"), the reason said once when the
+// message starts with it; "" when there is neither. `lead` goes first.
+std::string reason_and_message(const v1::Job& job, const std::string& lead);
 std::string job_summary(const v1::Job& job);
 
 // H:MM:SS.

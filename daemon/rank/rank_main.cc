@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -240,8 +241,8 @@ class Reporter {
 const char* reason_for(const absl::Status& s) {
     // A full disk stays full on a retry, a path outside the roots stays outside, and the same
     // data and hyperparameters give the same NaN.
-    for (const char* reason :
-         {"DISK_FULL", "PATH_NOT_ALLOWED", "NON_FINITE", "NO_TRAINED_TOKENS", "NON_FUSED_KERNEL"}) {
+    for (const char* reason : {"DISK_FULL", "PATH_NOT_ALLOWED", "NON_FINITE", "NO_TRAINED_TOKENS",
+                               "NON_FUSED_KERNEL", "CHAT_TEMPLATE_UNKNOWN"}) {
         if (absl::StrContains(s.message(), absl::StrCat(reason, ": "))) return reason;
     }
     switch (s.code()) {
@@ -270,12 +271,17 @@ int rank_main(int argc, char** argv) {
     // thread, which lives until every rank has exited, so PDEATHSIG fires only on a real crash;
     // the restarted daemon resumes the job from its last checkpoint (and kills any survivor).
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    constexpr const char* kUsage =
+        "usage: deltatuned rank --supervisor unix:PATH --job jobs/ID --spec SPEC.binpb "
+        "[--attempt N --rank R --world W]\n"
+        "  one rank of a job; deltatuned and its agents start these, never a user\n";
+    if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
+        std::fputs(kUsage, stdout);  // asked for: stdout, success
+        return 0;
+    }
     RankArgs args;
     if (!parse_args(argc, argv, args)) {
-        std::fprintf(
-            stderr,
-            "usage: deltatuned rank --supervisor unix:PATH --job jobs/ID --spec SPEC.binpb "
-            "[--attempt N --rank R --world W]\n");
+        std::fputs(kUsage, stderr);
         return 2;
     }
     Reporter reporter(args);

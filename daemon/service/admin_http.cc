@@ -6,7 +6,9 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -275,6 +277,10 @@ std::string MetricsCollector::render(size_t subscribers, bool per_job) {
     std::lock_guard<std::mutex> lock(mu_);
     std::string out;
     render_daemon(jobs, out);
+    // A deleted job's counters leave with it (its series would otherwise stay until a restart).
+    std::set<std::string> live;
+    for (const auto& j : jobs) live.insert(j.name());
+    std::erase_if(jobs_, [&](const auto& entry) { return !live.count(entry.first); });
     if (per_job) {
         for (const auto& j : jobs) consume_events(j.name(), jobs_[j.name()]);
         render_job_gauges(jobs, out);
@@ -358,7 +364,9 @@ void AdminHttpServer::job_routes(Routes& routes) {
             }
             list.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
         }
-        if (req.has_param("state") && !v1::Job::State_Parse(req.param("state"), &list.state)) {
+        // ?state= in any case, as the CLI's --state.
+        if (req.has_param("state") &&
+            !v1::Job::State_Parse(absl::AsciiStrToUpper(req.param("state")), &list.state)) {
             return reply_error(res, absl::InvalidArgumentError(
                                         absl::StrCat("unknown state '", req.param("state"), "'")));
         }

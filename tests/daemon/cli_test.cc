@@ -226,6 +226,8 @@ TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]")
     }
     CHECK(run("get jobs/x --output json -h", out) == 0);
     CHECK_THAT(out, Catch::Contains("--address HOST:PORT"));
+    CHECK(run("agents --help", out) == 0);  // not a job command, but a client of the daemon
+    CHECK_THAT(out, Catch::Contains("--address HOST:PORT"));
     CHECK(run("--help", out) == 0);
     CHECK_THAT(out, Catch::Contains("checkpoints JOB"));
     CHECK(run("", out) == 2);  // no command: usage on stderr, a usage error
@@ -237,6 +239,13 @@ TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]")
     CHECK_THAT(out, Catch::Matches("deltatuned [0-9]+\\.[0-9]+\\.[0-9]+\n"));
     CHECK(testing::run_command(daemon + " --help 2>&1", out) == 0);
     CHECK_THAT(out, Catch::StartsWith("usage: deltatuned --config"));
+    // The agent and rank modes alike: asked for, on stdout with 0; a bad line, on stderr with 2.
+    for (const std::string mode : {"agent", "rank"}) {
+        CHECK(testing::run_command(daemon + " " + mode + " --help 2>/dev/null", out) == 0);
+        CHECK_THAT(out, Catch::StartsWith("usage: deltatuned " + mode));
+        CHECK(testing::run_command(daemon + " " + mode + " --bogus 2>/dev/null", out) == 2);
+        CHECK(out.empty());
+    }
 }
 
 }  // namespace

@@ -73,6 +73,13 @@ TEST_CASE("a job's end is summarised on one line", "[cli]") {
     job.set_state_reason("NON_FINITE");
     job.set_error_message("step 7: loss is nan");
     CHECK(job_summary(job) == "FAILED in 0:28:43: NON_FINITE: step 7: loss is nan");
+    // A message that starts with its reason says it once.
+    job.set_state_reason("NO_TRAINED_TOKENS");
+    job.set_error_message("NO_TRAINED_TOKENS: train.jsonl: no documents");
+    CHECK(job_summary(job) == "FAILED in 0:28:43: NO_TRAINED_TOKENS: train.jsonl: no documents");
+    CHECK(reason_and_message(job, "  ") == "  NO_TRAINED_TOKENS: train.jsonl: no documents");
+    job.set_error_message("");
+    CHECK(reason_and_message(job, "  ") == "  NO_TRAINED_TOKENS");
     CHECK(format_duration(90061) == "25:01:01");
 }
 

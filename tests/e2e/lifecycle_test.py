@@ -200,6 +200,8 @@ def test_cli_lifecycle():
                 "  format: tokenized\nhyperparameters:\n  max_steps: 4\n  tokens_per_batch: 256\n"
                 "  learning_rate: 0.003\nresources:\n  gpus: 0\n  cpu_ranks: 1\n"
                 "labels: {team: cli, stage: test}\n")
+    rc, out, err = cli("submit", spec_path, "--validate-only")
+    check(rc == 0 and out.startswith(f"valid: {spec_path}"), f"--validate-only: {rc} {out!r} {err}")
     rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
     check(rc == 0, f"submit --watch exit {rc}: {err}")
     job = json.loads(out)
@@ -213,6 +215,10 @@ def test_cli_lifecycle():
     check(rc == 3 and "NOT_FOUND" in err, f"get unknown: {rc} {err}")
     rc, _, err = cli("watch", "jobs/nope")
     check(rc == 3 and "NOT_FOUND" in err, f"watch unknown: {rc} {err}")
+    rc, _, err = cli("events", "jobs/nope", "--follow")
+    check(rc == 3 and "NOT_FOUND" in err, f"events --follow unknown: {rc} {err}")
+    rc, out, err = cli("events", name, "--follow")  # a finished job: its events, then exit 0
+    check(rc == 0 and "SUCCEEDED" in out, f"events --follow of a finished job: {rc} {err}")
     # Repeated --label filters all apply; --state in any case.
     rc, out, err = cli("list", "--state", "succeeded", "--label", "team=cli", "--label",
                        "stage=test", "--output", "json")
@@ -228,10 +234,14 @@ def test_cli_lifecycle():
     rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
     check(rc == 0, f"submit the job to delete: {rc} {err}")
     gone = json.loads(out)["name"]
+    with urllib.request.urlopen(D.http("/metrics")) as r:
+        check(f'job_id="{gone}"' in r.read().decode(), f"{gone} has no series before it is deleted")
     rc, out, err = cli("delete", gone)
     check(rc == 0 and f"deleted {gone}" in out, f"delete: {rc} {out} {err}")
     rc, _, err = cli("get", gone)
     check(rc == 3 and "NOT_FOUND" in err, f"get deleted: {rc} {err}")
+    with urllib.request.urlopen(D.http("/metrics")) as r:  # its series leave with it
+        check(f'job_id="{gone}"' not in r.read().decode(), f"{gone}'s series outlive it")
     with open(spec_path, "w") as f:
         f.write("model: tiny\nhyperparamters:\n  max_steps: 4\n")
     rc, _, err = cli("submit", spec_path)
@@ -282,7 +292,7 @@ def test_admin_http():
     check(len(named) >= 10 and named <= exported,
           f"dashboard series not exported: {sorted(named - exported)}")
     # The per-step history a poller plots, and its continuation after a given step.
-    with urllib.request.urlopen(D.http("/v1/jobs?state=SUCCEEDED&page_size=1")) as r:
+    with urllib.request.urlopen(D.http("/v1/jobs?state=succeeded&page_size=1")) as r:  # any case
         done = json.loads(r.read())["jobs"][0]["name"]
     with urllib.request.urlopen(D.http("/v1/" + done + "/metrics")) as r:
         hist = json.loads(r.read())

@@ -55,9 +55,7 @@ demo_volume() {
   chown -R "$owner" "$v"
 }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+source "$SRC/scripts/lib/daemon.sh"  # free_port
 
 # wait_serving CONTAINER: until the daemon in it answers at $DELTATUNE_ADDRESS and its log says
 # it serves (this daemon, not another on the port).

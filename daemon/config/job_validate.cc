@@ -375,10 +375,7 @@ absl::Status check_chat_template(const std::string& model, const v1::DataSpec& d
     const std::string folder = tokenizer_folder_of(d.tokenizer().empty() ? model : d.tokenizer());
     absl::StatusOr<std::optional<std::string>> carried = read_carried_chat_template(folder);
     if (!carried.ok()) return invalid(std::string(carried.status().message()));
-    if (*carried && !identify_chat_template(**carried)) {
-        return choose_chat_template(0, "", *carried).status();
-    }
-    return absl::OkStatus();
+    return choose_chat_template(0, "", *carried).status();  // refuses a template it cannot render
 }
 
 }  // namespace

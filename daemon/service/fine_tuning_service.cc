@@ -15,6 +15,10 @@
 namespace deltatune::daemon {
 namespace {
 
+// What a call hears when the file workers' queue is full (offloaded calls, DownloadProfile).
+constexpr char kWorkersBusy[] =
+    "the daemon is busy checking other submissions' files; retry shortly";
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials(const DaemonConfig& c) {
     if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
     grpc::SslServerCredentialsOptions opts;
@@ -96,8 +100,7 @@ grpc::ServerUnaryReactor* FineTuningService::offloaded(grpc::CallbackServerConte
         reactor->Finish(ToGrpcStatus(st));
     });
     if (!queued) {
-        reactor->Finish(ToGrpcStatus(absl::UnavailableError(
-            "the daemon is busy checking other submissions' files; retry shortly")));
+        reactor->Finish(ToGrpcStatus(absl::UnavailableError(kWorkersBusy)));
     }
     return reactor;
 }
@@ -268,8 +271,7 @@ grpc::ServerWriteReactor<v1::ProfileChunk>* FineTuningService::DownloadProfile(
         download->begin(manager_->open_profile(name, id));
     });
     if (!queued) {
-        download->begin(absl::UnavailableError(
-            "the daemon is busy checking other submissions' files; retry shortly"));
+        download->begin(absl::UnavailableError(kWorkersBusy));
     }
     return download;
 }

@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -62,7 +63,7 @@ struct HttpServer::Impl {
     std::unordered_map<MHD_Connection*, Connection> connections;
     std::thread sweeper;
 
-    void answer(const HttpRequest& req, HttpResponse& res) const;
+    void answer(HttpRequest req, HttpResponse& res) const;  // fills req.matches
     void cut_slow_headers();
 };
 
@@ -121,7 +122,7 @@ MHD_Result on_request(void* cls, MHD_Connection* connection, const char* url, co
     } else {
         MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, collect_param, &req);
         MHD_get_connection_values(connection, MHD_HEADER_KIND, collect_header, &req);
-        impl->answer(req, res);
+        impl->answer(std::move(req), res);
     }
     return send(connection, res, impl->options.default_headers);
 }
@@ -192,8 +193,7 @@ int bound_port(int fd) {
 
 }  // namespace
 
-void HttpServer::Impl::answer(const HttpRequest& request, HttpResponse& res) const {
-    HttpRequest req = request;
+void HttpServer::Impl::answer(HttpRequest req, HttpResponse& res) const {
     for (const Route& route : routes) {
         std::smatch m;
         if (!std::regex_match(req.path, m, route.pattern)) continue;

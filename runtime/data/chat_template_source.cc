@@ -39,7 +39,7 @@ absl::StatusOr<std::optional<std::string>> read_if_present(const std::string& pa
 
 }  // namespace
 
-std::string_view chat_template_name(ChatTemplateKind kind) {
+const char* chat_template_name(ChatTemplateKind kind) {
     return kind == ChatTemplateKind::kQwen3 ? "qwen3" : "qwen3_5";
 }
 

@@ -18,7 +18,7 @@ namespace deltatune {
 
 // The Jinja text Hugging Face ships for each built-in template (runtime/data/chat_templates/).
 std::string_view builtin_chat_template_text(ChatTemplateKind kind);
-std::string_view chat_template_name(ChatTemplateKind kind);  // "qwen3" or "qwen3_5"
+const char* chat_template_name(ChatTemplateKind kind);  // "qwen3" or "qwen3_5"
 
 // The template a folder carries, from its files' contents (nullopt: no such file):
 // chat_template.jinja first, else tokenizer_config.json's "chat_template" (a string, or the entry

@@ -3,6 +3,7 @@
 #include "runtime/data/dataset.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/data/chat_template_source.h"
 
 namespace deltatune {
 
@@ -16,10 +17,8 @@ ChatTokenizer make_chat_tokenizer(const Tokenizer& tokenizer, ChatTemplateKind k
     t.tokenize = [&tokenizer, kind](const ChatConversation& chat) {
         return tokenize_chat(tokenizer, chat, kind);
     };
-    t.fingerprint =
-        absl::StrCat(tokenizer.fingerprint(),
-                     "|template=", kind == ChatTemplateKind::kQwen3 ? "qwen3" : "qwen3_5",
-                     "|reading=", kChatReadingVersion);
+    t.fingerprint = absl::StrCat(tokenizer.fingerprint(), "|template=", chat_template_name(kind),
+                                 "|reading=", kChatReadingVersion);
     return t;
 }
 

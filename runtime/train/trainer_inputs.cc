@@ -226,11 +226,32 @@ absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
 
 namespace {
 
+// The export's tokenizer, loaded on first use and at most once: both the template choice and the
+// generation config may need it (null: it does not load, so the export has no chat side).
+class ExportTokenizer {
+  public:
+    explicit ExportTokenizer(std::string dir) : dir_(std::move(dir)) {}
+    const Tokenizer* get() {
+        if (!tried_) {
+            tried_ = true;
+            absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::load(dir_);
+            if (t.ok()) tokenizer_ = *std::move(t);
+        }
+        return tokenizer_.get();
+    }
+
+  private:
+    std::string dir_;
+    bool tried_ = false;
+    std::unique_ptr<Tokenizer> tokenizer_;
+};
+
 // GenerationConfig.from_model_config's essentials: the special token ids of the exported
 // config.json (top level, or a multimodal config's text_config); with a chat template (`chat`),
 // eos also holds "<|im_end|>", which ends an assistant turn, so generation stops there. Nothing
 // when the config names none.
-absl::Status write_generation_config(const std::string& export_dir, bool chat) {
+absl::Status write_generation_config(const std::string& export_dir, bool chat,
+                                     ExportTokenizer& tokenizer) {
     absl::StatusOr<std::string> read = read_file(export_dir + "/config.json");
     if (absl::IsNotFound(read.status())) return absl::OkStatus();  // an adapter: the base's serves
     DT_ASSIGN_OR_RETURN(const std::string text, std::move(read));
@@ -245,9 +266,9 @@ absl::Status write_generation_config(const std::string& export_dir, bool chat) {
         }
     }
     if (chat) {
-        absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::load(export_dir);
+        const Tokenizer* loaded = tokenizer.get();
         const std::optional<int32_t> im_end =
-            tokenizer.ok() ? (*tokenizer)->token_to_id("<|im_end|>") : std::nullopt;
+            loaded != nullptr ? loaded->token_to_id("<|im_end|>") : std::nullopt;
         if (im_end) {
             nlohmann::ordered_json eos = nlohmann::ordered_json::array({*im_end});
             const nlohmann::ordered_json& was = out.contains("eos_token_id")
@@ -267,15 +288,16 @@ absl::Status write_generation_config(const std::string& export_dir, bool chat) {
 // different one from its tokenizer_config.json) unless the base's own template served; returns
 // whether the export carries a chat template.
 absl::StatusOr<bool> write_trained_chat_template(const TrainConfig& c, const std::string& tok_dir,
-                                                 const std::string& export_dir) {
+                                                 const std::string& export_dir,
+                                                 ExportTokenizer& tokenizer) {
     DT_ASSIGN_OR_RETURN(const std::optional<std::string> carried,
                         read_carried_chat_template(tok_dir));
     if (carried && c.chat_template.empty()) return true;  // trained with the base's own
     int64_t vocab = 0;
     if (c.chat_template.empty()) {  // no template anywhere: the vocabulary's, as training chose
-        absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::load(export_dir);
-        if (!tokenizer.ok()) return false;  // no tokenizer, no chat
-        vocab = (*tokenizer)->vocab_size();
+        const Tokenizer* loaded = tokenizer.get();
+        if (loaded == nullptr) return false;  // no tokenizer, no chat
+        vocab = loaded->vocab_size();
     }
     DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
                         choose_chat_template(vocab, c.chat_template, std::nullopt));
@@ -310,9 +332,11 @@ absl::Status copy_tokenizer_files(const TrainConfig& c, const std::string& expor
         DT_RETURN_IF_ERROR(write_file_atomic(absl::StrCat(export_dir, "/", f), *text));
         have_generation_config |= std::string_view(f) == "generation_config.json";
     }
-    DT_ASSIGN_OR_RETURN(const bool templated, write_trained_chat_template(c, tok_dir, export_dir));
+    ExportTokenizer tokenizer(export_dir);
+    DT_ASSIGN_OR_RETURN(const bool templated,
+                        write_trained_chat_template(c, tok_dir, export_dir, tokenizer));
     return have_generation_config ? absl::OkStatus()
-                                  : write_generation_config(export_dir, templated);
+                                  : write_generation_config(export_dir, templated, tokenizer);
 }
 
 absl::StatusOr<std::unique_ptr<TrainEngine>> make_cpu_engine_for(const TrainConfig& c,

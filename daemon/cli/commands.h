@@ -20,7 +20,13 @@ int tokenize_command(const std::vector<std::string>& args);
 int train_command(const std::vector<std::string>& args);
 // The node agents registered with the supervisor (gRPC AgentService.ListAgents).
 int agents_command(const std::vector<std::string>& args);
-// submit|get|list|watch|cancel|pause|resume|events|checkpoints (gRPC to deltatuned).
+// submit|get|list|watch|cancel|pause|resume|events|delete|checkpoints|export|profile (gRPC to
+// deltatuned).
 int job_command(const std::string& command, const std::vector<std::string>& args);
+// A job's checkpoints; one of them exported here as a Hugging Face folder; a trace of its next
+// steps (job_files_commands.cc).
+int checkpoints_command(const std::vector<std::string>& args);
+int export_command(const std::vector<std::string>& args);
+int profile_command(const std::vector<std::string>& args);
 
 }  // namespace deltatune::cli

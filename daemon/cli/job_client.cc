@@ -24,7 +24,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(co
 
 }  // namespace
 
-absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
+absl::StatusOr<JobClient> JobClient::connect(const Flags& flags, bool yaml_ok) {
     JobClient c;
     const char* env_addr = std::getenv("DELTATUNE_ADDRESS");
     const std::string address =
@@ -42,11 +42,15 @@ absl::StatusOr<JobClient> JobClient::connect(const Flags& flags) {
         DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "DELTATUNE_TOKEN"));
     }
     const std::string output = flags.get("output", "text");
-    if (output != "text" && output != "json") {
+    if (output != "text" && output != "json" && output != "yaml") {
         return absl::InvalidArgumentError(
-            absl::StrCat("--output: expected text or json, got '", output, "'"));
+            absl::StrCat("--output: expected text, json or yaml, got '", output, "'"));
+    }
+    if (output == "yaml" && !yaml_ok) {
+        return absl::InvalidArgumentError("--output yaml applies to get only");
     }
     c.json_ = output == "json";
+    c.yaml_ = output == "yaml";
     auto timeout = flags.get_double("timeout", 30);
     if (!timeout.ok()) return timeout.status();
     c.timeout_seconds_ = *timeout;
@@ -88,8 +92,24 @@ bool is_terminal(v1::Job::State s) {
     return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
+absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
+                               const std::set<std::string>& extra, std::set<std::string> boolean,
+                               bool yaml_ok) {
+    boolean.insert(kClientBoolFlags.begin(), kClientBoolFlags.end());
+    DT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(args, with_client_flags(extra), boolean));
+    if (flags.positional().size() != 1) return absl::InvalidArgumentError("expected one JOB_ID");
+    DT_ASSIGN_OR_RETURN(JobClient client, JobClient::connect(flags, yaml_ok));
+    std::string name = job_name(flags.positional()[0]);
+    return OneJob{std::move(flags), std::move(name), std::move(client)};
+}
+
 std::string job_line(const v1::Job& job) {
-    std::string line = absl::StrFormat("%-24s %-11s", job.name(), state_name(job.state()));
+    std::string line = absl::StrFormat("%-24s", job.name());
+    // The name people gave it, within bounds: a list stays one line per job.
+    if (const std::string& shown = job.spec().display_name(); !shown.empty()) {
+        absl::StrAppend(&line, " ", shown.size() > 32 ? shown.substr(0, 31) + "~" : shown);
+    }
+    absl::StrAppend(&line, absl::StrFormat(" %-11s", state_name(job.state())));
     if (job.progress().total_steps() > 0) {  // 0 until the ranks have planned the run
         line += absl::StrFormat(" step %lld/%lld", static_cast<long long>(job.progress().step()),
                                 static_cast<long long>(job.progress().total_steps()));

@@ -1,6 +1,7 @@
 // What the job subcommands of the `deltatune` CLI share: the channel to the daemon (--address or
 // $DELTATUNE_ADDRESS, default localhost:7070; bearer token from --token-file or $DELTATUNE_TOKEN),
-// job-name normalisation and output (human text, or --output json in protobuf's JSON mapping).
+// job-name normalisation and output (human text, --output json in protobuf's JSON mapping, or for
+// get --output yaml the job file that resubmits the job).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -20,13 +21,15 @@ inline const std::set<std::string> kClientBoolFlags = {"tls"};
 
 class JobClient {
   public:
-    static absl::StatusOr<JobClient> connect(const Flags& flags);
+    // `yaml_ok`: the command takes --output yaml (get); elsewhere it is a usage error.
+    static absl::StatusOr<JobClient> connect(const Flags& flags, bool yaml_ok = false);
     v1::FineTuningService::Stub& stub() { return *stub_; }
     // The same channel, for the daemon's other services (AgentService).
     std::shared_ptr<grpc::Channel> channel() const { return channel_; }
     // A context with the bearer token and, unless streaming, the --timeout deadline (default 30 s).
     std::unique_ptr<grpc::ClientContext> context(bool streaming = false) const;
     bool json() const { return json_; }
+    bool yaml() const { return yaml_; }
 
   private:
     std::shared_ptr<grpc::Channel> channel_;
@@ -34,14 +37,27 @@ class JobClient {
     std::string token_;
     double timeout_seconds_ = 30;
     bool json_ = false;
+    bool yaml_ = false;
 };
+
+// What a command on one job starts with: its flags (the client's and `extra`), the job's name
+// (the one positional argument) and a client (`yaml_ok`: it takes --output yaml). Errors are the
+// command's usage errors.
+struct OneJob {
+    Flags flags;
+    std::string name;
+    JobClient client;
+};
+absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
+                               const std::set<std::string>& extra = {},
+                               std::set<std::string> boolean = {}, bool yaml_ok = false);
 
 // "abc" -> "jobs/abc"; "jobs/abc" unchanged.
 std::string job_name(const std::string& id);
 std::string to_json(const google::protobuf::Message& m);
 std::string state_name(v1::Job::State s);
 bool is_terminal(v1::Job::State s);
-// One human line per job: id, state, progress, loss.
+// One human line per job: id, display name, state, progress, loss.
 std::string job_line(const v1::Job& job);
 // Exit statuses of the job commands, by kind of failure (README "Command line").
 enum ExitCode : int {

@@ -1,5 +1,5 @@
-// deltatune submit|get|list|watch|cancel|pause|resume|events|checkpoints|profile: the job
-// commands.
+// deltatune submit|get|list|watch|cancel|pause|resume|events|delete: the job commands (the ones
+// on what a job leaves behind are in job_files_commands.cc).
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -10,42 +10,21 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/job_client.h"
 #include "daemon/cli/progress_line.h"
+#include "daemon/config/job_spec_yaml.h"
 #include "daemon/config/job_yaml.h"
-#include "daemon/rank/spec_to_config.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/train/trainer_inputs.h"
 
 namespace deltatune::cli {
 
 namespace {
-
-// What a command on one job starts with: its flags (the client's and `extra`), the job's name
-// (the one positional argument) and a client. Errors are the command's usage errors.
-struct OneJob {
-    Flags flags;
-    std::string name;
-    JobClient client;
-};
-absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
-                               const std::set<std::string>& extra = {},
-                               std::set<std::string> boolean = {}) {
-    boolean.insert(kClientBoolFlags.begin(), kClientBoolFlags.end());
-    DT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(args, with_client_flags(extra), boolean));
-    if (flags.positional().size() != 1) return absl::InvalidArgumentError("expected one JOB_ID");
-    DT_ASSIGN_OR_RETURN(JobClient client, JobClient::connect(flags));
-    std::string name = job_name(flags.positional()[0]);
-    return OneJob{std::move(flags), std::move(name), std::move(client)};
-}
 
 int64_t now_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(
@@ -80,6 +59,27 @@ void print_progress(const v1::Job& job, bool tty, TokenRate& rate, std::string& 
     if (is_terminal(job.state())) std::fprintf(stderr, "\n%s\n", job_summary(job).c_str());
 }
 
+// What a watcher is told once, above the progress: what the ranks made of the data (documents
+// cut to fit a batch among it), and that a paused job waits for `resume` (the watch goes on until
+// the job ends).
+void say_once(const v1::Job& job, bool tty, bool& data_said, v1::Job::State& said_state) {
+    FILE* out = tty ? stderr : stdout;
+    const char* clear = tty ? "\r\x1b[K" : "";
+    // Once complete: the steps per epoch come a moment after the documents.
+    const bool planned = job.data_summary().steps_per_epoch() > 0 || is_terminal(job.state());
+    if (!data_said && planned && !data_line(job).empty()) {
+        std::fprintf(out, "%s%s\n", clear, data_line(job).c_str());
+        data_said = true;
+    }
+    if (job.state() == v1::Job::PAUSED && said_state != v1::Job::PAUSED) {
+        std::fprintf(out,
+                     "%s%s is paused: `deltatune resume %s` continues it; watching until it ends\n",
+                     clear, job.name().c_str(), job.name().c_str());
+    }
+    said_state = job.state();
+    std::fflush(out);
+}
+
 // Streams the job until it ends; exit 0 only if it SUCCEEDED.
 int watch(JobClient& client, const std::string& name) {
     auto ctx = client.context(/*streaming=*/true);
@@ -90,8 +90,13 @@ int watch(JobClient& client, const std::string& name) {
     const bool tty = isatty(STDERR_FILENO) && !client.json();
     TokenRate rate;
     std::string last_line;
+    bool data_said = false;
+    v1::Job::State said_state = v1::Job::STATE_UNSPECIFIED;
     while (reader->Read(&job)) {
-        if (!client.json()) print_progress(job, tty, rate, last_line);
+        if (!client.json()) {
+            say_once(job, tty, data_said, said_state);
+            print_progress(job, tty, rate, last_line);
+        }
         if (is_terminal(job.state())) break;
     }
     const bool ended = !job.name().empty() && is_terminal(job.state());
@@ -165,9 +170,9 @@ int remove(const std::vector<std::string>& args) {
     return 0;
 }
 
-// get, cancel, pause, resume: one job name in, one Job out.
+// get, cancel, pause, resume: one job name in, one Job out (get --output yaml: its job file).
 int single(const std::string& command, const std::vector<std::string>& args) {
-    auto one = one_job(args);
+    auto one = one_job(args, {}, {}, /*yaml_ok=*/command == "get");
     if (!one.ok()) return fail(command, one.status());
     JobClient& client = one->client;
     const std::string& name = one->name;
@@ -193,7 +198,14 @@ int single(const std::string& command, const std::vector<std::string>& args) {
         s = client.stub().ResumeJob(ctx.get(), r, &job);
     }
     if (!s.ok()) return report_rpc_error(s);
+    if (client.yaml()) {
+        std::printf("%s", daemon::job_spec_to_yaml(job.spec()).c_str());
+        return 0;
+    }
     std::printf("%s\n", client.json() ? to_json(job).c_str() : job_line(job).c_str());
+    if (command == "get" && !client.json() && !data_line(job).empty()) {
+        std::printf("  %s\n", data_line(job).c_str());
+    }
     return 0;
 }
 
@@ -236,14 +248,6 @@ int list(const std::vector<std::string>& args) {
     if (!resp.next_page_token().empty())
         std::printf("next page: --page-token %s\n", resp.next_page_token().c_str());
     return 0;
-}
-
-std::string event_line(const v1::JobEvent& e) {
-    std::string line = absl::StrFormat("%6lld %-22s %s", static_cast<long long>(e.sequence()),
-                                       e.type(), e.message());
-    for (const auto& [k, v] : e.metrics()) line += absl::StrFormat(" %s=%.6g", k, v);
-    for (const auto& [k, v] : e.details()) line += absl::StrCat(" ", k, "=", v);
-    return line;
 }
 
 // Every event after `since` that exists now, page by page, then return.
@@ -298,194 +302,15 @@ int events(const std::vector<std::string>& args) {
                                    : s);
 }
 
-// Every page of a job's checkpoints, in one response.
-grpc::Status all_checkpoints(JobClient& client, const std::string& name,
-                             v1::ListCheckpointsResponse* all) {
-    v1::ListCheckpointsRequest req;
-    req.set_name(name);
-    do {
-        v1::ListCheckpointsResponse page;
-        auto ctx = client.context();
-        const grpc::Status s = client.stub().ListCheckpoints(ctx.get(), req, &page);
-        if (!s.ok()) return s;
-        for (auto& c : *page.mutable_checkpoints()) *all->add_checkpoints() = std::move(c);
-        req.set_page_token(page.next_page_token());
-    } while (!req.page_token().empty());
-    return grpc::Status::OK;
-}
-
-int checkpoints(const std::vector<std::string>& args) {
-    auto job = one_job(args);
-    if (!job.ok()) return fail("checkpoints", job.status());
-    v1::ListCheckpointsResponse resp;
-    const grpc::Status s = all_checkpoints(job->client, job->name, &resp);
-    if (!s.ok()) return report_rpc_error(s);
-    if (job->client.json()) {
-        std::printf("%s\n", to_json(resp).c_str());
-        return 0;
-    }
-    for (const auto& c : resp.checkpoints()) {
-        std::printf("step %-8lld %12lld bytes  %s  sha256 %s\n", static_cast<long long>(c.step()),
-                    static_cast<long long>(c.bytes()), c.path().c_str(),
-                    c.manifest_sha256().c_str());
-    }
-    return 0;
-}
-
-// The checkpoint of step `step` (0: the newest), or NotFound naming the steps there are.
-absl::StatusOr<v1::Checkpoint> pick_checkpoint(const v1::ListCheckpointsResponse& all,
-                                               const std::string& name, uint64_t step) {
-    std::vector<std::string> steps;
-    for (const auto& c : all.checkpoints()) {
-        if (step != 0 && static_cast<uint64_t>(c.step()) == step) return c;
-        steps.push_back(absl::StrCat(c.step()));
-    }
-    if (step == 0 && all.checkpoints_size() > 0) return all.checkpoints(all.checkpoints_size() - 1);
-    return absl::NotFoundError(steps.empty()
-                                   ? absl::StrCat(name, " has no checkpoint to export")
-                                   : absl::StrCat(name, " has no checkpoint of step ", step,
-                                                  " (steps ", absl::StrJoin(steps, ", "), ")"));
-}
-
-// A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
-// are (the daemon's machine or a shared filesystem).
-// A checkpoint as the job's own export would write it: the whole model, or for a LoRA job its
-// adapter as a PEFT folder (`--merged`: merged into the base) from the job's own adapter spec.
-int export_job(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"step", "out"}, {"merged"});
-    if (!one.ok()) return fail("export", one.status());
-    const absl::StatusOr<uint64_t> step = one->flags.get_uint("step", 0);
-    if (!step.ok()) return fail("export", step.status());
-    const Flags* flags = &one->flags;
-    JobClient* client = &one->client;
-    const std::string& name = one->name;
-    v1::GetJobRequest get;
-    get.set_name(name);
-    v1::Job job;
-    auto ctx = client->context();
-    if (grpc::Status s = client->stub().GetJob(ctx.get(), get, &job); !s.ok()) {
-        return report_rpc_error(s);
-    }
-    v1::ListCheckpointsResponse all;
-    if (grpc::Status s = all_checkpoints(*client, name, &all); !s.ok()) return report_rpc_error(s);
-    const absl::StatusOr<v1::Checkpoint> cp = pick_checkpoint(all, name, *step);
-    if (!cp.ok()) return fail("export", cp.status());
-    const std::string out =
-        flags->get("out", absl::StrCat(job.spec().output_dir(), "/export-step-", cp->step()));
-    TrainConfig c = train_config_from_spec(job.spec());
-    if (flags->has("merged")) {
-        if (!c.lora) {
-            return fail("export", absl::InvalidArgumentError(
-                                      absl::StrCat("--merged: ", name, " is not a LoRA job")));
-        }
-        c.lora_merged_export = true;
-    }
-    const absl::StatusOr<int64_t> exported = export_checkpoint(c, cp->path(), out);
-    if (!exported.ok()) return fail("export", exported.status());
-    std::printf("exported step %lld of %s to %s%s\n", static_cast<long long>(*exported),
-                name.c_str(), out.c_str(),
-                !c.lora                ? ""
-                : c.lora_merged_export ? " (LoRA merged)"
-                                       : " (LoRA, PEFT)");
-    return 0;
-}
-
-// DownloadProfile's pieces, joined and parsed (GetProfile would refuse a trace over 64 MiB).
-grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& req,
-                              v1::Profile* out) {
-    auto ctx = client->context();
-    std::unique_ptr<grpc::ClientReader<v1::ProfileChunk>> reader =
-        client->stub().DownloadProfile(ctx.get(), req);
-    std::string bytes;
-    v1::ProfileChunk chunk;
-    while (reader->Read(&chunk)) {
-        if (chunk.offset() != static_cast<int64_t>(bytes.size())) {
-            return grpc::Status(grpc::StatusCode::DATA_LOSS, "profile pieces out of order");
-        }
-        if (bytes.empty()) {
-            bytes.reserve(
-                static_cast<size_t>(std::clamp<int64_t>(chunk.total_bytes(), 0, 1 << 30)));
-        }
-        bytes += chunk.data();
-    }
-    grpc::Status s = reader->Finish();
-    if (s.ok() && (!out->ParseFromString(bytes) || out->profile_id() != req.profile_id())) {
-        s = grpc::Status(grpc::StatusCode::DATA_LOSS, "the profile does not parse");
-    }
-    return s;
-}
-
-// Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
-// where the time went.
-int profile(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"steps", "out", "wait"});
-    if (!one.ok()) return fail("profile", one.status());
-    const absl::StatusOr<uint64_t> steps = one->flags.get_uint("steps", 3);
-    const absl::StatusOr<uint64_t> wait = one->flags.get_uint("wait", 600);
-    if (!steps.ok()) return fail("profile", steps.status());
-    if (!wait.ok()) return fail("profile", wait.status());
-    JobClient* client = &one->client;
-    v1::ProfileJobRequest req;
-    req.set_name(one->name);
-    req.set_steps(static_cast<int32_t>(std::min<uint64_t>(*steps, 1 << 20)));
-    v1::ProfileJobResponse ordered;
-    auto ctx = client->context();
-    if (grpc::Status s = client->stub().ProfileJob(ctx.get(), req, &ordered); !s.ok()) {
-        return report_rpc_error(s);
-    }
-    std::fprintf(stderr, "profile %s: tracing the next %llu step(s) of %s\n",
-                 ordered.profile_id().c_str(), static_cast<unsigned long long>(*steps),
-                 one->name.c_str());
-    v1::GetProfileRequest get;
-    get.set_name(one->name);
-    get.set_profile_id(ordered.profile_id());
-    v1::Profile p;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
-    for (;;) {
-        auto c = client->context();
-        const grpc::Status s = download_profile(client, get, &p);
-        if (s.ok()) break;
-        if (s.error_code() != grpc::StatusCode::NOT_FOUND ||
-            std::chrono::steady_clock::now() > deadline) {
-            return report_rpc_error(s);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
-    const std::string out =
-        one->flags.get("out", absl::StrCat("profile-", p.profile_id(), ".trace.json"));
-    std::ofstream f(out, std::ios::binary | std::ios::trunc);
-    f.write(p.trace_json().data(), static_cast<std::streamsize>(p.trace_json().size()));
-    if (!f.flush())
-        return fail("profile", absl::UnavailableError(absl::StrCat("cannot write ", out)));
-    p.clear_trace_json();
-    if (client->json()) {
-        std::printf("%s\n", to_json(p).c_str());
-        return kExitOk;
-    }
-    std::printf("steps %lld..%lld: %.1f ms per step, GPU busy %.0f%%, NCCL exposed %.1f ms\n",
-                static_cast<long long>(p.first_step()),
-                static_cast<long long>(p.first_step() + p.steps() - 1), p.wall_ms() / p.steps(),
-                p.wall_ms() > 0 ? 100 * p.gpu_busy_ms() / p.wall_ms() : 0.0, p.nccl_exposed_ms());
-    std::printf("%10s %9s %7s  %s\n", "ms", "launches", "share", "kernel");
-    for (int i = 0; i < p.kernels_size() && i < 20; ++i) {
-        const v1::Profile::Kernel& k = p.kernels(i);
-        std::printf(
-            "%10.2f %9lld %6.1f%%  %s\n", k.total_ms(), static_cast<long long>(k.launches()),
-            p.gpu_busy_ms() > 0 ? 100 * k.total_ms() / p.gpu_busy_ms() : 0.0, k.name().c_str());
-    }
-    std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", out.c_str());
-    return kExitOk;
-}
-
 }  // namespace
 
 int job_command(const std::string& command, const std::vector<std::string>& args) {
-    if (command == "export") return export_job(args);
+    if (command == "export") return export_command(args);
     if (command == "submit") return submit(args);
     if (command == "list") return list(args);
     if (command == "events") return events(args);
-    if (command == "checkpoints") return checkpoints(args);
-    if (command == "profile") return profile(args);
+    if (command == "checkpoints") return checkpoints_command(args);
+    if (command == "profile") return profile_command(args);
     if (command == "delete") return remove(args);
     return single(command, args);
 }

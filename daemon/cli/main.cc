@@ -26,9 +26,9 @@ struct Command {
 
 constexpr char kJobFlags[] =
     "       job commands take [--address HOST:PORT] (or $DELTATUNE_ADDRESS) [--token-file F]\n"
-    "       [--tls] [--ca-file PEM] (or $DELTATUNE_TLS=1, $DELTATUNE_CA_FILE) [--output "
-    "text|json]\n"
-    "       [--timeout S]\n";
+    "       [--tls] [--ca-file PEM] (or $DELTATUNE_TLS=1, $DELTATUNE_CA_FILE)\n"
+    "       [--output text|json|yaml] [--timeout S]: json is the proto3 JSON mapping of the\n"
+    "       API's messages; yaml (get only) prints the job file that resubmits the job\n";
 
 // clang-format off
 const Command kCommands[] = {
@@ -53,8 +53,9 @@ const Command kCommands[] = {
     {"pack-stats", "--data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
                    "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate|drop]\n"
                    "       [--format auto|chat|pretokenized] [--bad-lines fail|skip] [--cache-dir DIR]\n"
-                   "       packing efficiency vs 2D padding, and the steps of one epoch; the chat\n"
-                   "       template defaults to the tokenizer's, as a job's does",
+                   "       [--gradient-accumulation K] [--num-epochs E]\n"
+                   "       packing efficiency vs 2D padding, the steps of one epoch and (--num-epochs)\n"
+                   "       of the run; template and over-long policy default as a job's do",
      deltatune::cli::pack_stats_command},
     {"tokenize", "--tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads N]\n"
                  "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
@@ -64,7 +65,7 @@ const Command kCommands[] = {
               "       train in this process, without the daemon (W processes: data-parallel, Gloo)",
      deltatune::cli::train_command},
     {"submit", "JOB.yaml [--watch] [--validate-only] [--request-id ID]   submit a job", nullptr},
-    {"get", "JOB   a job's state, progress and paths", nullptr},
+    {"get", "JOB   a job's state, progress and paths (--output yaml: its job file)", nullptr},
     {"list", "[--state S] [--label k=v ...] [--page-size N] [--page-token T]   jobs", nullptr},
     {"watch", "JOB   follow a job's progress until it ends", nullptr},
     {"cancel", "JOB   stop a job (ranks get SIGTERM, then SIGKILL)", nullptr},
@@ -75,9 +76,10 @@ const Command kCommands[] = {
     {"checkpoints", "JOB   a job's checkpoints", nullptr},
     {"profile", "JOB [--steps 3] [--out FILE] [--wait 600]   trace a running GPU job's next steps\n"
                 "       (CUPTI): a Chrome/Perfetto trace and where the GPU time went", nullptr},
-    {"export", "JOB [--step N] [--out DIR] [--merged]   a checkpoint as a Hugging Face folder,\n"
-               "       written here (default: the newest, into OUTPUT_DIR/export-step-N); a LoRA\n"
-               "       job's adapter as a PEFT folder, or with --merged merged into the base", nullptr},
+    {"export", "JOB [--step N | --best] [--out DIR] [--merged]   a checkpoint as a Hugging Face\n"
+               "       folder, written here (default: the newest, into OUTPUT_DIR/export-step-N;\n"
+               "       --best: early stopping's best); a LoRA job's adapter as a PEFT folder, or\n"
+               "       with --merged merged into the base", nullptr},
     {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
     {"agents", "   the node agents registered with the daemon (jobs with resources.nodes run there)",
      deltatune::cli::agents_command, true},

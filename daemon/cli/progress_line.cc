@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +27,23 @@ std::string thousands(double v) {
         out += digits[i];
     }
     return out;
+}
+
+// 117885000 -> "112.4 MiB".
+std::string human_bytes(double v) {
+    static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    while (std::fabs(v) >= 1024 && unit < 4) v /= 1024, ++unit;
+    return unit == 0 ? absl::StrCat(static_cast<int64_t>(v), " B")
+                     : absl::StrFormat("%.1f %s", v, kUnits[unit]);
+}
+
+std::string event_value(const std::string& key, double v) {
+    if (key == "bytes" || absl::EndsWith(key, "_bytes")) return human_bytes(v);
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+        return absl::StrCat(static_cast<int64_t>(v));
+    }
+    return absl::StrFormat("%.6g", v);
 }
 
 }  // namespace
@@ -104,7 +123,53 @@ std::string job_summary(const v1::Job& job) {
     const char* sep = ": ";
     if (!std::isnan(loss)) absl::StrAppendFormat(&out, "%sloss %.4f", sep, loss), sep = ", ";
     if (!std::isnan(eval)) absl::StrAppendFormat(&out, "%seval loss %.4f", sep, eval), sep = ", ";
+    if (job.best_step() > 0) {
+        absl::StrAppend(&out, sep, "best eval loss ",
+                        absl::StrFormat("%.4f", metric(job, "best_eval_loss")), " at step ",
+                        job.best_step());
+        sep = ", ";
+    }
     if (!job.result_model().empty()) absl::StrAppend(&out, sep, "exported to ", job.result_model());
+    return out;
+}
+
+std::string event_line(const v1::JobEvent& e) {
+    std::string line = absl::StrFormat("%6lld %-22s %s", static_cast<long long>(e.sequence()),
+                                       e.type(), e.message());
+    // Sorted: the wire's maps have no order, and a log should read the same every time.
+    for (const auto& [k, v] :
+         std::map<std::string, double>(e.metrics().begin(), e.metrics().end())) {
+        absl::StrAppend(&line, " ", k, "=", event_value(k, v));
+    }
+    for (const auto& [k, v] :
+         std::map<std::string, std::string>(e.details().begin(), e.details().end())) {
+        absl::StrAppend(&line, " ", k, "=", v);
+    }
+    absl::StripTrailingAsciiWhitespace(&line);
+    return line;
+}
+
+std::string data_line(const v1::Job& job) {
+    const v1::DataSummary& d = job.data_summary();
+    if (d.documents() == 0) return "";
+    std::string out = absl::StrCat("data: ", thousands(double(d.documents())), " documents");
+    if (d.skipped_lines() > 0) {
+        absl::StrAppend(&out, " (", thousands(double(d.skipped_lines())), " bad lines skipped)");
+    }
+    if (d.steps_per_epoch() > 0) {
+        absl::StrAppend(&out, ", ", thousands(double(d.tokens_per_epoch())), " tokens and ",
+                        thousands(double(d.steps_per_epoch())), " steps per epoch");
+    }
+    if (d.overlong_documents() > 0) {
+        static const char* kDone[] = {"split", "split", "truncated", "dropped"};
+        const int policy = std::clamp(static_cast<int>(d.overlong()), 0, 3);
+        absl::StrAppend(&out, "; ", thousands(double(d.overlong_documents())),
+                        " longer than tokens_per_batch ", kDone[policy]);
+        if (d.overlong_tokens_left_out() > 0) {
+            absl::StrAppend(&out, " (", thousands(double(d.overlong_tokens_left_out())),
+                            " tokens left out)");
+        }
+    }
     return out;
 }
 

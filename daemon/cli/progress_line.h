@@ -32,12 +32,20 @@ class TokenRate {
 std::string progress_line(const v1::Job& job, double tokens_per_second, int64_t now_seconds,
                           int width);
 
-// "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export" (or the
-// failure's reason and message).
 // The job's failure reason and message (" REASON: message"), the reason said once when the
 // message starts with it; "" when there is neither. `lead` goes first.
 std::string reason_and_message(const v1::Job& job, const std::string& lead);
+// "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export" (or the
+// failure's reason and message; with early stopping, the best step the export holds).
 std::string job_summary(const v1::Job& job);
+
+// "data: 400 documents, 38,203 tokens and 200 steps per epoch; 3 documents longer than
+// tokens_per_batch truncated (1,234 tokens left out)"; "" until the ranks have loaded the data.
+std::string data_line(const v1::Job& job);
+
+// "    42 CHECKPOINT_COMMITTED   /out/step-42 bytes=112.4 MiB seconds=1.23 step=42 path=..."
+// (`events`): metrics then details, each by key, whole numbers whole and byte counts in units.
+std::string event_line(const v1::JobEvent& e);
 
 // H:MM:SS.
 std::string format_duration(int64_t seconds);

@@ -16,6 +16,7 @@
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
+#include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/rank/spec_to_config.h"
 #include "nlohmann/json.hpp"
@@ -42,6 +43,16 @@ absl::Status run_train(const Flags& flags) {
     }
     daemon::normalize_job_spec(&parsed->spec, &parsed->present);
     DT_RETURN_IF_ERROR(daemon::validate_job_spec(parsed->spec, {}));
+    v1::DataSpec* data = parsed->spec.mutable_data();
+    if (data->overlong() == v1::OVERLONG_POLICY_UNSPECIFIED) {  // as the daemon decides it
+        std::vector<daemon::DataKind> kinds;
+        for (int i = 0; i < data->train_files_size(); ++i) {
+            DT_ASSIGN_OR_RETURN(kinds.emplace_back(),
+                                daemon::check_data_file(absl::StrCat("data.train_files[", i, "]"),
+                                                        data->train_files(i), *data));
+        }
+        data->set_overlong(daemon::default_overlong(kinds));
+    }
     TrainConfig config = train_config_from_spec(parsed->spec);
 
     GlooOptions gloo;

@@ -44,18 +44,22 @@ const char* binary_format(std::string_view head) {
     return nullptr;
 }
 
-// The keys a first line of each format needs, and a word on the others people bring. True when
-// the line is a conversation.
-absl::StatusOr<bool> check_first_line(const std::string& where, std::string_view text,
-                                      const v1::DataSpec& data) {
+// The kind a spec's format implies when the first line cannot tell (skipped as bad).
+DataKind kind_of_format(const v1::DataSpec& data) {
+    return data.format() == v1::DATA_FORMAT_CHAT ? DataKind::kConversation : DataKind::kTokenized;
+}
+
+// The keys a first line of each format needs, and a word on the others people bring.
+absl::StatusOr<DataKind> check_first_line(const std::string& where, std::string_view text,
+                                          const v1::DataSpec& data) {
     const bool skip = data.bad_lines() == v1::BAD_LINE_POLICY_SKIP;
     nlohmann::ordered_json j;  // keys in file order
     if (auto why = parse_json_line(text, j)) {
-        if (skip) return false;
+        if (skip) return kind_of_format(data);
         return invalid(absl::StrCat(where, ": not valid JSON: ", *why));
     }
     if (!j.is_object()) {
-        if (skip) return false;
+        if (skip) return kind_of_format(data);
         return invalid(absl::StrCat(where, ": not a JSON object"));
     }
     const bool chat = std::any_of(kChatLineKeys.begin(), kChatLineKeys.end(),
@@ -64,7 +68,12 @@ absl::StatusOr<bool> check_first_line(const std::string& where, std::string_view
     const v1::DataFormat f = data.format();
     if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
         (f == v1::DATA_FORMAT_UNSPECIFIED && (chat || tokenized))) {
-        return f == v1::DATA_FORMAT_CHAT || (f == v1::DATA_FORMAT_UNSPECIFIED && !tokenized);
+        if (f == v1::DATA_FORMAT_TOKENIZED || (f == v1::DATA_FORMAT_UNSPECIFIED && tokenized)) {
+            return DataKind::kTokenized;
+        }
+        const bool text_only = j.contains("text") && !j.contains("messages") &&
+                               !j.contains("conversations") && !j.contains("prompt");
+        return text_only ? DataKind::kText : DataKind::kConversation;
     }
     std::vector<std::string> keys;
     for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");
@@ -85,8 +94,8 @@ absl::StatusOr<bool> check_first_line(const std::string& where, std::string_view
 
 }  // namespace
 
-absl::StatusOr<bool> check_data_file(const std::string& field, const std::string& path,
-                                     const v1::DataSpec& data) {
+absl::StatusOr<DataKind> check_data_file(const std::string& field, const std::string& path,
+                                         const v1::DataSpec& data) {
     const std::string where = absl::StrCat(field, " (", path, ")");
     {
         // Through the sandbox's open: a FIFO swapped in after confine() is refused, never read.
@@ -121,9 +130,7 @@ absl::StatusOr<bool> check_data_file(const std::string& field, const std::string
         if (!more) return invalid(absl::StrCat(where, " holds no JSON line"));
         scanned += line.text.size() + 1;
         if (line.too_long) {
-            if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) {
-                return data.format() == v1::DATA_FORMAT_CHAT;
-            }
+            if (data.bad_lines() == v1::BAD_LINE_POLICY_SKIP) return kind_of_format(data);
             return invalid(absl::StrCat(where, ":", line.number, ": longer than ",
                                         "data.max_document_bytes (", data.max_document_bytes(),
                                         ")"));
@@ -131,7 +138,13 @@ absl::StatusOr<bool> check_data_file(const std::string& field, const std::string
         if (line.text.find_first_not_of(" \t") == std::string_view::npos) continue;
         return check_first_line(absl::StrCat(where, ":", line.number), line.text, data);
     }
-    return data.format() == v1::DATA_FORMAT_CHAT;
+    return kind_of_format(data);
+}
+
+v1::OverlongPolicy default_overlong(const std::vector<DataKind>& train_kinds) {
+    const bool conversations = std::find(train_kinds.begin(), train_kinds.end(),
+                                         DataKind::kConversation) != train_kinds.end();
+    return conversations ? v1::OVERLONG_POLICY_TRUNCATE : v1::OVERLONG_POLICY_SPLIT;
 }
 
 }  // namespace deltatune::daemon

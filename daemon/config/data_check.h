@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "deltatune/v1/job.pb.h"
@@ -16,11 +17,25 @@ namespace deltatune::daemon {
 // accepts): submission reads a bounded prefix of each file.
 inline constexpr size_t kBlankPrefixBytes = size_t{1} << 20;
 
+// What a data file's first line says it holds.
+enum class DataKind {
+    kTokenized,     // {"input_ids": ...}
+    kText,          // {"text": ...}
+    kConversation,  // {"messages"}, {"conversations"} or {"prompt", "completion"}
+};
+// Chat data: text a chat template renders (conversations and plain text alike).
+inline bool is_chat(DataKind k) {
+    return k != DataKind::kTokenized;
+}
+
 // `field` names the spec entry ("data.train_files[0]"); `path` is the confined file. Errors are
 // InvalidArgument "INVALID_CONFIG: ...". With bad_lines: skip a malformed first line is allowed
-// (the job counts it), an unreadable format never is. True when the file is chat data (by its
-// format, or by its first line under format: auto), which a chat template renders.
-absl::StatusOr<bool> check_data_file(const std::string& field, const std::string& path,
-                                     const v1::DataSpec& data);
+// (the job counts it, and the kind follows the spec's format), an unreadable format never is.
+absl::StatusOr<DataKind> check_data_file(const std::string& field, const std::string& path,
+                                         const v1::DataSpec& data);
+
+// The over-long policy a spec that names none gets: truncate when the train files hold
+// conversations (a reply is never split from its prompt), else split.
+v1::OverlongPolicy default_overlong(const std::vector<DataKind>& train_kinds);
 
 }  // namespace deltatune::daemon

@@ -72,11 +72,24 @@ absl::Status check_range(const char* field, double value, double lo, bool lo_ope
 
 absl::Status validate_hyperparameters(const v1::Hyperparameters& h) {
     constexpr double kInf = std::numeric_limits<double>::infinity();
-    if (h.max_steps() <= 0) {
+    if (h.max_steps() < 0) {
         return invalid(absl::StrCat("hyperparameters.max_steps (", h.max_steps(), ") must be > 0"));
     }
+    DT_RETURN_IF_ERROR(check_range("num_epochs", h.num_epochs(), 0, false, 10000, false));
+    if ((h.max_steps() > 0) == (h.num_epochs() > 0)) {
+        return invalid(absl::StrCat("hyperparameters: give one of max_steps (", h.max_steps(),
+                                    ") and num_epochs (", h.num_epochs(),
+                                    "): the optimizer steps, or the passes over the data"));
+    }
     DT_RETURN_IF_ERROR(check_range("learning_rate", h.learning_rate(), 0, true, 1, false));
-    if (h.warmup_steps() < 0 || h.warmup_steps() > h.max_steps()) {
+    DT_RETURN_IF_ERROR(check_range("warmup_ratio", h.warmup_ratio(), 0, false, 1, false));
+    if (h.warmup_ratio() > 0 && h.warmup_steps() > 0) {
+        return invalid(absl::StrCat("hyperparameters: give one of warmup_steps (", h.warmup_steps(),
+                                    ") and warmup_ratio (", h.warmup_ratio(), ")"));
+    }
+    // With num_epochs the steps are known once the data is packed: the rank checks it then.
+    const int64_t steps = h.max_steps() > 0 ? h.max_steps() : std::numeric_limits<int64_t>::max();
+    if (h.warmup_steps() < 0 || h.warmup_steps() > steps) {
         return invalid(absl::StrCat("hyperparameters.warmup_steps (", h.warmup_steps(),
                                     ") must be in [0, hyperparameters.max_steps (", h.max_steps(),
                                     ")]"));
@@ -303,6 +316,32 @@ absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits
     return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status validate_early_stopping(const v1::JobSpec& spec) {
+    const v1::EarlyStopping& e = spec.early_stopping();
+    if (e.patience() < 0 || e.patience() > 1000) {
+        return invalid(
+            absl::StrCat("early_stopping.patience (", e.patience(), ") must be in [0, 1000]"));
+    }
+    if (!std::isfinite(e.min_delta()) || e.min_delta() < 0) {
+        return invalid(absl::StrCat("early_stopping.min_delta (", e.min_delta(), ") must be >= 0"));
+    }
+    if (e.patience() == 0) {
+        if (e.min_delta() == 0) return absl::OkStatus();
+        return invalid(absl::StrCat("early_stopping.min_delta (", e.min_delta(),
+                                    ") needs early_stopping.patience (> 0)"));
+    }
+    if (spec.data().eval_files().empty() || spec.eval_every_n_steps() <= 0) {
+        return invalid(absl::StrCat("early_stopping.patience (", e.patience(),
+                                    ") needs data.eval_files and eval_every_n_steps (",
+                                    spec.eval_every_n_steps(), ") > 0"));
+    }
+    return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limits) {
     DT_RETURN_IF_ERROR(check_string("display_name", spec.display_name()));
     if (spec.model().empty()) return invalid("model is required");
@@ -355,6 +394,7 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
         return invalid(absl::StrCat("eval_every_n_steps (", spec.eval_every_n_steps(),
                                     ") needs data.eval_files"));
     }
+    DT_RETURN_IF_ERROR(validate_early_stopping(spec));
     if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
         return invalid(
             absl::StrCat("max_restarts (", spec.max_restarts(), ") must be in [0, 100]"));
@@ -393,19 +433,23 @@ absl::Status resolve_job_paths(v1::JobSpec* spec, const PathRoots& roots) {
                             confine("data.tokenizer", d->tokenizer(), tokenizer));
     }
     bool chat = false;
+    std::vector<DataKind> train_kinds;
     for (int i = 0; i < d->train_files_size(); ++i) {
         const std::string field = absl::StrCat("data.train_files[", i, "]");
         DT_ASSIGN_OR_RETURN(*d->mutable_train_files(i), confine(field, d->train_files(i), data));
-        DT_ASSIGN_OR_RETURN(const bool is_chat, check_data_file(field, d->train_files(i), *d));
-        chat |= is_chat;
+        DT_ASSIGN_OR_RETURN(const DataKind kind, check_data_file(field, d->train_files(i), *d));
+        train_kinds.push_back(kind);
+        chat |= is_chat(kind);
     }
     for (int i = 0; i < d->eval_files_size(); ++i) {
         const std::string field = absl::StrCat("data.eval_files[", i, "]");
         DT_ASSIGN_OR_RETURN(*d->mutable_eval_files(i), confine(field, d->eval_files(i), data));
-        DT_ASSIGN_OR_RETURN(const bool is_chat, check_data_file(field, d->eval_files(i), *d));
-        chat |= is_chat;
+        DT_ASSIGN_OR_RETURN(const DataKind kind, check_data_file(field, d->eval_files(i), *d));
+        chat |= is_chat(kind);
     }
     if (chat) DT_RETURN_IF_ERROR(check_chat_template(spec->model(), *d));
+    if (d->overlong() == v1::OVERLONG_POLICY_UNSPECIFIED)
+        d->set_overlong(default_overlong(train_kinds));
     DT_ASSIGN_OR_RETURN(*spec->mutable_output_dir(),
                         confine("output_dir", spec->output_dir(), output));
     if (!spec->resume_from().empty() && spec->resume_from().rfind("jobs/", 0) != 0) {

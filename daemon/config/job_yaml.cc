@@ -377,7 +377,6 @@ void normalize_job_spec(v1::JobSpec* spec, const std::set<std::string>* present)
         {"hyperparameters.gradient_accumulation", 1},
         {"hyperparameters.tokens_per_batch",      8192},
         {"data.bad_lines",                        v1::BAD_LINE_POLICY_FAIL},
-        {"data.overlong",                         v1::OVERLONG_POLICY_SPLIT},
         {"data.shuffle_window",                   4096},
         {"data.max_document_bytes",               16 << 20},
         {"data.max_document_tokens",              1 << 20},

@@ -29,6 +29,30 @@ int64_t event_number(const v1::JobEvent& e, const std::string& key) {
     return m != e.metrics().end() ? static_cast<int64_t>(m->second) : 0;
 }
 
+double event_metric(const v1::JobEvent& e, const std::string& key) {
+    auto m = e.metrics().find(key);
+    return m != e.metrics().end() ? m->second : 0;
+}
+
+// What the ranks made of the data (DATA_LOADED) and the run's length (TRAINING_STARTED: with
+// num_epochs, the steps are known from here on) stay on the job.
+void apply_data_summary(const v1::JobEvent& e, v1::Job& job) {
+    v1::DataSummary* d = job.mutable_data_summary();
+    auto count = [&](const char* key) { return static_cast<int64_t>(event_metric(e, key)); };
+    if (e.type() == "DATA_LOADED") {
+        d->set_documents(count("num_samples"));
+        d->set_skipped_lines(count("skipped_lines"));
+        d->set_overlong(job.spec().data().overlong());
+        d->set_overlong_documents(count("overlong_documents"));
+        d->set_overlong_tokens_left_out(count("overlong_tokens_left_out"));
+    } else if (e.type() == "TRAINING_STARTED" && e.metrics().count("max_steps")) {
+        d->set_steps_per_epoch(count("steps_per_epoch"));
+        d->set_tokens_per_epoch(count("tokens_per_epoch"));
+        d->set_warmup_steps(count("warmup_steps"));
+        job.mutable_progress()->set_total_steps(count("max_steps"));
+    }
+}
+
 // Applies one rank event to the pending change.
 void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
     Attempt& a = *r.attempt;
@@ -38,10 +62,12 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
     auto& details = *e.mutable_details();
     if (!details.count("rank")) details["rank"] = std::to_string(rank);
     if (e.type() == "EXPORT_COMPLETED" && details.count("path")) a.export_path = details["path"];
+    if (rank == 0) apply_data_summary(e, c.next.job);
     // What the data holds, and the last evaluation (the final one comes after the last
     // progress report), stay on the job's status.
     static const std::map<std::string, std::vector<std::string>> kKept = {
-        {"DATA_LOADED", {"skipped_lines", "trained_tokens"}}, {"EVAL_METRICS", {"eval_loss"}}};
+        {"DATA_LOADED", {"skipped_lines", "trained_tokens"}},
+        {"EVAL_METRICS", {"eval_loss", "best_eval_loss"}}};
     if (auto kept = kKept.find(e.type()); kept != kKept.end()) {
         for (const std::string& key : kept->second) {
             auto m = e.metrics().find(key);
@@ -58,6 +84,9 @@ void apply_rank_event(Record& r, Change& c, const v1::JobEvent& in, int rank) {
         cp.set_path(details["path"]);
         cp.set_bytes(event_number(e, "bytes"));
         cp.set_manifest_sha256(details["sha256"]);
+        cp.set_eval_loss(event_metric(e, "eval_loss"));
+        cp.set_best(details.count("best") && details.at("best") == "true");
+        if (cp.best()) c.next.job.set_best_step(cp.step());
         c.next.job.set_latest_checkpoint(details["path"]);
     }
     // Ranks on a node agent outlive a supervisor crash for a while and may checkpoint steps
@@ -121,6 +150,7 @@ v1::RankDirective JobManager::Impl::report(const v1::RankReport& rep) {
     if (rank == 0 && rep.has_progress()) {
         v1::Progress* p = j.mutable_progress();
         *p = rep.progress();
+        if (p->total_steps() == 0) p->set_total_steps(r.stored.job.progress().total_steps());
         if (p->total_steps() == 0) p->set_total_steps(j.spec().hyperparameters().max_steps());
         if (p->percent() == 0 && p->total_steps() > 0) {
             p->set_percent(100.0 * static_cast<double>(p->step()) / p->total_steps());

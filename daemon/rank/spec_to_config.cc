@@ -36,6 +36,8 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.max_document_tokens = d.max_document_tokens();
     const auto& h = spec.hyperparameters();
     c.max_steps = h.max_steps();
+    c.num_epochs = h.num_epochs();
+    c.warmup_ratio = h.warmup_ratio();
     c.tokens_per_batch = h.tokens_per_batch();
     c.grad_accum = h.gradient_accumulation();
     c.max_grad_norm = h.max_grad_norm();
@@ -50,6 +52,8 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.adamw.beta2 = h.beta2();
     c.adamw.eps = h.eps();
     c.eval_every = spec.eval_every_n_steps();
+    c.early_stopping.patience = spec.early_stopping().patience();
+    c.early_stopping.min_delta = spec.early_stopping().min_delta();
     c.checkpoint_every = spec.checkpoint().every_n_steps();
     c.keep_last_n = spec.checkpoint().keep_last_n();
     c.seed = spec.seed();

@@ -140,8 +140,11 @@ void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::stri
     absl::StrAppend(&out, "deltatune_build_info{version=\"", DT_VERSION, "\"} 1\n");
     help(out, "deltatune_jobs", "gauge", "Jobs by state.");
     std::map<std::string, int> by_state;
+    // Every state a job can be in, 0 included; VALIDATING is reserved (submission validates
+    // before a job exists), so a dashboard never shows a state the README does not name.
     for (int s = v1::Job::State_MIN; s <= v1::Job::State_MAX; ++s) {
-        if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED) {
+        if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED &&
+            s != v1::Job::VALIDATING) {
             by_state[v1::Job::State_Name(static_cast<v1::Job::State>(s))] = 0;
         }
     }
@@ -183,7 +186,11 @@ void MetricsCollector::render_job_gauges(const std::vector<v1::Job>& jobs, std::
         {"deltatune_job_step", "gauge", "Last completed optimizer step.",
          [](const v1::Job& j) { return double(j.progress().step()); }},
         {"deltatune_job_last_step_timestamp_seconds", "gauge", "Wall time of the last step.",
-         [](const v1::Job& j) { return seconds_of(j.progress().last_step_time()); }},
+         // NaN until the first step: "time since the last step" must not read 56 years.
+         [](const v1::Job& j) {
+             return j.progress().has_last_step_time() ? seconds_of(j.progress().last_step_time())
+                                                      : NAN;
+         }},
         {"deltatune_job_tokens_total", "counter", "Real (non-padding) tokens trained.",
          [](const v1::Job& j) { return double(j.progress().tokens()); }},
         {"deltatune_job_tokens_per_second", "gauge",
@@ -206,7 +213,8 @@ void MetricsCollector::render_job_gauges(const std::vector<v1::Job>& jobs, std::
          "Most GPU memory rank 0 has held (its allocator's peak).", key("gpu_memory_peak_bytes")},
         {"deltatune_job_gpu_memory_planned_bytes", "gauge",
          "GPU memory per rank the memory planner predicted.", key("gpu_memory_planned_bytes")},
-        {"deltatune_job_total_steps", "gauge", "Optimizer steps the job runs (max_steps).",
+        {"deltatune_job_total_steps", "gauge",
+         "Optimizer steps the job runs (max_steps, or from num_epochs once the data is loaded).",
          [](const v1::Job& j) { return double(j.progress().total_steps()); }},
         {"deltatune_job_eta_seconds", "gauge",
          "Estimated seconds to the last step; 0 unless RUNNING.",

@@ -220,14 +220,16 @@ absl::Status verify_checkpoint(const std::string& dir) {
     return absl::OkStatus();
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last_n) {
+std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last_n,
+                                           int64_t keep_step) {
     std::vector<std::string> deleted;
     auto all = list_checkpoints(root);
     if (!all.ok() || keep_last_n <= 0) return deleted;
     const int64_t excess = static_cast<int64_t>(all->size()) - keep_last_n;
     for (int64_t i = 0; i < excess; ++i) {
-        const absl::Status s = retire_dir((*all)[static_cast<size_t>(i)].path);
-        if (s.ok()) deleted.push_back((*all)[static_cast<size_t>(i)].path);
+        const CheckpointInfo& c = (*all)[static_cast<size_t>(i)];
+        if (c.step == keep_step) continue;
+        if (retire_dir(c.path).ok()) deleted.push_back(c.path);
     }
     return deleted;
 }

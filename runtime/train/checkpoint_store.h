@@ -48,8 +48,10 @@ absl::StatusOr<std::vector<CheckpointInfo>> list_checkpoints(const std::string& 
 // Verifies every file of the checkpoint against its manifest: DataLoss naming the file on a size
 // or checksum mismatch, a missing file or a malformed manifest.
 absl::Status verify_checkpoint(const std::string& checkpoint_dir);
-// Deletes committed checkpoints beyond the newest `keep_last_n`; returns the deleted paths.
-std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last_n);
+// Deletes committed checkpoints beyond the newest `keep_last_n`, except the one of step
+// `keep_step` (early stopping's best); returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last_n,
+                                           int64_t keep_step = -1);
 
 // Hex SHA-256 of a file's contents.
 absl::StatusOr<std::string> sha256_file(const std::string& path);

@@ -32,11 +32,16 @@ absl::StatusOr<CheckpointInfo> save_train_state(const std::string& root, const T
     DT_RETURN_IF_ERROR(agree(writer.status()));  // the owner has created the folder
     absl::Status s = io.save_shard(writer->file(shard_file_name(comm.rank(), comm.world_size())));
     if (s.ok() && owner) {
-        const nlohmann::json j = {
-            {"step", state.step},           {"tokens", state.tokens},
-            {"adam_step", io.adam_step},    {"data_cursor", state.data_cursor},
-            {"last_loss", state.last_loss}, {"world_size", comm.world_size()},
-            {"group_sizes", io.group_sizes}};
+        nlohmann::json j = {{"step", state.step},           {"tokens", state.tokens},
+                            {"adam_step", io.adam_step},    {"data_cursor", state.data_cursor},
+                            {"last_loss", state.last_loss}, {"world_size", comm.world_size()},
+                            {"group_sizes", io.group_sizes}};
+        const EarlyStoppingState& best = state.early_stopping;
+        if (best.best_step > 0) {
+            j["best_step"] = best.best_step;
+            j["best_eval_loss"] = best.best_eval_loss;
+            j["evals_since_best"] = best.evals_since_best;
+        }
         s = write_file_atomic(writer->file("state.json"), j.dump(2) + "\n");
     }
     if (absl::Status all = agree(s); !all.ok()) {
@@ -66,6 +71,9 @@ absl::StatusOr<TrainState> load_train_state(const std::string& dir, const Sharde
         state.tokens = j.at("tokens").get<int64_t>();
         state.data_cursor = j.at("data_cursor").get<std::string>();
         state.last_loss = j.value("last_loss", 0.0);
+        state.early_stopping.best_step = j.value("best_step", int64_t{0});
+        state.early_stopping.best_eval_loss = j.value("best_eval_loss", 0.0);
+        state.early_stopping.evals_since_best = j.value("evals_since_best", int64_t{0});
         adam_step = j.at("adam_step").get<int64_t>();
         world = j.at("world_size").get<int>();
         groups = j.at("group_sizes").get<std::vector<int64_t>>();

@@ -16,6 +16,7 @@
 #include "runtime/dist/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/train/checkpoint_store.h"
+#include "runtime/train/early_stopping.h"
 
 namespace deltatune {
 
@@ -24,6 +25,7 @@ struct TrainState {
     int64_t tokens = 0;  // real tokens consumed
     std::string data_cursor;
     double last_loss = 0;
+    EarlyStoppingState early_stopping;  // the best evaluation so far
 };
 
 // What a checkpoint needs of a rank's sharded optimizer state: the CPU path's FsdpCpuParams (or

@@ -19,6 +19,7 @@
 #include "runtime/model/model_flops.h"
 #include "runtime/train/train_state.h"
 #include "runtime/train/trainer_inputs.h"
+#include "runtime/train/training_length.h"
 
 namespace deltatune {
 
@@ -47,11 +48,13 @@ struct Run {
     std::optional<Packer> packer;
     std::string ckpt_root;
     LrSchedule lr;
+    TrainingLength length;  // max_steps and warmup as this run trains them
     TrainState state;
     TrainResult result;
     std::chrono::steady_clock::time_point start;
     int64_t first_tokens = 0;     // tokens consumed before this attempt (a resume's)
     int64_t evaluated_step = -1;  // the step of the last evaluation, so the end does not repeat it
+    int64_t checkpointed_step = -1;  // the step of the last checkpoint this attempt wrote
     // (time, tokens) at the end of this attempt's recent steps, oldest first (at most
     // kThroughputWindow + 1): throughput and ETA over them, not the whole attempt.
     std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent;
@@ -68,8 +71,6 @@ struct StepOutcome {
 };
 
 absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHooks& hooks) {
-    if (c.max_steps <= 0)
-        return absl::InvalidArgumentError(absl::StrCat("max_steps must be > 0, got ", c.max_steps));
     if (c.grad_accum <= 0) return absl::InvalidArgumentError("gradient_accumulation must be > 0");
     auto run = std::make_unique<Run>(c, hooks);
     DT_ASSIGN_OR_RETURN(run->in, load_train_inputs(c, hooks));
@@ -105,8 +106,12 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
     DT_ASSIGN_OR_RETURN(po.mixture, training_mixture(run->in.train, c.train_weights));
     DT_ASSIGN_OR_RETURN(run->packer, Packer::create(run->in.train.lengths(), po));
     run->ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
+    DT_ASSIGN_OR_RETURN(
+        run->length, training_length({c.max_steps, c.num_epochs, c.lr.warmup_steps, c.warmup_ratio},
+                                     run->packer->steps_in_epoch(), c.grad_accum));
     run->lr = c.lr;
-    run->lr.max_steps = c.max_steps;
+    run->lr.max_steps = run->length.max_steps;
+    run->lr.warmup_steps = run->length.warmup_steps;
     return run;
 }
 
@@ -140,6 +145,9 @@ absl::Status resume(Run& run) {
 }
 
 absl::Status checkpoint(Run& run) {
+    const int64_t step = run.state.step;
+    const EarlyStoppingState& es = run.state.early_stopping;
+    const bool best = run.c.early_stopping.enabled() && es.best_step == step;
     run.state.data_cursor = run.packer->cursor();
     run.hooks.on_event({"CHECKPOINT_STARTED", "INFO", "", {{"step", double(run.state.step)}}, {}});
     const auto t0 = std::chrono::steady_clock::now();
@@ -148,13 +156,19 @@ absl::Status checkpoint(Run& run) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     run.result.latest_checkpoint = info.path;
-    run.hooks.on_event(
-        {"CHECKPOINT_COMMITTED",
-         "INFO",
-         info.path,
-         {{"step", double(info.step)}, {"bytes", double(info.bytes)}, {"seconds", seconds}},
-         {{"path", info.path}, {"sha256", info.manifest_sha256}}});
-    for (const auto& p : prune_checkpoints(run.ckpt_root, run.c.keep_last_n)) {
+    run.checkpointed_step = step;
+    TrainerEvent committed{
+        "CHECKPOINT_COMMITTED",
+        "INFO",
+        info.path,
+        {{"step", double(info.step)}, {"bytes", double(info.bytes)}, {"seconds", seconds}},
+        {{"path", info.path}, {"sha256", info.manifest_sha256}}};
+    if (run.evaluated_step == step) committed.metrics["eval_loss"] = run.result.last_eval_loss;
+    if (best) committed.details["best"] = "true";
+    run.hooks.on_event(committed);
+    // Early stopping's best checkpoint stays whatever keep_last_n says.
+    const int64_t keep = run.c.early_stopping.enabled() ? es.best_step : -1;
+    for (const auto& p : prune_checkpoints(run.ckpt_root, run.c.keep_last_n, keep)) {
         run.hooks.on_event({"CHECKPOINT_PRUNED", "INFO", p, {}, {{"path", p}}});
     }
     return absl::OkStatus();
@@ -269,13 +283,14 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
     const auto window_steps = static_cast<double>(run.recent.size() - 1);
     TrainProgress p;
     p.step = run.state.step;
-    p.total_steps = c.max_steps;
+    p.total_steps = run.length.max_steps;
     p.epoch = run.packer->epoch();
     p.tokens = run.state.tokens;
     // Over this attempt's last steps (at most kThroughputWindow): after a resume the earlier
     // tokens took another process's time, and a slowdown shows within a window.
     p.tokens_per_second = window > 0 ? static_cast<double>(run.state.tokens - tokens0) / window : 0;
-    p.eta_seconds = window / window_steps * static_cast<double>(c.max_steps - run.state.step);
+    p.eta_seconds =
+        window / window_steps * static_cast<double>(run.length.max_steps - run.state.step);
     p.metrics = {{"loss", o.loss},
                  {"lr", o.lr},
                  {"grad_norm", o.grad_norm},
@@ -304,18 +319,47 @@ TrainProgress report_step(Run& run, const StepOutcome& o) {
     return p;
 }
 
-absl::Status evaluate(Run& run, TrainProgress* p) {
-    DT_ASSIGN_OR_RETURN(run.result.last_eval_loss, evaluate_corpus(*run.engine, run.in.eval, run.c,
-                                                                   run.in.model.config.vocab_size));
+// The eval loss at this step and, with early stopping, what it means for the run. Every rank
+// takes rank 0's loss, so all of them reach the same verdict (checkpoints are collective).
+absl::StatusOr<EvalVerdict> evaluate(Run& run, TrainProgress* p) {
+    DT_ASSIGN_OR_RETURN(double loss, evaluate_corpus(*run.engine, run.in.eval, run.c,
+                                                     run.in.model.config.vocab_size));
+    if (run.world > 1) {
+        if (run.rank != 0) loss = 0;
+        DT_RETURN_IF_ERROR(run.comm->all_reduce_sum(&loss, 1));
+    }
+    run.result.last_eval_loss = loss;
     run.evaluated_step = run.state.step;
-    if (p) p->metrics["eval_loss"] = run.result.last_eval_loss;
+    TrainerEvent e{
+        "EVAL_METRICS", "INFO", "", {{"step", double(run.state.step)}, {"eval_loss", loss}}, {}};
+    if (p) p->metrics["eval_loss"] = loss;
+    EvalVerdict verdict = EvalVerdict::kNotBetter;
+    if (run.c.early_stopping.enabled()) {
+        EarlyStoppingState& es = run.state.early_stopping;
+        verdict = observe_eval(run.c.early_stopping, es, run.state.step, loss);
+        e.metrics["best_eval_loss"] = es.best_eval_loss;
+        e.metrics["best_step"] = double(es.best_step);
+        if (p) p->metrics["best_eval_loss"] = es.best_eval_loss;
+    }
+    run.hooks.on_event(e);
+    return verdict;
+}
+
+// EARLY_STOPPED: why the run ends before its last step.
+void announce_early_stop(Run& run) {
+    const EarlyStoppingState& es = run.state.early_stopping;
+    const EarlyStoppingConfig& cfg = run.c.early_stopping;
+    run.result.early_stopped = true;
     run.hooks.on_event(
-        {"EVAL_METRICS",
+        {"EARLY_STOPPED",
          "INFO",
-         "",
-         {{"step", double(run.state.step)}, {"eval_loss", run.result.last_eval_loss}},
+         absl::StrCat("eval_loss has not improved on ", es.best_eval_loss, " (step ", es.best_step,
+                      ") by more than min_delta ", cfg.min_delta, " in ", es.evals_since_best,
+                      " evaluations; the export holds step ", es.best_step),
+         {{"step", double(run.state.step)},
+          {"best_step", double(es.best_step)},
+          {"best_eval_loss", es.best_eval_loss}},
          {}});
-    return absl::OkStatus();
 }
 
 // Ranks stop together: any rank's request (the strongest one) is everyone's.
@@ -329,27 +373,46 @@ absl::StatusOr<StopRequest> agreed_stop(Run& run) {
                           : StopRequest::kNone;
 }
 
-// After the last step: its checkpoint, the final evaluation (unless that step had one), and the
-// export in Hugging Face form with the tokenizer files.
-absl::Status finish(Run& run) {
-    DT_RETURN_IF_ERROR(checkpoint(run));
-    if (!run.in.eval.files.empty() && run.evaluated_step != run.state.step) {
-        DT_RETURN_IF_ERROR(evaluate(run, nullptr));
-    }
+// The export's weights: the engine's now, or with early stopping the best checkpoint's, read by
+// rank 0 from its files while the others wait at the barrier.
+absl::Status write_final_export(Run& run) {
     TrainResult& result = run.result;
-    result.export_dir = (fs::path(run.c.output_dir) / "export").string();
-    run.hooks.on_event(
-        {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
+    const int64_t best =
+        run.c.early_stopping.enabled() ? run.state.early_stopping.best_step : int64_t{0};
+    if (best > 0 && best != run.state.step) {
+        const std::string path = (fs::path(run.ckpt_root) / step_dir_name(best)).string();
+        if (run.rank == 0) {
+            DT_RETURN_IF_ERROR(export_checkpoint(run.c, path, result.export_dir).status());
+        }
+        result.exported_step = best;
+        return absl::OkStatus();
+    }
     // Collective on GPU ranks: a LoRA adapter's download, or the parameters unit by unit.
     if (run.c.lora) DT_RETURN_IF_ERROR(run.engine->download(run.in.model.params));
     DT_RETURN_IF_ERROR(write_export(run.c, run.in.model, run.in.adapters,
                                     run.engine->param_bytes(run.in.model.params), result.export_dir,
                                     run.rank == 0));
+    result.exported_step = run.state.step;
+    return absl::OkStatus();
+}
+
+// After the last step: the final evaluation (unless that step had one), the checkpoint (unless
+// this attempt just wrote it), and the export in Hugging Face form with the tokenizer files.
+absl::Status finish(Run& run) {
+    if (!run.in.eval.files.empty() && run.evaluated_step != run.state.step) {
+        DT_RETURN_IF_ERROR(evaluate(run, nullptr).status());
+    }
+    if (run.checkpointed_step != run.state.step) DT_RETURN_IF_ERROR(checkpoint(run));
+    TrainResult& result = run.result;
+    result.export_dir = (fs::path(run.c.output_dir) / "export").string();
+    run.hooks.on_event(
+        {"EXPORT_STARTED", "INFO", result.export_dir, {}, {{"path", result.export_dir}}});
+    DT_RETURN_IF_ERROR(write_final_export(run));
     DT_RETURN_IF_ERROR(run.comm->barrier());  // every rank reports the export once it exists
     run.hooks.on_event({"EXPORT_COMPLETED",
                         "INFO",
                         result.export_dir,
-                        {{"loss", result.last_loss}},
+                        {{"loss", result.last_loss}, {"step", double(result.exported_step)}},
                         {{"path", result.export_dir}}});
     result.completed = true;
     return absl::OkStatus();
@@ -362,28 +425,47 @@ absl::StatusOr<TrainResult> train(const TrainConfig& c, const TrainerHooks& hook
     DT_RETURN_IF_ERROR(resume(*run));
     run->start = std::chrono::steady_clock::now();
     run->first_tokens = run->state.tokens;
+    const TrainingLength& length = run->length;
     hooks.on_event({"TRAINING_STARTED",
                     "INFO",
                     "",
-                    {{"step", double(run->state.step)}, {"world_size", double(run->world)}},
+                    {{"step", double(run->state.step)},
+                     {"world_size", double(run->world)},
+                     {"max_steps", double(length.max_steps)},
+                     {"warmup_steps", double(length.warmup_steps)},
+                     {"steps_per_epoch", double(length.steps_per_epoch)},
+                     {"tokens_per_epoch", double(run->packer->epoch_stats().tokens)}},
                     started_details(*run)});
     const bool has_eval = !run->in.eval.files.empty() && c.eval_every > 0;
-    while (run->state.step < c.max_steps) {
+    while (run->state.step < length.max_steps) {
         DT_ASSIGN_OR_RETURN(const StepOutcome outcome, train_step(*run));
         const int64_t step = run->state.step;
+        const bool last = step >= length.max_steps;
         TrainProgress p = report_step(*run, outcome);
-        if (has_eval && step % c.eval_every == 0) DT_RETURN_IF_ERROR(evaluate(*run, &p));
-        if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < c.max_steps) {
-            DT_RETURN_IF_ERROR(checkpoint(*run));
+        EvalVerdict verdict = EvalVerdict::kNotBetter;
+        if (has_eval && step % c.eval_every == 0) {
+            // The step is done: say so before the evaluation, or its loss shows beside the
+            // previous step's number while it runs.
+            p.latest_checkpoint = run->result.latest_checkpoint;
+            hooks.on_progress(p);
+            DT_ASSIGN_OR_RETURN(verdict, evaluate(*run, &p));
         }
+        const bool stop_early = verdict == EvalVerdict::kStop && !last;
+        // Scheduled checkpoints and early stopping's best; finish() writes the last one.
+        const bool due = (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) ||
+                         verdict == EvalVerdict::kBest;
+        if (due && !last && !stop_early) DT_RETURN_IF_ERROR(checkpoint(*run));
         p.latest_checkpoint = run->result.latest_checkpoint;
         hooks.on_progress(p);
+        if (stop_early) {
+            announce_early_stop(*run);
+            break;
+        }
         DT_ASSIGN_OR_RETURN(const StopRequest stop, agreed_stop(*run));
-        if (stop == StopRequest::kCheckpointAndExit && step < c.max_steps) {
+        if (stop == StopRequest::kCheckpointAndExit && !last && run->checkpointed_step != step) {
             DT_RETURN_IF_ERROR(checkpoint(*run));
         }
-        if (stop == StopRequest::kExitNow ||
-            (stop == StopRequest::kCheckpointAndExit && step < c.max_steps)) {
+        if (stop == StopRequest::kExitNow || (stop == StopRequest::kCheckpointAndExit && !last)) {
             run->result.step = step;
             return run->result;
         }

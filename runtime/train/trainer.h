@@ -18,6 +18,7 @@
 #include "runtime/data/packing.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/model/lora.h"
+#include "runtime/train/early_stopping.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/train_engine.h"
 
@@ -40,11 +41,18 @@ struct TrainConfig {
     OverlongPolicy overlong = OverlongPolicy::kSplit;
     int64_t tokens_per_batch = 8192;
     int64_t grad_accum = 1;
+    // The run's length (training_length.h): max_steps optimizer steps, or with max_steps 0,
+    // num_epochs passes over the packed data; warmup: lr.warmup_steps, or with warmup_ratio > 0
+    // that fraction of the steps.
     int64_t max_steps = 1;
-    LrSchedule lr;                 // lr.max_steps is set from max_steps
-    AdamWHyper adamw;              // adamw.lr is replaced by the schedule each step
-    double max_grad_norm = 1.0;    // 0 = no clipping
-    int64_t eval_every = 0;        // 0 = only at the end (when eval files exist)
+    double num_epochs = 0;
+    double warmup_ratio = 0;
+    LrSchedule lr;               // lr.max_steps and lr.warmup_steps are set from the above
+    AdamWHyper adamw;            // adamw.lr is replaced by the schedule each step
+    double max_grad_norm = 1.0;  // 0 = no clipping
+    int64_t eval_every = 0;      // 0 = only at the end (when eval files exist)
+    // On: stop when evaluations stop improving, keep the best checkpoint, export its weights.
+    EarlyStoppingConfig early_stopping;
     int64_t checkpoint_every = 0;  // 0 = only at the end and when asked to stop
     int64_t keep_last_n = 2;
     std::string output_dir;  // checkpoints/, export/, cache/
@@ -100,7 +108,9 @@ struct TrainResult {
     int64_t step = 0;
     double last_loss = 0;
     double last_eval_loss = 0;
-    std::string export_dir;  // set when completed
+    bool early_stopped = false;  // ended by early stopping before the last step
+    int64_t exported_step = 0;   // the step whose weights the export holds
+    std::string export_dir;      // set when completed
     std::string latest_checkpoint;
 };
 

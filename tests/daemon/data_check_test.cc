@@ -52,6 +52,31 @@ TEST_CASE("the first line of a data file must be of the spec's format", "[daemon
     CHECK(check("") == "INVALID_CONFIG: data.train_files[0] (PATH) holds no JSON line");
 }
 
+DataKind kind_of(const std::string& line, v1::DataFormat format = v1::DATA_FORMAT_UNSPECIFIED) {
+    testing::TempDir dir;
+    const std::string path = dir.file("d.jsonl");
+    std::ofstream(path, std::ios::binary) << line;
+    v1::DataSpec data;
+    data.set_format(format);
+    data.set_bad_lines(v1::BAD_LINE_POLICY_SKIP);
+    absl::StatusOr<DataKind> kind = check_data_file("f", path, data);
+    REQUIRE(kind.ok());
+    return *kind;
+}
+
+TEST_CASE("the first line says what a file holds; conversations are truncated", "[daemon]") {
+    CHECK(kind_of("{\"messages\": []}\n") == DataKind::kConversation);
+    CHECK(kind_of("{\"conversations\": []}\n") == DataKind::kConversation);
+    CHECK(kind_of("{\"prompt\": \"a\", \"completion\": \"b\"}\n") == DataKind::kConversation);
+    CHECK(kind_of("{\"text\": \"a\"}\n") == DataKind::kText);
+    CHECK(kind_of("{\"input_ids\": [1]}\n") == DataKind::kTokenized);
+    CHECK(kind_of("not json\n", v1::DATA_FORMAT_CHAT) == DataKind::kConversation);
+    CHECK(kind_of("not json\n", v1::DATA_FORMAT_TOKENIZED) == DataKind::kTokenized);
+    CHECK(default_overlong({DataKind::kText, DataKind::kTokenized}) == v1::OVERLONG_POLICY_SPLIT);
+    CHECK(default_overlong({DataKind::kText, DataKind::kConversation}) ==
+          v1::OVERLONG_POLICY_TRUNCATE);
+}
+
 TEST_CASE("submission reads a bounded prefix of a data file", "[daemon]") {
     // A huge run of blank lines once held a CreateJob handler for 13.5 s per GiB: the check now
     // stops after the longest first line allowed plus kBlankPrefixBytes of blank lines.

@@ -265,7 +265,7 @@ TEST_CASE("hostile input is refused with the right code and the server keeps ser
     }
     v1::JobSpec no_steps = fake_spec("o", "train", 0);
     CHECK_THAT(create(d, no_steps, &job).error_message(),
-               Catch::Contains("hyperparameters.max_steps (0) must be > 0"));
+               Catch::Contains("give one of max_steps (0) and num_epochs (0)"));
 
     v1::ListJobsRequest list;
     v1::ListJobsResponse resp;

@@ -368,6 +368,25 @@ TEST_CASE("job paths must resolve, after symlinks, beneath their roots",
     const std::string why = message(resolve_job_paths(&cwd, roots));
     CHECK_THAT(why, Catch::StartsWith("PATH_NOT_ALLOWED: data.train_files[0]: "));
     CHECK_THAT(why, !Catch::Contains(fs::current_path().string() + "'"));
+    // Over-long documents: truncated in conversations by default, split in other data; a
+    // policy the spec names stays.
+    CHECK(ok.data().overlong() == v1::OVERLONG_POLICY_SPLIT);  // tokenized
+    std::ofstream(dir.file("data/chat.jsonl")) << "{\"messages\": []}\n";
+    std::ofstream(dir.file("data/text.jsonl")) << "{\"text\": \"hi\"}\n";
+    v1::JobSpec chat = spec_with("text.jsonl", "run/2");
+    chat.mutable_data()->set_chat_template("qwen3_5");
+    REQUIRE(resolve_job_paths(&chat, roots).ok());
+    CHECK(chat.data().overlong() == v1::OVERLONG_POLICY_SPLIT);
+    chat = spec_with("text.jsonl", "run/2");
+    chat.mutable_data()->add_train_files("chat.jsonl");
+    chat.mutable_data()->set_chat_template("qwen3_5");
+    REQUIRE(resolve_job_paths(&chat, roots).ok());
+    CHECK(chat.data().overlong() == v1::OVERLONG_POLICY_TRUNCATE);
+    chat = spec_with("chat.jsonl", "run/2");
+    chat.mutable_data()->set_chat_template("qwen3_5");
+    chat.mutable_data()->set_overlong(v1::OVERLONG_POLICY_SPLIT);
+    REQUIRE(resolve_job_paths(&chat, roots).ok());
+    CHECK(chat.data().overlong() == v1::OVERLONG_POLICY_SPLIT);
     v1::JobSpec missing = spec_with("nope.jsonl", "run");
     CHECK_THAT(message(resolve_job_paths(&missing, roots)), Catch::StartsWith("DATASET_NOT_FOUND"));
 }

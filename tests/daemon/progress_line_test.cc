@@ -47,6 +47,48 @@ TEST_CASE("the job line has the step, the losses and the reason, and no 0/0", "[
     CHECK(job_line(fresh) == "jobs/3c35ed3775ed        QUEUED       queue #2");
     fresh.set_state(v1::Job::PENDING);
     CHECK(job_line(fresh) == "jobs/3c35ed3775ed        PENDING");  // no trailing padding
+    // The name people gave the job, cut to keep the line one line.
+    fresh.mutable_spec()->set_display_name("sft-ultrachat");
+    CHECK(job_line(fresh) == "jobs/3c35ed3775ed        sft-ultrachat PENDING");
+    fresh.mutable_spec()->set_display_name(std::string(40, 'n'));
+    CHECK(job_line(fresh) == "jobs/3c35ed3775ed        " + std::string(31, 'n') + "~ PENDING");
+}
+
+TEST_CASE("event lines: keys in order, whole numbers whole, bytes in units", "[cli]") {
+    v1::JobEvent e;
+    e.set_sequence(42);
+    e.set_type("CHECKPOINT_COMMITTED");
+    e.set_message("/out/step-42");
+    // Inserted out of order: the wire's maps keep none.
+    (*e.mutable_metrics())["step"] = 42;
+    (*e.mutable_metrics())["bytes"] = 117885000;
+    (*e.mutable_metrics())["seconds"] = 1.2345678;
+    (*e.mutable_details())["sha256"] = "ab12";
+    (*e.mutable_details())["path"] = "/out/step-42";
+    CHECK(event_line(e) ==
+          "    42 CHECKPOINT_COMMITTED   /out/step-42 bytes=112.4 MiB seconds=1.23457 step=42 "
+          "path=/out/step-42 sha256=ab12");
+    v1::JobEvent bare;
+    bare.set_sequence(1);
+    bare.set_type("JOB_CREATED");
+    CHECK(event_line(bare) == "     1 JOB_CREATED");
+}
+
+TEST_CASE("the data line says what was loaded and what was cut to fit a batch", "[cli]") {
+    v1::Job job;
+    CHECK(data_line(job).empty());  // before the ranks load the data
+    v1::DataSummary* d = job.mutable_data_summary();
+    d->set_documents(12400);
+    d->set_tokens_per_epoch(3820300);
+    d->set_steps_per_epoch(200);
+    CHECK(data_line(job) == "data: 12,400 documents, 3,820,300 tokens and 200 steps per epoch");
+    d->set_skipped_lines(2);
+    d->set_overlong(v1::OVERLONG_POLICY_TRUNCATE);
+    d->set_overlong_documents(31);
+    d->set_overlong_tokens_left_out(18211);
+    CHECK(data_line(job) ==
+          "data: 12,400 documents (2 bad lines skipped), 3,820,300 tokens and 200 steps per epoch; "
+          "31 longer than tokens_per_batch truncated (18,211 tokens left out)");
 }
 
 TEST_CASE("tokens per second come from the recent updates, and restart with an attempt", "[cli]") {
@@ -69,6 +111,11 @@ TEST_CASE("a job's end is summarised on one line", "[cli]") {
     job.set_result_model("/outputs/run/export");
     CHECK(job_summary(job) ==
           "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, exported to /outputs/run/export");
+    job.set_best_step(300);  // early stopping: the export holds the best step
+    (*job.mutable_latest_metrics())["best_eval_loss"] = 2.5;
+    CHECK(job_summary(job) ==
+          "SUCCEEDED in 0:28:43: loss 2.5710, eval loss 2.6012, best eval loss 2.5000 at step 300, "
+          "exported to /outputs/run/export");
     job.set_state(v1::Job::FAILED);
     job.set_state_reason("NON_FINITE");
     job.set_error_message("step 7: loss is nan");

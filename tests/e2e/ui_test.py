@@ -87,6 +87,8 @@ def test_page_is_self_contained():
 def test_jobs_table():
     dom = browser(D.http("/ui"), "--dump-dom")
     check(f'href="/ui/{JOB}"' in dom and "SUCCEEDED" in dom, "the jobs table lists the demo job")
+    check(re.search(rf'href="/ui/{JOB}">[^<]+ <span class="muted">{JOB}</span>', dom),
+          "the jobs table shows the display name beside the id")
     # Under the CSP, the script ran (it built the table) and set the progress bar's width.
     check('style="width: 100%;"' in dom, "the progress bar's width, set from script")
 
@@ -103,6 +105,8 @@ def test_job_page():
     check(re.search(r'<table id="events">.*?CHECKPOINT_COMMITTED.*?TRAINING_STARTED', dom, re.S),
           "event log, newest first")
     check('<pre id="spec">' in dom and "demo-arithmetic" in dom, "the spec")
+    check(re.search(r'id="data"><b>Data</b> [0-9,]+ documents, [0-9,]+ tokens and [0-9]+ steps per '
+                    r'epoch', dom), "the data summary")
     check(re.search(r'id="tiles">.*?SUCCEEDED.*?40 / 40', dom, re.S), "tiles: state and step")
     png = os.path.join(OUT, "job.png")
     browser(D.http("/ui/" + JOB), f"--screenshot={png}", "--window-size=1400,1500")

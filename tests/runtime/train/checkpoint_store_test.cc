@@ -6,7 +6,6 @@
 
 #include "runtime/base/file_util.h"
 #include "runtime/train/checkpoint_store.h"
-#include "runtime/train/lr_schedule.h"
 #include "tests/common/test_util.h"
 
 namespace deltatune {
@@ -48,6 +47,13 @@ TEST_CASE("checkpoints commit atomically, list in order and prune", "[train]") {
     for (const auto& c : *all) CHECK(verify_checkpoint(c.path).ok());
     CHECK(prune_checkpoints(root, 2).size() == 1);
     CHECK(list_checkpoints(root)->front().step == 10);
+    // Early stopping's best checkpoint stays, whatever keep_last_n says.
+    write_checkpoint(root, 50);
+    CHECK(prune_checkpoints(root, 1, 10).size() == 1);  // 30 goes, 10 stays
+    auto kept = list_checkpoints(root);
+    REQUIRE(kept->size() == 2);
+    CHECK((*kept)[0].step == 10);
+    CHECK((*kept)[1].step == 50);
 }
 
 TEST_CASE("a flipped byte or a truncated file fails verification with the file named", "[train]") {
@@ -67,19 +73,6 @@ TEST_CASE("a flipped byte or a truncated file fails verification with the file n
         std::string::npos);
     fs::remove(f);
     CHECK(std::string(verify_checkpoint(info.path).message()).find("missing") != std::string::npos);
-}
-
-TEST_CASE("learning-rate schedules", "[train]") {
-    LrSchedule s{LrScheduleKind::kCosine, 1.0, 10, 110, 0.1};
-    CHECK(s.at(5) == Approx(0.5));
-    CHECK(s.at(10) == Approx(1.0));
-    CHECK(s.at(60) == Approx(0.55));
-    CHECK(s.at(110) == Approx(0.1));
-    s.kind = LrScheduleKind::kLinear;
-    CHECK(s.at(60) == Approx(0.55));
-    CHECK(s.at(85) == Approx(0.325));
-    s.kind = LrScheduleKind::kConstant;
-    CHECK(s.at(100) == Approx(1.0));
 }
 
 }  // namespace

@@ -19,29 +19,18 @@ namespace {
 namespace fs = std::filesystem;
 using testing::config;
 
-struct Run {
-    std::vector<TrainerEvent> events;
-    absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
-};
-
-Run run(const TrainConfig& c) {
-    Run r;
-    TrainerHooks hooks;
-    hooks.on_event = [&](const TrainerEvent& e) { r.events.push_back(e); };
-    r.result = train(c, hooks);
-    return r;
-}
+using Run = testing::RecordedRun;
+using testing::run;
 
 const TrainerEvent* find(const Run& r, const std::string& type) {
-    for (const auto& e : r.events) {
-        if (e.type == type) return &e;
-    }
-    return nullptr;
+    const auto all = r.of(type);
+    return all.empty() ? nullptr : all.front();
 }
 
 // One step over the default data with `extra` appended to the training file: its DATA_LOADED.
 TrainerEvent data_loaded_with(TrainConfig c, const std::string& extra) {
     c.max_steps = 1;
+    c.lr.warmup_steps = 0;
     {
         std::ofstream out(c.train_files[0], std::ios::app);
         out << extra;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "runtime/train/trainer.h"
 #include "tests/common/test_util.h"
@@ -40,6 +41,28 @@ inline TrainConfig config(const TempDir& tmp, const std::string& out) {
     c.output_dir = tmp.file(out);
     c.seed = 7;
     return c;
+}
+
+// A train() call's events and result.
+struct RecordedRun {
+    std::vector<TrainerEvent> events;
+    absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
+    // The events of one type, in order.
+    std::vector<const TrainerEvent*> of(const std::string& type) const {
+        std::vector<const TrainerEvent*> out;
+        for (const auto& e : events) {
+            if (e.type == type) out.push_back(&e);
+        }
+        return out;
+    }
+};
+
+// Trains `c` with `hooks` (their on_event replaced by the recorder).
+inline RecordedRun run(const TrainConfig& c, TrainerHooks hooks = {}) {
+    RecordedRun r;
+    hooks.on_event = [&](const TrainerEvent& e) { r.events.push_back(e); };
+    r.result = train(c, hooks);
+    return r;
 }
 
 // Hooks that ask the trainer to checkpoint and exit once it reports step `step`.

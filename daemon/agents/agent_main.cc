@@ -169,6 +169,7 @@ class Agent {
         }
         drain(ranks);
         ranks.kill_all();
+        if (!id().empty()) poll(ranks, true, /*leaving=*/true);  // goodbye, with the last exits
         (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
         return refused_ ? 1 : 0;
     }
@@ -208,12 +209,13 @@ class Agent {
     }
 
     // Exits up, orders down. Terminations first: a relaunch after a fault may follow them.
-    void poll(AgentRanks& ranks, bool draining) {
+    void poll(AgentRanks& ranks, bool draining, bool leaving = false) {
         v1::AgentPollRequest req;
         const AgentIdentity me = identity();
         req.set_agent_id(me.id);
         req.set_agent_secret(me.secret);
         req.set_draining(draining);
+        req.set_leaving(leaving);
         std::vector<v1::RemoteRankExit> exits = ranks.take_exits();
         for (const v1::RemoteRankExit& e : exits) *req.add_exits() = e;
         v1::AgentPollResponse resp;

@@ -148,11 +148,15 @@ std::vector<v1::Agent> AgentRegistry::list() const {
     return out;
 }
 
-std::optional<v1::AgentPollResponse> AgentRegistry::poll(const std::string& agent_id,
-                                                         bool draining) {
+std::optional<v1::AgentPollResponse> AgentRegistry::poll(const std::string& agent_id, bool draining,
+                                                         bool leaving) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = agents_.find(agent_id);
     if (it == agents_.end()) return std::nullopt;
+    if (leaving) {
+        agents_.erase(it);
+        return v1::AgentPollResponse();
+    }
     it->second.last_beat = Clock::now();
     it->second.draining = it->second.draining || draining;
     v1::AgentPollResponse out;

@@ -49,7 +49,9 @@ class AgentRegistry final : public RemoteRanks {
     std::vector<v1::Agent> list() const;  // by hostname
     // A poll is a heartbeat that also takes the agent's orders (and says whether it drains);
     // nullopt for an unknown id.
-    std::optional<v1::AgentPollResponse> poll(const std::string& agent_id, bool draining = false);
+    // `leaving`: the agent exits now; it is forgotten (not listed, not alive) at once.
+    std::optional<v1::AgentPollResponse> poll(const std::string& agent_id, bool draining = false,
+                                              bool leaving = false);
 
     std::vector<AgentOffer> alive_agents() const override;
     bool is_alive(const std::string& agent_id) const override;

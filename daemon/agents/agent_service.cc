@@ -59,7 +59,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::AgentPoll(grpc::CallbackServerContex
         manager_->on_remote_rank_exit(request->agent_id(), e);
     }
     std::optional<v1::AgentPollResponse> orders =
-        registry_->poll(request->agent_id(), request->draining());
+        registry_->poll(request->agent_id(), request->draining(), request->leaving());
     if (orders) {
         *response = std::move(*orders);
     } else {

@@ -165,8 +165,14 @@ int remove(const std::vector<std::string>& args) {
     auto ctx = job->client.context();
     const grpc::Status s = job->client.stub().DeleteJob(ctx.get(), r, &empty);
     if (!s.ok()) return report_rpc_error(s);
-    std::printf("%s\n", job->client.json() ? ("{\"deleted\": \"" + r.name() + "\"}").c_str()
-                                           : ("deleted " + r.name()).c_str());
+    if (job->client.json()) {
+        std::printf("{\"deleted\": \"%s\"}\n", r.name().c_str());
+    } else {  // the folder keeps its marker: say how a new job continues there
+        std::printf(
+            "deleted %s; its output folder stays: a job with `resume_from: %s` and the same "
+            "output_dir continues its run there\n",
+            r.name().c_str(), r.name().c_str());
+    }
     return 0;
 }
 

@@ -100,7 +100,11 @@ std::optional<TrainerEvent> TensorBoardLog::add(const TrainerEvent& e) {
     if ((!step && !eval) || at == e.metrics.end() || failed_) return std::nullopt;
     std::map<std::string, double> values;
     for (const auto& [key, value] : e.metrics) {
-        if (key == "step" || key == "trained_tokens") continue;
+        // Not curves: the step is the x axis, a digest is an identity, an ETA a forecast.
+        if (key == "step" || key == "trained_tokens" || key == "batch_digest" ||
+            key == "eta_seconds") {
+            continue;
+        }
         values[(step ? "train/" : "eval/") + key] = value;
     }
     absl::Status s = absl::OkStatus();

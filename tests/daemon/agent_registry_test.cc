@@ -108,6 +108,20 @@ TEST_CASE("what an agent says of itself is validated", "[daemon][agents]") {
     CHECK(agents.register_agent(fine).ok());
 }
 
+TEST_CASE("an agent that says goodbye is gone at once", "[daemon][agents]") {
+    AgentRegistry agents(1s, 10s);
+    auto a = agents.register_agent(node("node-a"));
+    REQUIRE(a.ok());
+    REQUIRE(agents.poll(a->agent_id(), /*draining=*/true).has_value());
+    CHECK(agents.is_alive(a->agent_id()));
+    REQUIRE(agents.poll(a->agent_id(), true, /*leaving=*/true).has_value());
+    CHECK_FALSE(agents.is_alive(a->agent_id()));
+    CHECK(agents.list().empty());
+    CHECK(agents.alive_agents().empty());
+    CHECK_FALSE(agents.poll(a->agent_id()).has_value());  // a late poll: register again
+    CHECK(agents.register_agent(node("node-a")).ok());    // its hostname is free again
+}
+
 TEST_CASE("the registry is bounded and forgets agents long LOST", "[daemon][agents]") {
     AgentRegistry agents(100ms, 500ms, /*expiry=*/1000ms);
     for (size_t i = 0; i < AgentRegistry::kMaxAgents; ++i) {

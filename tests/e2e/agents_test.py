@@ -108,6 +108,21 @@ def test_wrong_token_refused():
     check(D.agent_counts() == {"ALIVE": 2, "LOST": 0}, f"refused agent counted: {D.agent_counts()}")
 
 
+def test_agent_says_goodbye():
+    """SIGTERM: the agent leaves the list at once, not LOST after the heartbeat timeout (3 s)."""
+    p = agent("node-bye")
+    try:
+        D.wait_agent_counts({"ALIVE": 3, "LOST": 0})
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        start = time.time()
+        D.wait_agent_counts({"ALIVE": 2, "LOST": 0}, timeout=2)
+        print(f"  gone {time.time() - start:.2f} s after the agent exited")
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 def agent_stub():
     import tempfile
     import grpc
@@ -315,6 +330,7 @@ try:
         ("GET /v1/agents lists them, with the token only", test_agents_json),
         ("the dashboard lists the agents", test_dashboard_lists_agents),
         ("an agent with a wrong token is refused and exits", test_wrong_token_refused),
+        ("an agent stopped by SIGTERM leaves the list at once", test_agent_says_goodbye),
         ("a token holder cannot act as an agent", test_a_token_holder_cannot_act_as_an_agent),
         ("an agent refuses orders past its capacity", test_agent_refuses_orders_past_its_capacity),
         ("a killed agent turns LOST; restarted, it registers again", test_killed_agent_is_lost_and_comes_back),

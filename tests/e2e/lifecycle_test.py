@@ -240,6 +240,16 @@ def test_cli_lifecycle():
     check(rc == 0 and f"deleted {gone}" in out, f"delete: {rc} {out} {err}")
     rc, _, err = cli("get", gone)
     check(rc == 3 and "NOT_FOUND" in err, f"get deleted: {rc} {err}")
+    # Its folder stays claimed: a new job there names it in resume_from, and continues its run.
+    rc, _, err = cli("submit", spec_path, "--validate-only")
+    check(rc == 5 and f"resume_from: {gone}" in err, f"the deleted job's folder: {rc} {err}")
+    with open(spec_path) as f:
+        text = f.read().replace("max_steps: 1", "max_steps: 2")
+    with open(spec_path, "w") as f:
+        f.write(text + f"resume_from: {gone}\n")
+    rc, out, err = cli("submit", spec_path, "--watch", "--output", "json")
+    resumed = [e for e in C.events(json.loads(out)["name"]) if e.type == "RESUMED"] if rc == 0 else []
+    check(resumed, f"continuing a deleted job's run: {rc} {err}")
     with urllib.request.urlopen(D.http("/metrics")) as r:  # its series leave with it
         check(f'job_id="{gone}"' not in r.read().decode(), f"{gone}'s series outlive it")
     with open(spec_path, "w") as f:

@@ -3,6 +3,7 @@
 // after a resume).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -55,6 +56,29 @@ TEST_CASE("num_epochs trains the plan's steps times the epochs, warmup_ratio of 
     // Linear warmup from 0 to the peak (3e-3) over the warmup steps.
     const double warmup = std::ceil(0.25 * steps);
     CHECK(metrics[0]->metrics.at("lr") == Approx(3e-3 / warmup));
+}
+
+TEST_CASE("a step's progress is reported before its evaluation runs", "[train]") {
+    testing::TempDir tmp;
+    TrainConfig c = config(tmp, "order");
+    c.eval_every = 4;
+    std::vector<std::string> seen;  // "progress N" and "eval N", in the order they came
+    TrainerHooks hooks;
+    hooks.on_progress = [&](const TrainProgress& p) {
+        seen.push_back("progress " + std::to_string(p.step));
+    };
+    hooks.on_event = [&](const TrainerEvent& e) {
+        if (e.type == "EVAL_METRICS") {
+            seen.push_back("eval " + std::to_string(static_cast<int>(e.metrics.at("step"))));
+        }
+    };
+    REQUIRE(train(c, hooks).ok());
+    const auto at = [&](const std::string& what) {
+        return std::find(seen.begin(), seen.end(), what) - seen.begin();
+    };
+    // Otherwise a watcher sees step 4's eval loss beside step 3.
+    CHECK(at("progress 4") < at("eval 4"));
+    CHECK(at("progress 8") < at("eval 8"));
 }
 
 // Evaluations every 2 steps of 8; min_delta so large that only the first one is ever the best:

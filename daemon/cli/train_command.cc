@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -90,11 +91,10 @@ absl::Status run_train(const Flags& flags) {
 
     TrainerHooks hooks;
     hooks.on_event = [&](const TrainerEvent& e) {
-        if (rank != 0 ||
-            (e.type != "STEP_METRICS" && e.type != "RESUMED" && e.type != "CHECKPOINT_COMMITTED" &&
-             e.type != "EVAL_METRICS" && e.type != "DATA_LOADED")) {
-            return;
-        }
+        static const std::set<std::string> kShown = {
+            "DATA_LOADED", "TRAINING_STARTED",     "STEP_METRICS",  "EVAL_METRICS",
+            "RESUMED",     "CHECKPOINT_COMMITTED", "EARLY_STOPPED", "EXPORT_COMPLETED"};
+        if (rank != 0 || !kShown.count(e.type)) return;
         nlohmann::json j = {{"event", e.type}};
         for (const auto& [k, v] : e.metrics) j[k] = v;
         if (!e.message.empty()) j["message"] = e.message;
@@ -107,7 +107,9 @@ absl::Status run_train(const Flags& flags) {
     if (rank == 0) {
         std::printf("%s\n", nlohmann::json{{"event", "DONE"},
                                            {"completed", result.completed},
+                                           {"early_stopped", result.early_stopped},
                                            {"step", result.step},
+                                           {"exported_step", result.exported_step},
                                            {"loss", result.last_loss},
                                            {"export", result.export_dir}}
                                 .dump()

@@ -14,14 +14,15 @@
 #include "daemon/agents/agent_main.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/agents/agent_service.h"
+#include "daemon/auth.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
-#include "daemon/jobs/rank_service.h"
 #include "daemon/rank/rank_main.h"
+#include "daemon/rank/rank_socket.h"
 #include "daemon/service/admin_http.h"
-#include "daemon/service/auth.h"
 #include "daemon/service/fine_tuning_service.h"
 #include "daemon/service/grpc_metrics.h"
+#include "daemon/service/rank_service.h"
 
 namespace {
 
@@ -115,7 +116,7 @@ int serve(const std::string& config_path, const std::string& listen) {
         admin_options.subscribers = [svc] { return svc->stream_subscribers(); };
         admin_options.gpus = options.gpus;
         admin_options.grpc = &grpc_metrics;
-        admin_options.agents = &agents;
+        admin_options.agents = [&agents] { return agents.list(); };
         admin_options.tls_cert_file = config->tls_cert_file;
         admin_options.tls_key_file = config->tls_key_file;
         admin_options.max_connections = config->limits.http_connections;

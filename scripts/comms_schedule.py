@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The FSDP communication schedule on paper for a Qwen3.5 config (docs/architecture.md): per GPU
-and step, the bytes runtime/dist/fsdp_gpu moves (bf16 all-gathers of the embedding and every
+and step, the bytes runtime/distributed/fsdp_gpu moves (bf16 all-gathers of the embedding and every
 layer in the forward and again in the backward, the head once; fp32 reduce-scatters of every
 unit once), their time, and the compute time that hides them (model FLOPs at a given MFU; per
 layer, the prefetched gather of the next layer against this layer's work).

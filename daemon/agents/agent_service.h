@@ -6,8 +6,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/agents/agent_registry.h"
+#include "daemon/auth.h"
 #include "daemon/jobs/job_manager.h"
-#include "daemon/service/auth.h"
 #include "deltatune/v1/agent.grpc.pb.h"
 
 namespace deltatune::daemon {

@@ -44,11 +44,11 @@
 #include "daemon/rank/step_trace.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/device/device_context.h"
 #include "runtime/device/gemm.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/model_flops.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/model/qwen35_params.h"
@@ -58,8 +58,8 @@
 #include <cuda_runtime.h>
 
 #include "runtime/device/cuda_status.h"
-#include "runtime/dist/fsdp_gpu.h"
-#include "runtime/dist/progress_watchdog.h"
+#include "runtime/distributed/fsdp_gpu.h"
+#include "runtime/distributed/progress_watchdog.h"
 #include "runtime/model/gpu_blocks.h"
 #include "runtime/train/train_engine_gpu.h"
 #endif

@@ -9,8 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/auth.h"
 #include "daemon/cli/progress_line.h"
-#include "daemon/service/auth.h"
 #include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/job_client.h"
-#include "daemon/rank/spec_to_config.h"
+#include "daemon/config/spec_to_config.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/train/trainer_inputs.h"
 

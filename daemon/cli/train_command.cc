@@ -19,11 +19,11 @@
 #include "daemon/cli/job_client.h"
 #include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
-#include "daemon/rank/spec_to_config.h"
+#include "daemon/config/spec_to_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
-#include "runtime/dist/gloo_communicator.h"
+#include "runtime/distributed/gloo_communicator.h"
 #include "runtime/train/trainer.h"
 
 namespace deltatune::cli {

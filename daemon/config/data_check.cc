@@ -62,18 +62,21 @@ absl::StatusOr<DataKind> check_first_line(const std::string& where, std::string_
         if (skip) return kind_of_format(data);
         return invalid(absl::StrCat(where, ": not a JSON object"));
     }
+    const DataLineKind kind = classify_data_line(j);
     const bool chat = std::any_of(kChatLineKeys.begin(), kChatLineKeys.end(),
                                   [&](std::string_view key) { return j.contains(key); });
-    const bool tokenized = j.contains("input_ids");
+    const bool tokenized = kind == DataLineKind::kTokenized;
     const v1::DataFormat f = data.format();
     if ((f == v1::DATA_FORMAT_CHAT && chat) || (f == v1::DATA_FORMAT_TOKENIZED && tokenized) ||
         (f == v1::DATA_FORMAT_UNSPECIFIED && (chat || tokenized))) {
         if (f == v1::DATA_FORMAT_TOKENIZED || (f == v1::DATA_FORMAT_UNSPECIFIED && tokenized)) {
             return DataKind::kTokenized;
         }
-        const bool text_only = j.contains("text") && !j.contains("messages") &&
-                               !j.contains("conversations") && !j.contains("prompt");
-        return text_only ? DataKind::kText : DataKind::kConversation;
+        if (kind != DataLineKind::kTokenized) return kind;
+        // Read as chat (format: chat) though it holds input_ids too: the other keys say which.
+        nlohmann::ordered_json rest = j;
+        rest.erase("input_ids");
+        return classify_data_line(rest);
     }
     std::vector<std::string> keys;
     for (const auto& [key, value] : j.items()) keys.push_back("\"" + key + "\"");

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "deltatune/v1/job.pb.h"
+#include "runtime/data/dataset.h"
 
 namespace deltatune::daemon {
 
@@ -17,15 +18,11 @@ namespace deltatune::daemon {
 // accepts): submission reads a bounded prefix of each file.
 inline constexpr size_t kBlankPrefixBytes = size_t{1} << 20;
 
-// What a data file's first line says it holds.
-enum class DataKind {
-    kTokenized,     // {"input_ids": ...}
-    kText,          // {"text": ...}
-    kConversation,  // {"messages"}, {"conversations"} or {"prompt", "completion"}
-};
+// What a data file's first line says it holds (never kOther: such a line is refused).
+using DataKind = DataLineKind;
 // Chat data: text a chat template renders (conversations and plain text alike).
 inline bool is_chat(DataKind k) {
-    return k != DataKind::kTokenized;
+    return k == DataKind::kText || k == DataKind::kConversation;
 }
 
 // `field` names the spec entry ("data.train_files[0]"); `path` is the confined file. Errors are

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/config/job_yaml.h"
-#include "daemon/rank/spec_to_config.h"
+#include "daemon/config/spec_to_config.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/lora.h"
 #include "runtime/train/memory_plan.h"

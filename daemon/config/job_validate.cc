@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
-#include "daemon/rank/spec_to_config.h"
+#include "daemon/config/spec_to_config.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/data/chat_template_source.h"
 #include "runtime/model/lora.h"

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/config/job_yaml.h"
+#include "daemon/jobs/job_actions.h"
 #include "daemon/jobs/job_manager_impl.h"
 #include "daemon/jobs/output_claim.h"
 #include "daemon/random_hex.h"
@@ -60,10 +61,8 @@ absl::StatusOr<int> page_size(int requested, int fallback) {
     return requested == 0 ? fallback : std::min(requested, 1000);
 }
 
-absl::Status refused(const Record& r, const char* verb, const char* allowed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot ", verb, " ", r.stored.job.name(), ": it is ",
-                     Job::State_Name(r.stored.job.state()), "; ", verb, " applies to ", allowed));
+absl::Status refused(const Record& r, JobAction action) {
+    return absl::FailedPreconditionError(refusal_message(action, r.stored.job));
 }
 
 bool labels_match(const Job& job, const std::map<std::string, std::string>& want) {
@@ -343,14 +342,14 @@ absl::StatusOr<Job> transition(JobManager::Impl& m, const std::string& name, Dec
 
 absl::StatusOr<Job> JobManager::cancel_job(const std::string& name) {
     return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
-        const Job::State s = r.stored.job.state();
-        if (s == Job::CANCELLING || s == Job::CANCELLED) return std::nullopt;
-        if (s == Job::SUCCEEDED || s == Job::FAILED) {
-            return refused(r, "cancel", "QUEUED, PENDING, RUNNING, RECOVERING, PAUSING, PAUSED");
-        }
+        const Job& j = r.stored.job;
+        const ActionOutcome o =
+            apply_action(JobAction::kCancel, j.state(), j.state_reason(), r.attempt.has_value());
+        if (o.kind == ActionOutcome::kNothing) return std::nullopt;
+        if (o.kind == ActionOutcome::kRefused) return refused(r, JobAction::kCancel);
         Change c(r.stored);
         c.add("CANCEL_REQUESTED", JobEvent::INFO, "cancel requested");
-        if (r.attempt) {
+        if (o.next == Job::CANCELLING) {
             // Ranks get SIGTERM now and SIGKILL after the grace period, so GPU memory is freed
             // within seconds even when a rank is stuck.
             r.attempt->ending = Ending::kCancel;
@@ -366,17 +365,20 @@ absl::StatusOr<Job> JobManager::cancel_job(const std::string& name) {
 
 absl::StatusOr<Job> JobManager::pause_job(const std::string& name) {
     return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
-        const Job::State s = r.stored.job.state();
-        if (s == Job::PAUSING || s == Job::PAUSED) return std::nullopt;
-        const bool live = s == Job::PENDING || s == Job::RUNNING || s == Job::RECOVERING;
-        const bool ending_ok =
-            !r.attempt || r.attempt->ending == Ending::kNone || r.attempt->ending == Ending::kFault;
-        if (!(s == Job::QUEUED || live) || !ending_ok) {
-            return refused(r, "pause", "QUEUED, PENDING, RUNNING, RECOVERING");
+        const Job& j = r.stored.job;
+        const ActionOutcome o =
+            apply_action(JobAction::kPause, j.state(), j.state_reason(), r.attempt.has_value());
+        if (o.kind == ActionOutcome::kNothing) return std::nullopt;
+        if (o.kind == ActionOutcome::kRefused) return refused(r, JobAction::kPause);
+        // Ranks already told to end otherwise (succeeded, cancelled, shut down) are not paused.
+        if (r.attempt && r.attempt->ending != Ending::kNone &&
+            r.attempt->ending != Ending::kFault) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("cannot pause ", j.name(), ": its ranks are already ending"));
         }
         Change c(r.stored);
         c.add("PAUSE_REQUESTED", JobEvent::INFO, "pause requested");
-        if (r.attempt) {
+        if (o.next == Job::PAUSING) {
             r.attempt->ending = Ending::kPause;  // ranks get CHECKPOINT_AND_EXIT
             c.set_state(Job::PAUSING);
         } else {
@@ -390,17 +392,14 @@ absl::StatusOr<Job> JobManager::pause_job(const std::string& name) {
 absl::StatusOr<Job> JobManager::resume_job(const std::string& name) {
     return transition(*impl_, name, [&](Record& r) -> absl::StatusOr<std::optional<Change>> {
         const Job& j = r.stored.job;
-        const bool resumable_failure =
-            j.state() == Job::FAILED &&
-            (j.state_reason() == "MAX_RESTARTS_EXCEEDED" || j.state_reason() == "RANK_EXITED");
-        if (j.state() != Job::PAUSED && !resumable_failure) {
-            return refused(r, "resume", "PAUSED and FAILED (MAX_RESTARTS_EXCEEDED)");
-        }
+        const ActionOutcome o =
+            apply_action(JobAction::kResume, j.state(), j.state_reason(), r.attempt.has_value());
+        if (o.kind != ActionOutcome::kMove) return refused(r, JobAction::kResume);
         Change c(r.stored);
         if (c.next.job.has_start_time()) c.next.job.set_attempt(c.next.job.attempt() + 1);
         c.next.fault_count = 0;
         c.add("RESUME_REQUESTED", JobEvent::INFO, "resume requested");
-        c.set_state(Job::QUEUED);
+        c.set_state(o.next);
         c.add("QUEUED", JobEvent::INFO, "waiting for a slot; resumes from the last checkpoint");
         return c;
     });
@@ -410,8 +409,10 @@ absl::Status JobManager::delete_job(const std::string& name) {
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
         DT_ASSIGN_OR_RETURN(Record * r, impl_->lookup(name));
-        if (!is_terminal(r->stored.job.state())) {
-            return refused(*r, "delete", "SUCCEEDED, FAILED, CANCELLED");
+        const Job& j = r->stored.job;
+        if (apply_action(JobAction::kDelete, j.state(), j.state_reason(), false).kind !=
+            ActionOutcome::kRemove) {
+            return refused(*r, JobAction::kDelete);
         }
         const StoredJob gone = r->stored;
         DT_RETURN_IF_ERROR(impl_->store->remove(gone.id));

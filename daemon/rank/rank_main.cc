@@ -22,12 +22,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config/job_yaml.h"
+#include "daemon/config/spec_to_config.h"
 #include "daemon/rank/job_profiler.h"
-#include "daemon/rank/spec_to_config.h"
 #include "daemon/rank/tensorboard_writer.h"
 #include "deltatune/v1/rank.grpc.pb.h"
 #include "runtime/base/path_sandbox.h"
-#include "runtime/dist/gloo_communicator.h"
+#include "runtime/distributed/gloo_communicator.h"
 
 namespace deltatune {
 

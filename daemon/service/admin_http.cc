@@ -162,10 +162,9 @@ void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::stri
     absl::StrAppend(&out, "deltatune_gpus ", gpus_, "\n");
     help(out, "deltatune_gpus_free", "gauge", "GPUs no admitted job holds.");
     absl::StrAppend(&out, "deltatune_gpus_free ", std::max(0, gpus_ - gpus_held), "\n");
-    if (agents_ != nullptr) {
+    if (agents_) {
         std::map<std::string, int> by_agent_state = {{"ALIVE", 0}, {"LOST", 0}};
-        for (const v1::Agent& a : agents_->list())
-            ++by_agent_state[v1::Agent::State_Name(a.state())];
+        for (const v1::Agent& a : agents_()) ++by_agent_state[v1::Agent::State_Name(a.state())];
         help(out, "deltatune_agents", "gauge", "Registered node agents by state.");
         for (const auto& [state, n] : by_agent_state) {
             absl::StrAppend(&out, "deltatune_agents{state=\"", state, "\"} ", n, "\n");
@@ -403,8 +402,8 @@ void AdminHttpServer::job_routes(Routes& routes) {
                         [this, authorized](const HttpRequest& req, HttpResponse& res) {
                             if (!authorized(req, res)) return;
                             v1::ListAgentsResponse out;
-                            if (options_.agents != nullptr) {
-                                for (v1::Agent& a : options_.agents->list())
+                            if (options_.agents) {
+                                for (v1::Agent& a : options_.agents())
                                     *out.add_agents() = std::move(a);
                             }
                             reply_json(res, out);

@@ -15,13 +15,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/agents/agent_registry.h"
+#include "daemon/auth.h"
 #include "daemon/jobs/job_manager.h"
-#include "daemon/service/auth.h"
 #include "daemon/service/grpc_metrics.h"
 #include "daemon/service/http_server.h"
+#include "deltatune/v1/agent.pb.h"
 
 namespace deltatune::daemon {
+
+// The registered node agents as ListAgents returns them (the supervisor's AgentRegistry::list):
+// what the admin port shows of them, without this layer knowing the registry.
+using AgentLister = std::function<std::vector<v1::Agent>()>;
 
 // Counters derived from each job's durable event log, read incrementally at scrape time: a
 // restarted daemon re-derives the same totals, and no job code has to call into metrics.
@@ -29,8 +33,8 @@ class MetricsCollector {
   public:
     // `gpus`: what the scheduler hands out; `grpc` (may be null): the public server's calls.
     MetricsCollector(JobManager* manager, int gpus, const GrpcServerMetrics* grpc,
-                     const AgentRegistry* agents)
-        : manager_(manager), gpus_(gpus), grpc_(grpc), agents_(agents) {}
+                     AgentLister agents)
+        : manager_(manager), gpus_(gpus), grpc_(grpc), agents_(std::move(agents)) {}
     // The exposition text. `subscribers` is the live event-stream count.
     // per_job: the series labelled by job (names, losses); false gives the daemon-wide ones.
     std::string render(size_t subscribers, bool per_job = true);
@@ -51,7 +55,7 @@ class MetricsCollector {
     JobManager* manager_;
     int gpus_ = 0;
     const GrpcServerMetrics* grpc_ = nullptr;
-    const AgentRegistry* agents_ = nullptr;
+    AgentLister agents_;  // empty: no agents section
     std::mutex mu_;
     std::map<std::string, JobCounters> jobs_;
 };
@@ -64,7 +68,7 @@ class AdminHttpServer {
         std::function<size_t()> subscribers;      // live event streams
         int gpus = 0;                             // what the scheduler hands out
         const GrpcServerMetrics* grpc = nullptr;  // the public server's call counters
-        const AgentRegistry* agents = nullptr;    // registered node agents
+        AgentLister agents;                       // registered node agents (may be empty)
         // PEM files (both or neither): HTTPS with them, as the gRPC listener's `tls:`.
         std::string tls_cert_file, tls_key_file;
         int max_connections = 256, max_connections_per_client = 16;

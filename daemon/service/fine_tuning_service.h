@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/auth.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
-#include "daemon/service/auth.h"
 #include "daemon/service/blocking_workers.h"
 #include "daemon/service/job_streams.h"
 #include "daemon/service/reflection_v1.h"

@@ -1,5 +1,5 @@
-// DT_CHECK: invariants and programming errors only (never user input). On failure it prints the
-// condition, function and file:line plus any streamed message, then aborts (tier 1 of R6).
+// DT_CHECK: invariants and programming errors only (never user input: that is a Status). On
+// failure it prints the condition, function and file:line plus any streamed message, then aborts.
 #pragma once
 
 #include <sstream>

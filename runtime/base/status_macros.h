@@ -1,4 +1,4 @@
-// Status plumbing shared by every layer above kernels/: the two DT_ macros (R5).
+// Status plumbing shared by every layer above kernels/: the two DT_ macros.
 // Abseil 20220623 has Status/StatusOr but not ABSL_RETURN_IF_ERROR, so we define our own.
 #pragma once
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/data/tokenizer.h"
-#include "runtime/model/packed_batch.h"
 
 namespace deltatune {
 

@@ -269,8 +269,9 @@ absl::StatusOr<DatasetFormat> detect_dataset_format(const std::string& path,
         if (!more) break;
         LineError unused;
         std::optional<json> j = line.too_long ? std::nullopt : parse_object(line.text, unused);
-        if (j && j->contains("messages")) return DatasetFormat::kChat;
-        if (j && j->contains("input_ids")) return DatasetFormat::kPretokenized;
+        const DataLineKind kind = j ? classify_data_line(*j) : DataLineKind::kOther;
+        if (kind == DataLineKind::kTokenized) return DatasetFormat::kPretokenized;
+        if (kind != DataLineKind::kOther) return DatasetFormat::kChat;
     }
     return DatasetFormat::kChat;
 }

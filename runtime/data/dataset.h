@@ -23,6 +23,24 @@
 namespace deltatune {
 
 enum class DatasetFormat { kAuto, kChat, kPretokenized };
+
+// What one JSONL line holds, told by its keys: the one rule for a file's format, whether the
+// reader detects it (format auto) or a job's data files are looked at on submission.
+enum class DataLineKind {
+    kOther,         // none of the keys below
+    kTokenized,     // {"input_ids": ...} (whatever else it has)
+    kConversation,  // {"messages"}, {"conversations"} or {"prompt", "completion"}
+    kText,          // {"text": ...}
+};
+// `line`: a parsed JSON object (any type with contains(key), e.g. nlohmann::json).
+template <typename JsonObject>
+DataLineKind classify_data_line(const JsonObject& line) {
+    if (line.contains("input_ids")) return DataLineKind::kTokenized;
+    if (line.contains("messages") || line.contains("conversations") || line.contains("prompt")) {
+        return DataLineKind::kConversation;
+    }
+    return line.contains("text") ? DataLineKind::kText : DataLineKind::kOther;
+}
 // "auto", "chat" or "pretokenized".
 absl::StatusOr<DatasetFormat> parse_dataset_format(std::string_view name);
 const char* dataset_format_name(DatasetFormat format);

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/data/token_cache.h"
-#include "runtime/model/packed_batch.h"
 
 namespace deltatune {
 

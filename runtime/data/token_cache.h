@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/data/jsonl_reader.h"
-#include "runtime/model/packed_batch.h"
 
 namespace deltatune {
 

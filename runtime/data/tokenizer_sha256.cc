@@ -1,90 +1,49 @@
+// tok::Sha256 over OpenSSL's EVP digest (linked for checkpoints' checksums already).
 #include "runtime/data/tokenizer_sha256.h"
 
-#include <algorithm>
-#include <cstring>
+#include <openssl/evp.h>
+
+#include <cstdint>
+
+#include "runtime/base/check.h"
 
 namespace deltatune::tok {
-namespace {
 
-constexpr std::array<uint32_t, 64> kK = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+struct Sha256::Ctx {
+    EVP_MD_CTX* md = EVP_MD_CTX_new();
+    ~Ctx() { EVP_MD_CTX_free(md); }
+};
 
-inline uint32_t rotr(uint32_t x, int n) {
-    return (x >> n) | (x << (32 - n));
+Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {
+    DT_CHECK(ctx_->md != nullptr && EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) == 1);
 }
 
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i) {
-        w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
-               (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
-    }
-    for (int i = 16; i < 64; ++i) {
-        const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-    for (int i = 0; i < 64; ++i) {
-        const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                            kK[static_cast<size_t>(i)] + w[i];
-        const uint32_t t2 =
-            (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-    }
-    h_[0] += a, h_[1] += b, h_[2] += c, h_[3] += d, h_[4] += e, h_[5] += f, h_[6] += g, h_[7] += h;
-}
+Sha256::~Sha256() = default;
 
 Sha256& Sha256::update(std::string_view data) {
-    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
-    size_t n = data.size();
-    total_ += n;
-    while (n > 0) {
-        const size_t take = std::min(n, buf_.size() - buf_len_);
-        std::memcpy(buf_.data() + buf_len_, p, take);
-        buf_len_ += take, p += take, n -= take;
-        if (buf_len_ == buf_.size()) {
-            block(buf_.data());
-            buf_len_ = 0;
-        }
-    }
+    DT_CHECK(EVP_DigestUpdate(ctx_->md, data.data(), data.size()) == 1);
     return *this;
 }
 
 Sha256& Sha256::field(std::string_view data) {
+    // The length as 8 little-endian bytes, then the bytes: the framing the fingerprint has always
+    // had, so fingerprints (and the token caches keyed by them) stay the same.
     const uint64_t n = data.size();
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
-    update(std::string_view(len, 8));
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    update(std::string_view(reinterpret_cast<const char*>(len), 8));
     return update(data);
 }
 
 std::string Sha256::hex_digest() {
-    const uint64_t bits = total_ * 8;
-    const uint8_t pad = 0x80;
-    update(std::string_view(reinterpret_cast<const char*>(&pad), 1));
-    const char zero = 0;
-    while (buf_len_ != 56) update(std::string_view(&zero, 1));
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((bits >> (56 - 8 * i)) & 0xFF);
-    update(std::string_view(len, 8));
-    static constexpr char kHex[] = "0123456789abcdef";
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    DT_CHECK(EVP_DigestFinal_ex(ctx_->md, digest, &size) == 1);
+    static const char* kHex = "0123456789abcdef";
     std::string out;
-    for (uint32_t v : h_) {
-        for (int s = 28; s >= 0; s -= 4) out.push_back(kHex[(v >> s) & 0xF]);
+    for (unsigned int i = 0; i < size; ++i) {
+        out += kHex[digest[i] >> 4];
+        out += kHex[digest[i] & 15];
     }
     return out;
 }

@@ -1,4 +1,4 @@
-// The one translation from CUDA errors to absl::Status (R7): keeps the failing statement and its
+// The one translation from CUDA errors to absl::Status: keeps the failing statement and its
 // location. Out-of-memory is ResourceExhausted; errors that poison the context are Internal and
 // say so, so the worker can be replaced.
 #pragma once

@@ -1,6 +1,6 @@
 // How the CPU model's parameters are grouped for sharding, and the hook through which a sharded
-// store makes them present (style R10: the model never calls a collective; runtime/dist supplies
-// the sharded store, runtime/dist/fsdp_cpu.h).
+// store makes them present (the model never calls a collective; runtime/distributed supplies
+// the sharded store, runtime/distributed/fsdp_cpu.h).
 //
 // Units are what a sharded store gathers at once, as on the GPU: unit 0 is the embedding, units
 // 1..L the decoder layers, unit L+1 the head (final norm and lm_head; with tied embeddings the

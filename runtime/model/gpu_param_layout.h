@@ -1,5 +1,5 @@
 // How the GPU model's parameters are grouped for sharding, and the interface through which the
-// model finds them (style R10: the model never calls NCCL; runtime/dist supplies the sharded
+// model finds them (the model never calls NCCL; runtime/distributed supplies the sharded
 // implementation of GpuParamSource, the model itself the single-device one).
 //
 // Units are what FSDP gathers at once: unit 0 is the embedding, units 1..L the decoder layers,

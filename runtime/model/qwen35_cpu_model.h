@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/model/cpu_blocks.h"
 #include "runtime/model/cpu_param_source.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
 

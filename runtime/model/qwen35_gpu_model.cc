@@ -6,23 +6,6 @@
 // backward walks the same fused kernels: their ds is the gradient of both summands.
 #include "runtime/model/qwen35_gpu_model.h"
 
-#include "absl/strings/str_cat.h"
-
-namespace deltatune {
-
-absl::StatusOr<Recompute> parse_recompute(const std::string& name) {
-    if (name == "none") return Recompute::kNone;
-    if (name == "layer") return Recompute::kLayer;
-    return absl::InvalidArgumentError(
-        absl::StrCat("recompute policy: expected none or layer, got '", name, "'"));
-}
-
-const char* recompute_name(Recompute r) {
-    return r == Recompute::kNone ? "none" : "layer";
-}
-
-}  // namespace deltatune
-
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 

@@ -2,9 +2,9 @@
 // masters and fp32 gradients on the device) and activations, fp32 GDN core, norms, softmax and
 // loss; the fused kernels of kernels/ and cuBLASLt GEMMs (see kernel_registry.h for which
 // implementation each op uses). Forward and backward mirror Qwen35CpuModel; the CPU model is the
-// oracle (loss rel. error < 1e-2, gradient cosine > 0.99). The model never calls a collective
-// (style R10): it takes its parameters unit by unit from a GpuParamSource (gpu_param_layout.h),
-// its own flat buffers on one device or runtime/dist's sharded source (fsdp_gpu.h).
+// oracle (loss rel. error < 1e-2, gradient cosine > 0.99). The model never calls a collective:
+// it takes its parameters unit by unit from a GpuParamSource (gpu_param_layout.h), its own flat
+// buffers on one device or runtime/distributed's sharded source (fsdp_gpu.h).
 #pragma once
 
 #include <cstdint>
@@ -14,23 +14,17 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_param_layout.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
 #include "runtime/model/qwen35_cpu_model.h"
+#include "runtime/model/recompute.h"
 
 namespace deltatune {
 
 class GpuLoraAdapters;  // gpu_lora.h
-
-// What a layer keeps between forward and backward. kNone keeps every activation the backward
-// reads; kLayer keeps only the layer input (the residual stream) and recomputes the layer's
-// forward at the start of its backward.
-enum class Recompute : uint8_t { kNone, kLayer };
-absl::StatusOr<Recompute> parse_recompute(const std::string& name);  // "none" | "layer"
-const char* recompute_name(Recompute r);
 
 class Qwen35GpuModel {
   public:
@@ -50,9 +44,10 @@ class Qwen35GpuModel {
                                                                          uint64_t seed);
 #if DELTATUNE_HAVE_CUDA
     // A model whose parameters, gradients and optimizer live in `source` (a sharded source from
-    // runtime/dist), laid out as `layout` (make_gpu_param_layout over make_qwen35_params(config,
-    // tied)). zero_grads, download_grads, grad_norm and the AdamW calls are the source's then,
-    // and fail here with FailedPrecondition. `source` must outlive the model.
+    // runtime/distributed), laid out as `layout` (make_gpu_param_layout over
+    // make_qwen35_params(config, tied)). zero_grads, download_grads, grad_norm and the AdamW calls
+    // are the source's then, and fail here with FailedPrecondition. `source` must outlive the
+    // model.
     static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create_with_source(
         DeviceContext& ctx, const Qwen35Config& config, const GpuParamLayout& layout,
         GpuParamSource& source, Recompute recompute);

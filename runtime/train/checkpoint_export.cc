@@ -9,7 +9,7 @@
 #include "runtime/base/file_util.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/dist/fsdp_cpu.h"
+#include "runtime/distributed/fsdp_cpu.h"
 #include "runtime/model/gpu_param_layout.h"
 
 namespace deltatune {

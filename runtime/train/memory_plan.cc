@@ -71,13 +71,6 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-absl::StatusOr<RecomputePolicy> parse_recompute_policy(const std::string& name) {
-    if (name == "none") return RecomputePolicy::kNone;
-    if (name == "layer" || name.empty()) return RecomputePolicy::kLayer;
-    return absl::InvalidArgumentError(
-        absl::StrCat("recompute policy: expected none or layer, got '", name, "'"));
-}
-
 int64_t count_parameters(const Qwen35Config& c) {
     int64_t n = c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size;
     for (LayerType t : c.layer_types) n += layer_parameters(c, t);
@@ -145,7 +138,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
         if (l >= L - kept) kept_act += act;
     }
     const int64_t embed = c.vocab_size * c.hidden_size;
-    const bool none = in.recompute == RecomputePolicy::kNone;
+    const bool none = in.recompute == Recompute::kNone;
     const int64_t resident = none ? all_act : 2 * c.hidden_size * T * (L - kept) + kept_act;
     // Two phases of the step hold the most beside the resident state, and never together: the
     // embedding and LM head (gathered with the next unit prefetched, their unsharded fp32
@@ -253,8 +246,8 @@ absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen3
                                             const MemoryPlanInput& in) {
     if (name != "auto") return parse_recompute(name);
     DT_ASSIGN_OR_RETURN(const int64_t device, device_bytes_for_auto());
-    return choose_recompute(c, in, device) == RecomputePolicy::kNone ? Recompute::kNone
-                                                                     : Recompute::kLayer;
+    return choose_recompute(c, in, device) == Recompute::kNone ? Recompute::kNone
+                                                               : Recompute::kLayer;
 }
 
 absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, Recompute resolved,
@@ -266,7 +259,7 @@ absl::StatusOr<int64_t> resolve_kept_layers(const std::string& name, Recompute r
 
 int64_t choose_kept_layers(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,
                            double headroom) {
-    in.recompute = RecomputePolicy::kLayer;
+    in.recompute = Recompute::kLayer;
     int64_t lo = 0, hi = static_cast<int64_t>(c.layer_types.size());
     while (lo < hi) {  // the most that fit: plans grow with the count
         const int64_t mid = (lo + hi + 1) / 2;
@@ -280,11 +273,10 @@ int64_t choose_kept_layers(const Qwen35Config& c, MemoryPlanInput in, int64_t de
     return lo;
 }
 
-RecomputePolicy choose_recompute(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,
-                                 double headroom) {
-    in.recompute = RecomputePolicy::kNone;
-    return check_fits(c, in, device_bytes, headroom).ok() ? RecomputePolicy::kNone
-                                                          : RecomputePolicy::kLayer;
+Recompute choose_recompute(const Qwen35Config& c, MemoryPlanInput in, int64_t device_bytes,
+                           double headroom) {
+    in.recompute = Recompute::kNone;
+    return check_fits(c, in, device_bytes, headroom).ok() ? Recompute::kNone : Recompute::kLayer;
 }
 
 }  // namespace deltatune

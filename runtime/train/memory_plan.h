@@ -22,16 +22,14 @@
 #include "runtime/device/device_context.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/qwen35_config.h"
+#include "runtime/model/recompute.h"
 
 namespace deltatune {
-
-enum class RecomputePolicy { kNone, kLayer };
-absl::StatusOr<RecomputePolicy> parse_recompute_policy(const std::string& name);  // none|layer
 
 struct MemoryPlanInput {
     int world_size = 1;
     int64_t tokens_per_batch = 8192;
-    RecomputePolicy recompute = RecomputePolicy::kLayer;
+    Recompute recompute = Recompute::kLayer;
     int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
     int sm_version = 90;  // the GPU's (the H200's by default): which attention core serves
     AttentionCore attention_core = AttentionCore::kWgmma;  // what the ranks' contexts resolve
@@ -66,8 +64,8 @@ absl::Status check_fits(const Qwen35Config& config, const MemoryPlanInput& input
 
 // The automatic policy ("auto"): no recomputation when that plan fits `device_bytes` with
 // `headroom` (per-layer recomputation costs about a third more compute), else per layer.
-RecomputePolicy choose_recompute(const Qwen35Config& config, MemoryPlanInput input,
-                                 int64_t device_bytes, double headroom = 0.05);
+Recompute choose_recompute(const Qwen35Config& config, MemoryPlanInput input, int64_t device_bytes,
+                           double headroom = 0.05);
 
 // With per-layer recompute, how many of the last layers can keep their activations instead (the
 // most that still fit `device_bytes` with `headroom`; 0 when none do).
@@ -77,7 +75,6 @@ int64_t choose_kept_layers(const Qwen35Config& config, MemoryPlanInput input, in
 // The GPU model's policy for the name a job or `deltatune bench` gives: "layer", "none", or
 // "auto" (choose_recompute for the memory of the current CUDA device, at input's world size and
 // tokens per batch). InvalidArgument for another name; FailedPrecondition for "auto" without CUDA.
-enum class Recompute : uint8_t;  // runtime/model/qwen35_gpu_model.h
 absl::StatusOr<Recompute> resolve_recompute(const std::string& name, const Qwen35Config& config,
                                             const MemoryPlanInput& input);
 // For "auto" that resolve_recompute resolved to per-layer recompute: choose_kept_layers for

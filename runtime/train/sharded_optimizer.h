@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/distributed/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/train/train_state.h"

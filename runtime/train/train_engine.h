@@ -12,10 +12,10 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
-#include "runtime/dist/communicator.h"
-#include "runtime/dist/kv_store.h"
+#include "runtime/batch/packed_batch.h"
+#include "runtime/distributed/communicator.h"
+#include "runtime/distributed/kv_store.h"
 #include "runtime/model/hf_model_io.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/train/train_state.h"
 

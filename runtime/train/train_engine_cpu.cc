@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "runtime/base/status_macros.h"
-#include "runtime/dist/fsdp_cpu.h"
+#include "runtime/distributed/fsdp_cpu.h"
 #include "runtime/train/sharded_optimizer.h"
 #include "runtime/train/train_engine.h"
 

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
-#include "runtime/dist/fsdp_gpu.h"
-#include "runtime/dist/nccl_host_communicator.h"
-#include "runtime/dist/progress_watchdog.h"
+#include "runtime/distributed/fsdp_gpu.h"
+#include "runtime/distributed/nccl_host_communicator.h"
+#include "runtime/distributed/progress_watchdog.h"
 #include "runtime/model/model_flops.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
@@ -55,8 +55,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
     DT_ASSIGN_OR_RETURN(e->kept_layers_,
                         resolve_kept_layers(o.recompute, e->recompute_policy_, config, plan_in));
-    plan_in.recompute = e->recompute_policy_ == Recompute::kLayer ? RecomputePolicy::kLayer
-                                                                  : RecomputePolicy::kNone;
+    plan_in.recompute = e->recompute_policy_;
     plan_in.kept_layers = e->kept_layers_;
     e->plan_ = plan_memory(config, plan_in);
     NcclOptions n;

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "runtime/device/device_context.h"
-#include "runtime/dist/fsdp_gpu.h"
-#include "runtime/dist/nccl_host_communicator.h"
-#include "runtime/dist/progress_watchdog.h"
+#include "runtime/distributed/fsdp_gpu.h"
+#include "runtime/distributed/nccl_host_communicator.h"
+#include "runtime/distributed/progress_watchdog.h"
 #include "runtime/model/gpu_lora.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"

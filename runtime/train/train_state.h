@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/distributed/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/train/checkpoint_store.h"
 #include "runtime/train/early_stopping.h"
@@ -29,7 +29,8 @@ struct TrainState {
 };
 
 // What a checkpoint needs of a rank's sharded optimizer state: the CPU path's FsdpCpuParams (or
-// ShardedOptimizer) and the GPU path's FsdpGpuParams (runtime/dist/fsdp_gpu.h) each provide one.
+// ShardedOptimizer) and the GPU path's FsdpGpuParams (runtime/distributed/fsdp_gpu.h) each provide
+// one.
 struct ShardedStateIo {
     std::vector<int64_t> group_sizes;  // the parameter layout, checked on load
     int64_t adam_step = 0;             // AdamW steps taken (saved)

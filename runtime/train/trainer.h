@@ -16,7 +16,7 @@
 #include "kernels/adamw.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/distributed/communicator.h"
 #include "runtime/model/lora.h"
 #include "runtime/train/early_stopping.h"
 #include "runtime/train/lr_schedule.h"

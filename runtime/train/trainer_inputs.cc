@@ -12,7 +12,7 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/data/chat_template_source.h"
 #include "runtime/data/tokenizer.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/distributed/communicator.h"
 #include "runtime/train/checkpoint_export.h"
 #include "runtime/train/sharded_optimizer.h"
 #include "runtime/train/train_state.h"

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/packed_batch.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/model/hf_model_io.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/train/train_engine.h"
 #include "runtime/train/trainer.h"
 

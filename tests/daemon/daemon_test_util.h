@@ -15,8 +15,9 @@
 
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
-#include "daemon/jobs/rank_service.h"
+#include "daemon/rank/rank_socket.h"
 #include "daemon/service/fine_tuning_service.h"
+#include "daemon/service/rank_service.h"
 #include "deltatune/v1/service.grpc.pb.h"
 #include "tests/common/test_util.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "daemon/config/job_yaml.h"
-#include "daemon/rank/spec_to_config.h"
+#include "daemon/config/spec_to_config.h"
 
 namespace deltatune {
 namespace {

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "nlohmann/json.hpp"
 #include "runtime/data/dataset.h"
 #include "tests/common/test_util.h"
 
@@ -119,6 +120,21 @@ TEST_CASE("format detection passes over a line past the document bound unread", 
     write_text(path, ids + "]}\n{\"messages\": []}\n");
     CHECK(*detect_dataset_format(path, 1 << 20) == DatasetFormat::kChat);
     CHECK(*detect_dataset_format(path, 16 << 20) == DatasetFormat::kPretokenized);
+}
+
+TEST_CASE("one rule tells a line's kind by its keys", "[data]") {
+    auto kind = [](const char* text) { return classify_data_line(nlohmann::json::parse(text)); };
+    CHECK(kind(R"({"input_ids": [1], "messages": []})") == DataLineKind::kTokenized);
+    CHECK(kind(R"({"messages": []})") == DataLineKind::kConversation);
+    CHECK(kind(R"({"conversations": []})") == DataLineKind::kConversation);
+    CHECK(kind(R"({"prompt": "a", "completion": "b"})") == DataLineKind::kConversation);
+    CHECK(kind(R"({"text": "a"})") == DataLineKind::kText);
+    CHECK(kind(R"({"input": "a"})") == DataLineKind::kOther);
+    // The reader's auto format follows it: a ShareGPT first line is chat.
+    TempDir tmp;
+    const std::string path = tmp.file("sharegpt.jsonl");
+    write_text(path, "{\"conversations\": []}\n{\"input_ids\": [1]}\n");
+    CHECK(*detect_dataset_format(path) == DatasetFormat::kChat);
 }
 
 TEST_CASE("format detection and the chat-needs-a-tokenizer error", "[data]") {

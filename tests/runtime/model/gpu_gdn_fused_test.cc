@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/batch/packed_batch.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/hf_model_io.h"
 #include "runtime/model/init_model.h"
-#include "runtime/model/packed_batch.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/step_runner.h"
 #include "tests/common/test_util.h"

@@ -11,10 +11,10 @@
 #include <random>
 #include <string>
 
+#include "runtime/batch/packed_batch.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/hf_model_io.h"
-#include "runtime/model/packed_batch.h"
 
 namespace deltatune::testing {
 

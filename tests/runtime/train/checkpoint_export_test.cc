@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/dist/communicator.h"
-#include "runtime/dist/fsdp_cpu.h"
+#include "runtime/distributed/communicator.h"
+#include "runtime/distributed/fsdp_cpu.h"
 #include "runtime/model/gpu_param_layout.h"
 #include "runtime/model/hf_model_io.h"
 #include "runtime/train/checkpoint_export.h"

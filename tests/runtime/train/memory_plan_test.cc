@@ -80,8 +80,8 @@ TEST_CASE("LoRA on the frozen bf16 base fits the full 27B on one H200", "[memory
     in.tokens_per_batch = 8192;
     in.world_size = 1;
     in.adapter_parameters = count_lora_parameters(c, spec);
-    CHECK(choose_recompute(c, in, kH200) == RecomputePolicy::kLayer);
-    in.recompute = RecomputePolicy::kLayer;
+    CHECK(choose_recompute(c, in, kH200) == Recompute::kLayer);
+    in.recompute = Recompute::kLayer;
     REQUIRE(check_fits(c, in, kH200).ok());
     const MemoryPlan plan = plan_memory(c, in);
     CHECK(plan.describe().find("bf16 frozen base") != std::string::npos);
@@ -103,13 +103,12 @@ TEST_CASE("LoRA on the frozen bf16 base fits the full 27B on one H200", "[memory
 
 TEST_CASE("recompute per layer saves activation memory", "[memory_plan]") {
     MemoryPlanInput in;
-    in.recompute = RecomputePolicy::kNone;
+    in.recompute = Recompute::kNone;
     const int64_t none = plan_memory(qwen_27b(8), in).peak_bytes;
-    in.recompute = RecomputePolicy::kLayer;
+    in.recompute = Recompute::kLayer;
     const int64_t layer = plan_memory(qwen_27b(8), in).peak_bytes;
     CHECK(layer < none);
-    CHECK(parse_recompute_policy("sometimes").status().code() ==
-          absl::StatusCode::kInvalidArgument);
+    CHECK(parse_recompute("sometimes").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("the automatic policy skips recomputation where it fits", "[memory_plan]") {
@@ -117,14 +116,13 @@ TEST_CASE("the automatic policy skips recomputation where it fits", "[memory_pla
     in.tokens_per_batch = 8192;
     // The 27B-slice on one H200 has room for every layer's activations; the full 27B on 4 does
     // not (its optimizer state takes most of each GPU), so it recomputes per layer.
-    CHECK(choose_recompute(qwen_27b(8), in, kH200) == RecomputePolicy::kNone);
+    CHECK(choose_recompute(qwen_27b(8), in, kH200) == Recompute::kNone);
     in.world_size = 4;
-    CHECK(choose_recompute(qwen_27b(64), in, kH200) == RecomputePolicy::kLayer);
-    in.recompute = RecomputePolicy::kNone;
+    CHECK(choose_recompute(qwen_27b(64), in, kH200) == Recompute::kLayer);
+    in.recompute = Recompute::kNone;
     CHECK_FALSE(check_fits(qwen_27b(64), in, kH200).ok());
     WARN("27B-slice, no recompute: "
-         << plan_memory(qwen_27b(8), MemoryPlanInput{1, 8192, RecomputePolicy::kNone, 1024})
-                .describe());
+         << plan_memory(qwen_27b(8), MemoryPlanInput{1, 8192, Recompute::kNone, 1024}).describe());
 }
 
 TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[memory_plan]") {
@@ -133,7 +131,7 @@ TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[m
     c.vocab_size = 1024;
     MemoryPlanInput in;
     in.tokens_per_batch = 8192;
-    in.recompute = RecomputePolicy::kNone;
+    in.recompute = Recompute::kNone;
     const MemoryPlan with = plan_memory(c, in);
     // d_o (96 MiB) and delta, and the dS tiles at their budget: a batch of 8192 tokens can need
     // more (many documents and one long one) than the 4 GiB past which dQ's sums serve.

@@ -60,9 +60,9 @@ struct Shape {
 };
 
 // Powers of two for slots, the longest document (at least 64) and tokens: a training run meets a
-// handful of buckets. Tighter buckets (multiples of 4 slots, 128 tokens) ran the kernel 5% faster
-// but met new buckets nearly every step, and building a plan (0.1 s) then cost more than it saved
-// (27B-slice: 14,103 vs 15,499 tok/s).
+// handful of buckets. Tighter buckets (multiples of 4 slots, 128 tokens) ran the kernel faster
+// but met new buckets nearly every step, and building plans then cost more than it saved
+// (docs/performance.md "Measured choices").
 Shape shape_of(const GatedAttentionArgs& a) {
     const int64_t longest = a.max_doc_tokens > 0 ? a.max_doc_tokens : a.tokens;
     return {pow2_at_least(a.num_docs, 1), pow2_at_least(longest, 64), pow2_at_least(a.tokens, 1024),

@@ -1,10 +1,10 @@
 // cuDNN's fused flash attention (SDPA graphs built with the cudnn-frontend API) serving the gated
 // attention op of attention.h: same inputs, outputs and gradient contract as
 // gated_attention_forward / gated_attention_backward, including the saved lse layout
-// (tokens, q_heads). Used both ways with DELTATUNE_ATTENTION=cudnn, where built: 2-4x faster
-// than the handwritten attention_flash.cu on the H200, slower than the default wgmma kernels on
-// packed batches (tests/bench/attention_bench.cc measures all three); every core passes
-// kernels_tests' attention case against attention_ref.cc.
+// (tokens, q_heads). Used both ways with DELTATUNE_ATTENTION=cudnn, where built: faster than the
+// handwritten attention_flash.cu, slower than the default wgmma kernels on packed batches
+// (tests/bench/attention_bench.cc measures all three; docs/performance.md "Measured choices");
+// every core passes kernels_tests' attention case against attention_ref.cc.
 //
 // Packed documents are cuDNN "ragged" batches: document i is batch slot i, found through element
 // offsets computed on the device from cu_seqlens (attention_ragged_offsets), with a padding mask

@@ -6,8 +6,9 @@
 // turns), persistent over a longest-first list of (128-row query tile, head) items, with the
 // sigmoid output gate fused into the epilogue. Same inputs, outputs and saved lse as
 // gated_attention_forward (attention.h); its reference is attention_ref.cc. The model's default
-// forward (DELTATUNE_ATTENTION=wgmma, the default); on the H200 its gated op beats cuDNN's SDPA
-// plus the gate's pass on packed batches (tests/bench/attention_bench.cc).
+// forward (DELTATUNE_ATTENTION=wgmma, the default); its gated op beats cuDNN's SDPA plus the
+// gate's pass on packed batches (tests/bench/attention_bench.cc; docs/performance.md "Measured
+// choices").
 //
 // Query tiles of 128 rows never straddle documents (a batch of many tiny documents wastes most
 // of each tile; the packing makes real documents). Nondeterminism: none in the results (the

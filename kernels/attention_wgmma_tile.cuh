@@ -73,9 +73,9 @@ __device__ __forceinline__ float ex2_ftz(float x) {
 // 2^-63 times the other's factor: about 1e-19, not 0); the cap lets NaN through (min.NaN), so a
 // NaN gate gives NaN in y, and in its pair's other value. 2^(-x log2 e) flushed to 0 below
 // 2^-126 gives exactly 1 for very positive x. The precise expf and division had compiled to
-// slow-path calls that made the epilogue's code too large for the instruction cache (13 us per
-// item on the H200); __expf's denormal rescaling cost 3 more instructions per value, 18% of the
-// epilogue's (ncu source counters).
+// slow-path calls that made the epilogue's code too large for the instruction cache; __expf's
+// denormal rescaling cost 3 more instructions per value (ncu source counters; docs/performance.md
+// "Measured choices").
 __device__ __forceinline__ float exp2_capped(float x) {
     float capped;
     asm("min.NaN.f32 %0, %1, 63.0;\n" : "=f"(capped) : "f"(x));
@@ -263,8 +263,8 @@ __device__ __forceinline__ void store_rows_bf16(__nv_bfloat16* rows, int64_t row
 // when kByRemaining. Counts per level, offsets from the highest level down (a block scan), then
 // each document places its tiles. A warp takes a document, its lanes the document's tiles: one
 // thread per document adding its tiles one after another (global atomics, each waiting for the
-// last) took 12 to 20 us for the 8192-token packed batch, 4% of its attention forward. The order
-// inside one level depends on atomics, which changes the schedule only, never a result.
+// last) was a visible share of the attention forward (docs/performance.md "Measured choices"). The
+// order inside one level depends on atomics, which changes the schedule only, never a result.
 // `next_item` (a persistent kernel's counter) and the int after it (its count of blocks done) are
 // zeroed.
 constexpr int kListThreads = 1024;

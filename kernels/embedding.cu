@@ -2,7 +2,7 @@
 // (stable radix sort of (id, token), then each id's rows summed in token order, in pieces of at
 // most kChunk rows). The GPU model sorts on the host (embedding_id_order) as it stages the batch;
 // without a given order the sort of a micro-batch (up to kBlockSortTokens) runs in one block, in
-// shared memory: 18 us for 8192 tokens, where CUB's device-wide sort took five launches and 40.
+// shared memory, in one launch where CUB's device-wide sort took five and twice the time.
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -116,11 +116,9 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 // Both passes give a warp one chunk and one slice of kWarpCols * V columns: every warp reads at
 // most kChunk rows (even work, unlike a block per piece, whose long pieces made the tail), its
 // lanes' loads for kGroup positions in flight together. The pieces' pass is the sums'
-// programmatic dependent (it is scheduled into the sums' tail and waits for their writes). At
-// 8192 tokens of 5120 columns (H200): 82% of the copy ceiling with evenly spread ids, 71% with
-// text-like ones (a block per piece: 70% and 53%, its long pieces the tail; without the early
-// launch 80% and 68-69%). Capping registers at 80 for 6 blocks per SM spilled and measured 4
-// points slower.
+// programmatic dependent (it is scheduled into the sums' tail and waits for their writes). Both
+// beat a block per piece and the same kernels without the early launch; capping registers at 80
+// for 6 blocks per SM spilled and was slower (docs/performance.md "Measured choices").
 constexpr int64_t kChunk = 32;
 constexpr int kGroup = 4;      // positions whose rows (and table rows) a warp loads at once
 constexpr int kWarps = 4;      // per block, on consecutive column slices

@@ -22,7 +22,7 @@ void embedding_backward_ref(T* dtable, const T* dout, const int32_t* ids, int64_
 
 // The backward's order of the batch: the token positions stably sorted by id (sorted_ids[i] =
 // ids[sorted_tokens[i]], positions ascending within an id). The GPU model computes it on the host
-// while it stages the batch (an LSD radix sort: 92 us for 8192 text-like ids on a CI core), so the
+// while it stages the batch (an LSD radix sort, well under a millisecond), so the
 // device never waits for a sort; embedding_backward sorts on the device when not given one.
 void embedding_id_order(const int32_t* ids, int64_t tokens, int32_t* sorted_ids,
                         int32_t* sorted_tokens);

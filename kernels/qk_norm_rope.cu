@@ -131,9 +131,9 @@ __device__ __forceinline__ TokenConsts token_consts(const __nv_bfloat16* w, int 
 }
 
 // The backward keeps the token's cos/sin in shared memory rather than in 16 registers per lane:
-// its 80 registers then hold everything else without spilling (H200: 62% -> 66.5% of the copy
-// ceiling; capped at 64 registers for a 4th block per SM it spilled and fell to 55%). angles: the
-// cos of channels [0, rotary_dim), then their sin. Every lane must call fill_angles.
+// its 80 registers then hold everything else without spilling (faster; capped at 64 registers
+// for a 4th block per SM it spilled and was slower: docs/performance.md "Measured choices").
+// angles: the cos of channels [0, rotary_dim), then their sin. Every lane must call fill_angles.
 __device__ __forceinline__ void fill_angles(float* angles, int pos, const RowGeom& g) {
     const int lane = threadIdx.x & 31;
     const int64_t half = g.rotary_dim / 2;

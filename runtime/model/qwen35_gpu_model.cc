@@ -406,7 +406,8 @@ absl::StatusOr<LossResult> Qwen35GpuModel::forward(const PackedBatch& pb, double
     const double denom = denominator > 0 ? denominator : static_cast<double>(r.label_tokens);
     ce.grad_scale = static_cast<float>(1.0 / denom);
     // 4096-token chunks: a quarter of the fp32 dW passes over the vocabulary that 1024 take
-    // (H200, 27B head: 4.3% faster), for 2 GB of bf16 logits (memory_plan.h's chunk).
+    // (faster: docs/performance.md "Measured choices"), for 2 GB of bf16 logits (memory_plan.h's
+    // chunk).
     ce.chunk_tokens = 4096;
     if (!fused_linear_cross_entropy_supported(ce)) {
         return absl::InvalidArgumentError("fused linear cross-entropy: unsupported shape");

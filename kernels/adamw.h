@@ -12,6 +12,8 @@
 
 namespace deltatune {
 
+// The initial values serve tests and tools (beta2 0.999 as torch.optim.AdamW's); a job's values,
+// beta2 0.95 among them, are its spec's, filled from the one table of job defaults.
 struct AdamWHyper {
     double lr = 1e-5;
     double beta1 = 0.9;

@@ -41,6 +41,8 @@
 #include "daemon/cli/commands.h"
 #include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
+#include "daemon/config/job_yaml.h"
+#include "daemon/config/spec_to_config.h"
 #include "daemon/rank/step_trace.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -77,16 +79,25 @@ using daemon::union_ms;
 
 namespace {
 
+// A job's training settings with every default filled from the one table
+// (normalize_job_spec), so the bench steps as a job with an empty spec would.
+TrainConfig job_defaults() {
+    v1::JobSpec spec;
+    spec.mutable_hyperparameters()->set_max_steps(1);
+    daemon::normalize_job_spec(&spec);
+    return train_config_from_spec(spec);
+}
+
 struct BenchOptions {
     std::string config;
     int64_t tokens = 8192, steps = 5, warmup = 2, layers = 0;
     std::string recompute = "layer";
     uint64_t seed = 0;
-    AdamWHyper adamw{1e-5, 0.9, 0.95, 1e-8, 0.0};
+    AdamWHyper adamw = job_defaults().adamw;
     int64_t world = 1, rank = 0, micro = 1, timeout_ms = 120000, sample_stride = 4099;
     std::string rendezvous, sample_out;
-    std::string trace_out;         // the profiled step's timeline (Chrome trace JSON), when set
-    double max_grad_norm = 1.0;    // a job's default
+    std::string trace_out;  // the profiled step's timeline (Chrome trace JSON), when set
+    double max_grad_norm = job_defaults().max_grad_norm;
     std::optional<LoraSpec> lora;  // --adapter lora
 };
 
@@ -327,7 +338,8 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
          per_step_delta(gemm_before.heuristic_queries, gemm_after.heuristic_queries)},
         {"gemm_host_ms_per_step", per_step_delta(gemm_before.host_ns, gemm_after.host_ns) * 1e-6},
         {"mfu", median(mfu)},
-        {"optimizer", "adamw fp32 masters (betas 0.9/0.95, wd 0)"},
+        {"optimizer", absl::StrCat("adamw fp32 masters (betas ", o.adamw.beta1, "/", o.adamw.beta2,
+                                   ", eps ", o.adamw.eps, ", wd ", o.adamw.weight_decay, ")")},
         {"adapter", o.lora ? nlohmann::json{{"type", "lora"},
                                             {"rank", o.lora->rank},
                                             {"alpha", o.lora->alpha},
@@ -422,7 +434,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(uint64_t warmup, f.get_uint("warmup", 2));
     DT_ASSIGN_OR_RETURN(uint64_t layers, f.get_uint("layers", 0));
     DT_ASSIGN_OR_RETURN(o.seed, f.get_uint("seed", 0));
-    DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", 1e-5));
+    DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", job_defaults().lr.peak));
     o.recompute = f.get("recompute", "layer");
     if (o.recompute != "layer" && o.recompute != "none" && o.recompute != "auto") {
         return absl::InvalidArgumentError(
@@ -433,7 +445,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     DT_ASSIGN_OR_RETURN(uint64_t micro, f.get_uint("micro-batches", 1));
     DT_ASSIGN_OR_RETURN(uint64_t timeout, f.get_uint("timeout-ms", 120000));
     DT_ASSIGN_OR_RETURN(uint64_t stride, f.get_uint("sample-stride", 4099));
-    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 1.0));
+    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", o.max_grad_norm));
     o.rendezvous = f.get("rendezvous", "");
     o.sample_out = f.get("sample-out", "");
     o.trace_out = f.get("trace-out", "");

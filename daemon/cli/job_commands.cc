@@ -67,8 +67,9 @@ void say_once(const v1::Job& job, bool tty, bool& data_said, v1::Job::State& sai
     const char* clear = tty ? "\r\x1b[K" : "";
     // Once complete: the steps per epoch come a moment after the documents.
     const bool planned = job.data_summary().steps_per_epoch() > 0 || is_terminal(job.state());
-    if (!data_said && planned && !data_line(job).empty()) {
-        std::fprintf(out, "%s%s\n", clear, data_line(job).c_str());
+    const std::string data = data_said || !planned ? "" : data_line(job);
+    if (!data.empty()) {
+        std::fprintf(out, "%s%s\n", clear, data.c_str());
         data_said = true;
     }
     if (job.state() == v1::Job::PAUSED && said_state != v1::Job::PAUSED) {
@@ -209,9 +210,8 @@ int single(const std::string& command, const std::vector<std::string>& args) {
         return 0;
     }
     std::printf("%s\n", client.json() ? to_json(job).c_str() : job_line(job).c_str());
-    if (command == "get" && !client.json() && !data_line(job).empty()) {
-        std::printf("  %s\n", data_line(job).c_str());
-    }
+    const std::string data = command == "get" && !client.json() ? data_line(job) : "";
+    if (!data.empty()) std::printf("  %s\n", data.c_str());
     return 0;
 }
 

@@ -46,13 +46,8 @@ absl::Status run_train(const Flags& flags) {
     DT_RETURN_IF_ERROR(daemon::validate_job_spec(parsed->spec, {}));
     v1::DataSpec* data = parsed->spec.mutable_data();
     if (data->overlong() == v1::OVERLONG_POLICY_UNSPECIFIED) {  // as the daemon decides it
-        std::vector<daemon::DataKind> kinds;
-        for (int i = 0; i < data->train_files_size(); ++i) {
-            DT_ASSIGN_OR_RETURN(kinds.emplace_back(),
-                                daemon::check_data_file(absl::StrCat("data.train_files[", i, "]"),
-                                                        data->train_files(i), *data));
-        }
-        data->set_overlong(daemon::default_overlong(kinds));
+        DT_ASSIGN_OR_RETURN(const v1::OverlongPolicy overlong, daemon::default_overlong_of(*data));
+        data->set_overlong(overlong);
     }
     TrainConfig config = train_config_from_spec(parsed->spec);
 

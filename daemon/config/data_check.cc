@@ -150,4 +150,14 @@ v1::OverlongPolicy default_overlong(const std::vector<DataKind>& train_kinds) {
     return conversations ? v1::OVERLONG_POLICY_TRUNCATE : v1::OVERLONG_POLICY_SPLIT;
 }
 
+absl::StatusOr<v1::OverlongPolicy> default_overlong_of(const v1::DataSpec& data) {
+    std::vector<DataKind> kinds;
+    for (int i = 0; i < data.train_files_size(); ++i) {
+        DT_ASSIGN_OR_RETURN(
+            kinds.emplace_back(),
+            check_data_file(absl::StrCat("data.train_files[", i, "]"), data.train_files(i), data));
+    }
+    return default_overlong(kinds);
+}
+
 }  // namespace deltatune::daemon

@@ -34,5 +34,8 @@ absl::StatusOr<DataKind> check_data_file(const std::string& field, const std::st
 // The over-long policy a spec that names none gets: truncate when the train files hold
 // conversations (a reply is never split from its prompt), else split.
 v1::OverlongPolicy default_overlong(const std::vector<DataKind>& train_kinds);
+// The same from `data`'s train files, each's first line read with check_data_file (for callers
+// that have not read them already, as submission has).
+absl::StatusOr<v1::OverlongPolicy> default_overlong_of(const v1::DataSpec& data);
 
 }  // namespace deltatune::daemon

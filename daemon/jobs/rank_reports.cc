@@ -38,7 +38,7 @@ double event_metric(const v1::JobEvent& e, const std::string& key) {
 // num_epochs, the steps are known from here on) stay on the job.
 void apply_data_summary(const v1::JobEvent& e, v1::Job& job) {
     v1::DataSummary* d = job.mutable_data_summary();
-    auto count = [&](const char* key) { return static_cast<int64_t>(event_metric(e, key)); };
+    auto count = [&](const char* key) { return event_number(e, key); };
     if (e.type() == "DATA_LOADED") {
         d->set_documents(count("num_samples"));
         d->set_skipped_lines(count("skipped_lines"));

@@ -214,7 +214,7 @@ absl::StatusOr<Graphs> CudnnAttention::Impl::build_forward(const Shape& s) {
     auto [q, k, v] = b.qkv();
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("gated_attention_forward")
-                    // The engine kernels_tests and scripts/cudnn_ragged_probe.py checked (the
+                    // The engine kernels_tests and scripts/gpu/cudnn_ragged_probe.py checked (the
                     // unified one needs cuDNN 9.21 for a causal bound); not AUTO, which may pick
                     // an unchecked engine on a newer cuDNN.
                     .set_implementation(fe::AttentionImplementation_t::COMPOSITE)

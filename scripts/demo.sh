@@ -27,8 +27,8 @@ rm -rf "$D" && mkdir -p "$D"/{models,data,outputs,state}
 "$BIN/deltatune" init-model --config configs/models/demo-tiny.json --out "$D/models/demo-tiny" --seed 0 >/dev/null
 tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$D" qwen3/tokenizer.json
 cp "$D/qwen3/tokenizer.json" "$D/models/demo-tiny/"
-python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
-python3 scripts/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
+python3 scripts/fixtures/make_demo_dataset.py --out "$D/data/arithmetic-train.jsonl" --count 2000 --seed 0
+python3 scripts/fixtures/make_demo_dataset.py --out "$D/data/arithmetic-eval.jsonl" --count 64 --seed 1
 
 start_daemon "$D" $PORT $HTTP_PORT "$BIN" || exit 1
 echo "deltatuned (pid $DAEMON) on 127.0.0.1:$PORT, dashboard http://127.0.0.1:$HTTP_PORT/ui"

@@ -50,8 +50,8 @@ demo_volume() {
       --seed 0 >/dev/null &&
     tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$W" qwen3/tokenizer.json &&
     cp "$W/qwen3/tokenizer.json" "$v/models/demo-tiny/" &&
-    python3 scripts/make_demo_dataset.py --out "$v/data/arithmetic-train.jsonl" --count 2000 --seed 0 &&
-    python3 scripts/make_demo_dataset.py --out "$v/data/arithmetic-eval.jsonl" --count 64 --seed 1)
+    python3 scripts/fixtures/make_demo_dataset.py --out "$v/data/arithmetic-train.jsonl" --count 2000 --seed 0 &&
+    python3 scripts/fixtures/make_demo_dataset.py --out "$v/data/arithmetic-eval.jsonl" --count 64 --seed 1)
   chown -R "$owner" "$v"
 }
 

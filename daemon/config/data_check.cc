@@ -111,7 +111,7 @@ absl::StatusOr<DataKind> check_data_file(const std::string& field, const std::st
             return invalid(absl::StrCat(
                 where, " is ", format,
                 "; deltatune reads JSON Lines (one JSON object per line). Convert it on your "
-                "side, e.g. `python3 scripts/hf_to_jsonl.py ",
+                "side, e.g. `python3 scripts/tools/hf_to_jsonl.py ",
                 path, " OUT.jsonl` (needs the `datasets` package)"));
         }
     }

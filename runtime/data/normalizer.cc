@@ -18,7 +18,8 @@ constexpr uint8_t kOpaque = 4;    // a plain starter to the library (see kLibrar
 // crate), utf8proc with newer data (kNfcTableUnicode): these code points have a combining class
 // or a canonical composition in utf8proc's data but none in the library's, so they are kept as
 // starters that nothing reorders or composes. Found by probing both normalisers with every code
-// point (scripts/make_tokenizer_fixtures.py --nfc-table); regenerate when utf8proc's version moves.
+// point (scripts/fixtures/make_tokenizer_fixtures.py --nfc-table); regenerate when utf8proc's
+// version moves.
 constexpr std::pair<char32_t, char32_t> kLibraryUnknown[] = {
     {0x7FD, 0x7FD},     {0x898, 0x89F},     {0x8CA, 0x8D3},     {0x9FE, 0x9FE},
     {0xC3C, 0xC3C},     {0xD3B, 0xD3C},     {0xEBA, 0xEBA},     {0x1715, 0x1715},

@@ -44,8 +44,8 @@ prepare_demo_job() {
   "$bin/deltatune" init-model --config configs/models/demo-tiny.json --out "$dir/models/demo-tiny" --seed 0 >/dev/null
   tar -xJf tests/fixtures/tokenizer/tokenizers.tar.xz -C "$dir" qwen3/tokenizer.json
   cp "$dir/qwen3/tokenizer.json" "$dir/models/demo-tiny/"
-  python3 scripts/make_demo_dataset.py --out "$dir/data/arithmetic-train.jsonl" --count 2000 --seed 0
-  python3 scripts/make_demo_dataset.py --out "$dir/data/arithmetic-eval.jsonl" --count 64 --seed 1
+  python3 scripts/fixtures/make_demo_dataset.py --out "$dir/data/arithmetic-train.jsonl" --count 2000 --seed 0
+  python3 scripts/fixtures/make_demo_dataset.py --out "$dir/data/arithmetic-eval.jsonl" --count 64 --seed 1
   sed -e 's/max_steps: 40/max_steps: 120/' "configs/jobs/$job.yaml" > "$dir/job.yaml"
   echo "resources: $resources" >> "$dir/job.yaml"
   local allow

@@ -1,5 +1,5 @@
-// Encode throughput of the Tokenizer, to compare with scripts/bench_tokenizer_reference.py (the
-// Hugging Face library on the same corpus). Prints one JSON line.
+// Encode throughput of the Tokenizer, to compare with scripts/tools/bench_tokenizer_reference.py
+// (the Hugging Face library on the same corpus). Prints one JSON line.
 //   tokenizer_bench CORPUS TOKENIZER_JSON [THREADS] [REPEAT]
 // CORPUS: the fixture corpus.jsonl (its "text" fields) or plain text, one string per line.
 #include <chrono>

@@ -28,7 +28,7 @@ TEST_CASE("data files in formats deltatune does not read are refused by name", "
     CHECK(check(std::string("PAR1\x15\x04", 6)) ==
           "INVALID_CONFIG: data.train_files[0] (PATH) is a Parquet file; deltatune reads JSON "
           "Lines (one JSON object per line). Convert it on your side, e.g. `python3 "
-          "scripts/hf_to_jsonl.py PATH OUT.jsonl` (needs the `datasets` package)");
+          "scripts/tools/hf_to_jsonl.py PATH OUT.jsonl` (needs the `datasets` package)");
     CHECK_THAT(check("\x1f\x8b\x08"), Catch::Contains("is gzip-compressed; deltatune reads JSON"));
     CHECK_THAT(check("ARROW1\0\0"), Catch::Contains("is an Arrow file"));
     CHECK_THAT(check("PK\x03\x04"), Catch::Contains("is a zip archive"));

@@ -1,7 +1,7 @@
 // ProfileJob / GetProfile through the daemon with fake ranks (fake_rank.cc answers a profile
 // order with a file and a PROFILE_COMPLETED event): the order reaches rank 0 once, the daemon
 // reads the profile from the path it derives itself (never through a link a rank planted), and
-// the refusals say why. The CUPTI side runs on the GPU (scripts/gpu_train.sh).
+// the refusals say why. The CUPTI side runs on the GPU (scripts/gpu/gpu_train.sh).
 #include <catch2/catch.hpp>
 
 #include <filesystem>

@@ -1,5 +1,5 @@
 // The step trace's arithmetic and its Chrome trace-event JSON, on hand-made records (the CUPTI
-// collection itself runs on the GPU: scripts/gpu_train.sh profiles a job).
+// collection itself runs on the GPU: scripts/gpu/gpu_train.sh profiles a job).
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -55,7 +55,8 @@ TEST_CASE("a trace becomes Chrome trace events: GPU streams and host threads", "
     CHECK(spans.count("say \"hi\"") == 1);  // escaped, and parsed back whole
 }
 
-TEST_CASE("scripts/trace_gaps.py finds the GPU's idle gaps and what the host did", "[profile]") {
+TEST_CASE("scripts/tools/trace_gaps.py finds the GPU's idle gaps and what the host did",
+          "[profile]") {
     // Two kernels 300 us apart while the host synchronised, then a 2 us launch gap.
     StepTrace t;
     t.events = {{Kind::kKernel, "forward", 7, 0, 1'000'000},
@@ -65,8 +66,8 @@ TEST_CASE("scripts/trace_gaps.py finds the GPU's idle gaps and what the host did
     testing::TempDir dir;
     std::ofstream(dir.file("t.json")) << chrome_trace_json(t, "bench");
     std::string out;
-    REQUIRE(testing::run_command("python3 " + testing::source_path("scripts/trace_gaps.py") + " " +
-                                     dir.file("t.json") + " 2>&1",
+    REQUIRE(testing::run_command("python3 " + testing::source_path("scripts/tools/trace_gaps.py") +
+                                     " " + dir.file("t.json") + " 2>&1",
                                  out) == 0);
     CHECK_THAT(out, Catch::Contains("GPU span 2.10 ms, idle 0.30 ms in 2 gaps"));
     CHECK_THAT(out, Catch::Contains("gaps of 0-5 us: 1, 0.00 ms"));

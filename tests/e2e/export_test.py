@@ -13,7 +13,7 @@ tensors in its weights, then the export read with Hugging Face's own libraries:
     tower's and MTP head's byte for byte, the trained ones changed.
 
 Loading the weights into AutoModelForCausalLM / AutoModelForImageTextToText needs torch, which CI
-does not install; scripts/gpu_export_check.py does that on the GPU machine.
+does not install; scripts/gpu/gpu_export_check.py does that on the GPU machine.
 """
 import json
 import os

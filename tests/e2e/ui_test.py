@@ -39,7 +39,7 @@ def set_up_demo(d):
         with t.extractfile("qwen3/tokenizer.json") as src, open(os.path.join(model, "tokenizer.json"), "wb") as dst:
             shutil.copyfileobj(src, dst)
     for name, count, seed in (("arithmetic-train.jsonl", 2000, 0), ("arithmetic-eval.jsonl", 64, 1)):
-        subprocess.run([sys.executable, os.path.join(SOURCE, "scripts/make_demo_dataset.py"), "--out",
+        subprocess.run([sys.executable, os.path.join(SOURCE, "scripts/fixtures/make_demo_dataset.py"), "--out",
                         d.path("data", name), "--count", str(count), "--seed", str(seed)], check=True)
 
 

@@ -1,6 +1,6 @@
 // The coded Qwen3 / Qwen3.5 chat templates against the models' own Jinja templates rendered by
-// transformers (tests/fixtures/chat/conversations.jsonl, scripts/make_chat_template_fixtures.py),
-// and the assistant loss mask.
+// transformers (tests/fixtures/chat/conversations.jsonl,
+// scripts/fixtures/make_chat_template_fixtures.py), and the assistant loss mask.
 #include <catch2/catch.hpp>
 
 #include <fstream>

@@ -1,8 +1,8 @@
 // Tokenizer against the Hugging Face `tokenizers` library: the corpus fixture made by
-// scripts/make_tokenizer_fixtures.py holds, for ~2,400 strings and three tokenizer.json files
-// (Qwen3, Qwen3.5, and a "flags" variant exercising lstrip / rstrip / single_word / normalized
-// added tokens, ignore_merges and a ByteLevel regex with prefix space), the library's ids,
-// offsets and decodes. Plus UTF-8 repair, load errors, small hand-made tokenizers and threads.
+// scripts/fixtures/make_tokenizer_fixtures.py holds, for ~2,400 strings and three tokenizer.json
+// files (Qwen3, Qwen3.5, and a "flags" variant exercising lstrip / rstrip / single_word /
+// normalized added tokens, ignore_merges and a ByteLevel regex with prefix space), the library's
+// ids, offsets and decodes. Plus UTF-8 repair, load errors, small hand-made tokenizers and threads.
 #include "runtime/data/tokenizer.h"
 
 #include <catch2/catch.hpp>

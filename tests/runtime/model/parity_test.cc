@@ -1,6 +1,6 @@
 // End-to-end parity of `deltatune step` (CPU reference path) with transformers 5.17 in fp32,
-// against fixtures made by scripts/make_parity_fixtures.py (each document run alone there):
-// loss relative error < 1e-5 and every gradient ||g - g_ref|| / ||g_ref|| < 1e-4.
+// against fixtures made by scripts/fixtures/make_parity_fixtures.py (each document run alone
+// there): loss relative error < 1e-5 and every gradient ||g - g_ref|| / ||g_ref|| < 1e-4.
 //
 // Parameters after one AdamW step, < 1e-6, checked two ways:
 //  - optimizer parity: our AdamW applied to transformers' own gradients, every element;
@@ -143,7 +143,7 @@ void check_fixture(const std::string& name) {
 }
 
 // LoRA (peft 0.21, every projection targeted, B non-zero, lr 1e-3): the adapter's loss, gradients
-// and AdamW step, under PEFT's tensor names (scripts/make_lora_parity_fixtures.py --fp64).
+// and AdamW step, under PEFT's tensor names (scripts/fixtures/make_lora_parity_fixtures.py --fp64).
 // Gradients and updates are measured against the fp64 rerun: transformers + peft in fp32 is
 // itself up to 1.5e-4 away from it in the gradients of tiny-b (ours 1.3e-4), so an fp32-to-fp32
 // comparison would measure the reference's error as much as ours. Updates, sign-ambiguous

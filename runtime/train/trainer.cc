@@ -4,7 +4,6 @@
 #include "runtime/train/trainer.h"
 
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <limits>
@@ -18,6 +17,7 @@
 #include "runtime/model/kernel_registry.h"
 #include "runtime/model/model_flops.h"
 #include "runtime/train/train_state.h"
+#include "runtime/train/train_step.h"
 #include "runtime/train/trainer_inputs.h"
 #include "runtime/train/training_length.h"
 
@@ -26,14 +26,6 @@ namespace deltatune {
 namespace fs = std::filesystem;
 
 namespace {
-
-absl::Status check_finite(const char* what, double value, int64_t step) {
-    if (std::isfinite(value)) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "NON_FINITE: step ", step, ": the ", what, " is ", value,
-        "; the update was not applied past it and no checkpoint or export holds it (lower "
-        "hyperparameters.learning_rate, or check the data)"));
-}
 
 // Everything one train() call holds. Heap-allocated once: the engine keeps references into it.
 struct Run {
@@ -209,33 +201,23 @@ absl::StatusOr<std::vector<PackedBatch>> next_batches(Run& run, StepOutcome& o) 
     return micro;
 }
 
-// One optimizer step: forward and backward of every micro-batch, then the update. Every rank
-// scales its gradients by the global label count, and the reduce-scatter sums them.
+// One optimizer step (run_train_step): forward and backward of every micro-batch, then the
+// update at the scheduled learning rate. Every rank scales its gradients by the global label
+// count, and the reduce-scatter sums them.
 absl::StatusOr<StepOutcome> train_step(Run& run) {
     StepOutcome o;
     DT_ASSIGN_OR_RETURN(std::vector<PackedBatch> micro, next_batches(run, o));
-    double loss_sum = 0;
-    DT_RETURN_IF_ERROR(run.engine->begin_step());
-    for (size_t m = 0; m < micro.size(); ++m) {
-        DT_ASSIGN_OR_RETURN(
-            const double sum,
-            run.engine->forward_backward(micro[m], o.global_labels, m + 1 == micro.size()));
-        loss_sum += sum;
-    }
-    DT_RETURN_IF_ERROR(run.comm->all_reduce_sum(&loss_sum, 1));
-    // A NaN or infinite loss would poison the weights: stop before the update, keeping the last
-    // checkpoint, rather than train on and export a NaN model.
     const int64_t step = run.state.step + 1;
-    DT_RETURN_IF_ERROR(check_finite("loss", loss_sum, step));
     AdamWHyper hyper = run.c.adamw;
     hyper.lr = run.lr.at(step);
-    DT_ASSIGN_OR_RETURN(o.grad_norm, run.engine->apply(hyper, run.c.max_grad_norm));
-    DT_RETURN_IF_ERROR(check_finite("gradient norm", o.grad_norm, step));
+    DT_ASSIGN_OR_RETURN(const StepResult r, run_train_step(*run.engine, micro, o.global_labels,
+                                                           hyper, run.c.max_grad_norm, step));
+    o.grad_norm = r.grad_norm;
     o.lr = hyper.lr;
     run.state.step = step;
     run.state.tokens += o.real_tokens;
     // A step whose documents hold no trained token has no loss: NaN, never a fake 0.
-    o.loss = o.global_labels ? loss_sum / static_cast<double>(o.global_labels)
+    o.loss = o.global_labels ? r.loss_sum / static_cast<double>(o.global_labels)
                              : std::numeric_limits<double>::quiet_NaN();
     if (o.global_labels) run.state.last_loss = o.loss;
     run.result.last_loss = run.state.last_loss;

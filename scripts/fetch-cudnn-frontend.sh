@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches NVIDIA's cudnn-frontend headers (header-only C++ over the cuDNN library; MIT licence)
 # into $BUILD_DIR/_deps/cudnn_frontend/include: the graph API that builds cuDNN's fused flash
-# attention (kernels/attention_cudnn.cc). The headers ship in the PyPI wheel
+# attention (kernels/attention/attention_cudnn.cc). The headers ship in the PyPI wheel
 # nvidia-cudnn-frontend, pinned here by version and sha256, downloaded by the pip of a bare
 # virtual environment ($BUILD_DIR/_deps/pip; nothing installed into it). Idempotent.
 set -euo pipefail

@@ -2,7 +2,7 @@
 #include "runtime/batch/packed_batch.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cross_entropy.h"
+#include "kernels/loss/cross_entropy.h"
 #include "nlohmann/json.hpp"
 
 namespace deltatune {

@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/attention_cudnn.h"
+#include "kernels/attention/attention_cudnn.h"
 #else
 namespace deltatune {
 class CudnnAttention {};  // never created in a build without it; completes the owning pointer

@@ -19,16 +19,17 @@ struct cublasContext;
 
 namespace deltatune {
 
-class CudnnAttention;  // kernels/attention_cudnn.h
+class CudnnAttention;  // kernels/attention/attention_cudnn.h
 
 // The attention core that serves head_dim 256 on sm_90:
-//   kWgmma ("wgmma", the default): kernels/attention_wgmma.cu forward (wgmma + TMA, the gate
-//     fused) and kernels/attention_wgmma_backward.cu backward (deterministic where the
-//     batch's dS tiles fit its 4 GiB budget, else dq summed with atomics); each faster than
-//     cuDNN's SDPA with the gate's passes on packed batches;
+//   kWgmma ("wgmma", the default): kernels/attention/attention_wgmma.cu forward (wgmma + TMA,
+//     the gate fused) and kernels/attention/attention_wgmma_backward.cu backward (deterministic
+//     where the batch's dS tiles fit its 4 GiB budget, else dq summed with atomics); each faster
+//     than cuDNN's SDPA with the gate's passes on packed batches;
 //   kCudnn (DELTATUNE_ATTENTION=cudnn, where built): cuDNN's both ways;
-//   kFlash (DELTATUNE_ATTENTION=flash): kernels/attention_flash.cu both ways, handwritten on
-//     mma.sync and bitwise deterministic.
+//   kFlash (DELTATUNE_ATTENTION=flash): kernels/attention/attention_flash.cu both ways,
+//     handwritten on mma.sync and bitwise deterministic.
+// Which runs when, per family: kernels/README.md.
 enum class AttentionCore { kWgmma, kCudnn, kFlash };
 const char* attention_core_name(AttentionCore core);
 // The core DELTATUNE_ATTENTION names (kWgmma when it is unset or empty); InvalidArgument for any

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/model/cpu_param_source.h"
 #include "runtime/model/hf_model_io.h"

@@ -5,10 +5,10 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cast.h"
-#include "kernels/grad_norm.h"
-#include "kernels/init_fill.h"
-#include "kernels/shard_reduce.h"
+#include "kernels/optim/grad_norm.h"
+#include "kernels/optim/shard_reduce.h"
+#include "kernels/tensor/cast.h"
+#include "kernels/tensor/init_fill.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/distributed/nccl_host_communicator.h"

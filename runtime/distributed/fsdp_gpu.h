@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/device/device_context.h"
 #include "runtime/device/pinned_staging.h"
 #include "runtime/distributed/nccl_communicator.h"

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/adamw.h"
-#include "kernels/grad_rows.h"
+#include "kernels/optim/adamw.h"
+#include "kernels/optim/grad_rows.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 

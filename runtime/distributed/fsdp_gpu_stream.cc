@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cast.h"
+#include "kernels/tensor/cast.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 

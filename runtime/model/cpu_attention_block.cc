@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attention.h"
-#include "kernels/linear.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/rope.h"
+#include "kernels/mlp/linear.h"
+#include "kernels/norm/rmsnorm.h"
 #include "runtime/model/cpu_blocks.h"
 
 namespace deltatune {

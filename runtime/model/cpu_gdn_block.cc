@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/causal_conv1d.h"
-#include "kernels/gated_delta_rule.h"
-#include "kernels/gated_rmsnorm.h"
-#include "kernels/gdn_gates.h"
-#include "kernels/l2norm.h"
-#include "kernels/linear.h"
-#include "kernels/rmsnorm.h"
+#include "kernels/gdn/causal_conv1d.h"
+#include "kernels/gdn/gdn_chunked_rule.h"
+#include "kernels/gdn/gdn_gates.h"
+#include "kernels/mlp/linear.h"
+#include "kernels/norm/gated_rmsnorm.h"
+#include "kernels/norm/l2norm.h"
+#include "kernels/norm/rmsnorm.h"
 #include "runtime/model/cpu_blocks.h"
 
 namespace deltatune {

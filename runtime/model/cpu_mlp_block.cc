@@ -1,7 +1,7 @@
 // Post-attention RMSNorm + SwiGLU MLP on the CPU reference path; backward mirrors forward.
-#include "kernels/linear.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/swiglu.h"
+#include "kernels/mlp/linear.h"
+#include "kernels/mlp/swiglu.h"
+#include "kernels/norm/rmsnorm.h"
 #include "runtime/model/cpu_blocks.h"
 
 namespace deltatune {

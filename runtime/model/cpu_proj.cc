@@ -1,6 +1,6 @@
 // The projections of the CPU reference blocks: the base linear layer and, when an adapter is
 // attached (model/lora.h), its LoRA branch.
-#include "kernels/linear.h"
+#include "kernels/mlp/linear.h"
 #include "runtime/model/cpu_blocks.h"
 
 namespace deltatune {

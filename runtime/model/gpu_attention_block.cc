@@ -11,13 +11,13 @@
 #include <cmath>
 #include <utility>
 
-#include "kernels/attention.h"
-#include "kernels/attention_generic.h"
-#include "kernels/attention_wgmma.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_generic.h"
+#include "kernels/attention/attention_wgmma.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/attention_cudnn.h"
+#include "kernels/attention/attention_cudnn.h"
 #endif
-#include "kernels/qk_norm_rope.h"
+#include "kernels/attention/qk_norm_rope.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/gpu_blocks.h"

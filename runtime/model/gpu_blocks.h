@@ -118,7 +118,7 @@ struct GpuGdnActs {
 
 // True when the fused GDN kernels (causal_conv1d, gated_delta_rule, gated_rmsnorm) serve this
 // config: linear key/value head dims 128 (gated_delta_rule_supported) on sm_90; otherwise the
-// block runs kernels/gdn_simple.cu.
+// block runs kernels/gdn/gdn_simple.cu.
 bool gpu_gdn_fused(const Qwen35Config& c, int sm_version);
 
 absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,

@@ -1,16 +1,17 @@
 // Gated DeltaNet block on the GPU: projections (cuBLASLt), then the GDN core, then out_proj.
 // When the fused kernels serve the shape (gpu_gdn_fused: head dims 128 on sm_90) the core is
-// kernels/causal_conv1d.cu (conv + SiLU), kernels/gated_delta_rule*.cu (chunked rule with the q/k
-// L2 norm and the beta/g gates fused) and kernels/gated_rmsnorm.cu, bf16 between them; otherwise
-// it runs on the reference-grade kernels of kernels/gdn_simple.cu (fp32 intermediates). Conv
-// window and recurrent state reset at every document start. Backward mirrors forward.
+// kernels/gdn/causal_conv1d.cu (conv + SiLU), kernels/gdn/gdn_chunked_rule*.cu (chunked rule with
+// the q/k L2 norm and the beta/g gates fused) and kernels/norm/gated_rmsnorm.cu, bf16 between them;
+// otherwise it runs on the reference-grade kernels of kernels/gdn/gdn_simple.cu (fp32
+// intermediates). Conv window and recurrent state reset at every document start. Backward mirrors
+// forward.
 #if DELTATUNE_HAVE_CUDA
 #include <cmath>
 
-#include "kernels/causal_conv1d.h"
-#include "kernels/gated_delta_rule.h"
-#include "kernels/gated_rmsnorm.h"
-#include "kernels/gdn_simple.h"
+#include "kernels/gdn/causal_conv1d.h"
+#include "kernels/gdn/gdn_chunked_rule.h"
+#include "kernels/gdn/gdn_simple.h"
+#include "kernels/norm/gated_rmsnorm.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/gpu_blocks.h"

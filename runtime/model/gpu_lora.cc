@@ -4,8 +4,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cast.h"
-#include "kernels/grad_norm.h"
+#include "kernels/optim/grad_norm.h"
+#include "kernels/tensor/cast.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/param_set.h"

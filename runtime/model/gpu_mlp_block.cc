@@ -1,6 +1,6 @@
 // SwiGLU MLP block on the GPU: gate/up GEMMs, fused SwiGLU, down GEMM; backward mirrors forward.
 #if DELTATUNE_HAVE_CUDA
-#include "kernels/swiglu.h"
+#include "kernels/mlp/swiglu.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/gpu_blocks.h"

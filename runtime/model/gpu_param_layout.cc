@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "kernels/init_fill.h"
+#include "kernels/tensor/init_fill.h"
 #include "runtime/model/qwen35_params.h"
 
 namespace deltatune {

@@ -57,7 +57,7 @@ GpuParamLayout make_gpu_param_layout(const Qwen35Config& config, const ParamSet&
 
 // Device initialisation rule of a parameter by name: init_qwen35_params' distributions.
 struct GpuInitRule {
-    int kind = 0;  // InitFill (kernels/init_fill.h)
+    int kind = 0;  // InitFill (kernels/tensor/init_fill.h)
     float a = 0, b = 0;
 };
 GpuInitRule gpu_init_rule(const std::string& name, float initializer_range);
@@ -74,7 +74,7 @@ struct GpuUnitPtrs {
     float* rep_grad = nullptr;
     // Where the source tracks which rows of the embedding's gradient may be nonzero (its unit,
     // untied, whole on this rank): one byte per vocabulary row, which the model sets for each
-    // id its embedding backward adds into (kernels/grad_rows.h). Null otherwise.
+    // id its embedding backward adds into (kernels/optim/grad_rows.h). Null otherwise.
     uint8_t* embed_rows_touched = nullptr;
 };
 

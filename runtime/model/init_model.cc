@@ -10,8 +10,8 @@
 #include "runtime/model/qwen35_params.h"
 
 #if DELTATUNE_HAVE_CUDA
-#include "kernels/cast.h"
-#include "kernels/init_fill.h"
+#include "kernels/tensor/cast.h"
+#include "kernels/tensor/init_fill.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/device/device_context.h"
 #include "runtime/device/pinned_staging.h"

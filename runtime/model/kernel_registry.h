@@ -25,7 +25,7 @@ const char* kernel_kind_name(KernelKind k);
 struct KernelChoice {
     std::string op;  // e.g. "gated_attention"
     KernelKind kind;
-    std::string implementation;  // e.g. "kernels/attention_flash.cu (sm_90a)"
+    std::string implementation;  // e.g. "kernels/attention/attention_flash.cu (sm_90a)"
     std::string why;             // one line
 };
 
@@ -51,7 +51,7 @@ MachineInfo probe_machine();
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config);
 
 // The Gated DeltaNet core ops: fused kernels for linear head dims 128 on sm_90, otherwise
-// kernels/gdn_simple.cu.
+// kernels/gdn/gdn_simple.cu.
 const std::vector<std::string>& gdn_core_ops();
 
 // OK when every op is kFused or kLibrary, or is named in `allow_non_fused`; otherwise

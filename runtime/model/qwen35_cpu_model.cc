@@ -5,10 +5,10 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/embedding.h"
-#include "kernels/linear.h"
-#include "kernels/rmsnorm.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/loss/cross_entropy.h"
+#include "kernels/mlp/linear.h"
+#include "kernels/norm/rmsnorm.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/lora.h"
 

@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <map>
 
-#include "kernels/cast.h"
-#include "kernels/embedding.h"
-#include "kernels/fused_linear_cross_entropy.h"
-#include "kernels/grad_rows.h"
-#include "kernels/init_fill.h"
-#include "kernels/rmsnorm.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/loss/fused_linear_cross_entropy.h"
+#include "kernels/norm/rmsnorm.h"
+#include "kernels/optim/grad_rows.h"
+#include "kernels/tensor/cast.h"
+#include "kernels/tensor/init_fill.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/qwen35_gpu_model_impl.h"

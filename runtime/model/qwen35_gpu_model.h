@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/batch/packed_batch.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_param_layout.h"
@@ -35,7 +35,7 @@ class Qwen35GpuModel {
                                                                   const Qwen35Config& config,
                                                                   ParamSet& params,
                                                                   Recompute recompute);
-    // Same model with random values generated on the device (kernels/init_fill.h; the
+    // Same model with random values generated on the device (kernels/tensor/init_fill.h; the
     // distributions of init_qwen35_params, not its values): nothing of size goes through the
     // host. For benchmarks of models too large to stage on the host.
     static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create_random(DeviceContext& ctx,

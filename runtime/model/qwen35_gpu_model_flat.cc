@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/adamw.h"
-#include "kernels/grad_norm.h"
+#include "kernels/optim/adamw.h"
+#include "kernels/optim/grad_norm.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/qwen35_gpu_model_impl.h"

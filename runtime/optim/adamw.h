@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/model/param_set.h"
 
 namespace deltatune {

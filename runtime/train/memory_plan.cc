@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_blocks.h"

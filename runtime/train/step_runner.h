@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 
 namespace deltatune {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/batch/packed_batch.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/kv_store.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
+#include "kernels/optim/adamw.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/packing.h"
 #include "runtime/distributed/communicator.h"

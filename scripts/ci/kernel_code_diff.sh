@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # Did a change touch the kernels' machine code? Compiles each .cu file (default: those whose
-# translation unit changed since REV) at REV and in the working tree to sm_90a cubins, in two
-# folders with paths of the same length, and compares their code (every .text section, sorted).
-# Symbol names may differ (nvcc names anonymous namespaces from the file's text), the code not.
-#   scripts/ci/kernel_code_diff.sh REV [kernels/x.cu ...]
+# translation unit changed since REV) at REV and in the working tree to sm_90a cubins and compares
+# their code (every .text section, sorted). A file moved or renamed since REV is compiled from its
+# path at REV on that side (renames as `git diff -M` finds them, untracked files included).
+# Symbol names may differ (nvcc names anonymous namespaces from the file's text), the code not;
+# a renamed file can still differ by the rename alone: ptxas's output varies with the length of
+# those names (the basename's length), so compare a candidate name before settling on it.
+#   scripts/ci/kernel_code_diff.sh REV [kernels/family/x.cu ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rev=${1:?usage: scripts/ci/kernel_code_diff.sh REV [kernels/x.cu ...]}; shift
+rev=${1:?usage: scripts/ci/kernel_code_diff.sh REV [kernels/family/x.cu ...]}; shift
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+work=$(mktemp -d /tmp/kcd-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+# REV against the working tree, through a scratch index (the shared one is left alone).
+GIT_INDEX_FILE=$work/index git read-tree "$rev"
+GIT_INDEX_FILE=$work/index git add -- kernels
+GIT_INDEX_FILE=$work/index git diff --cached -M --name-status "$rev" -- kernels >"$work/changes"
+declare -A old_path  # working-tree path -> its path at REV
+while IFS=$'\t' read -r status a b; do
+  if [[ $status == R* ]]; then old_path[$b]=$a; fi
+done <"$work/changes"
 files=("$@")
 if ((${#files[@]} == 0)); then  # every .cu that is, or includes, a changed kernels/ file
-  changed=$(git diff --name-only "$rev" -- kernels | xargs -r -n1 basename)
-  for f in kernels/*.cu; do
+  changed=$(awk -F'\t' '{print $NF}' "$work/changes")
+  while IFS= read -r f; do
     for c in $changed; do
-      if [[ $(basename "$f") == "$c" ]] || grep -q "\"kernels/$c\"" "$f"; then files+=("$f"); break; fi
+      if [[ $f == "$c" ]] || grep -q "^#include \"$c\"" "$f"; then files+=("$f"); break; fi
     done
-  done
+  done < <(find kernels -name '*.cu' | sort)
 fi
-work=$(mktemp -d /tmp/kcd-XXXXXX)
 mkdir -p "$work/aaaa" "$work/bbbb"
 git archive "$rev" kernels | tar -x -C "$work/aaaa"
 cp -r kernels "$work/bbbb/"
@@ -40,11 +52,14 @@ PY
 }
 bad=0
 for f in "${files[@]}"; do
-  for side in aaaa bbbb; do
-    (cd "$work/$side" && "$NVCC" "${flags[@]}" -I. -o "$(basename "$f").cubin" "$f")
-  done
-  a=$(code_hash "$work/aaaa/$(basename "$f").cubin"); b=$(code_hash "$work/bbbb/$(basename "$f").cubin")
-  if [[ $a == "$b" ]]; then echo "same    $f: $a"; else echo "CHANGED $f: $a -> $b"; bad=1; fi
+  was=${old_path[$f]:-$f}
+  if [[ ! -f $work/aaaa/$was ]]; then echo "new     $f (not at $rev)"; continue; fi
+  cubin=$(echo "$f" | tr / _).cubin
+  (cd "$work/aaaa" && "$NVCC" "${flags[@]}" -I. -o "$cubin" "$was") & before=$!
+  (cd "$work/bbbb" && "$NVCC" "${flags[@]}" -I. -o "$cubin" "$f") & after=$!
+  wait "$before"; wait "$after"
+  a=$(code_hash "$work/aaaa/$cubin"); b=$(code_hash "$work/bbbb/$cubin")
+  label=$f; [[ $was != "$f" ]] && label="$f (at $rev: $was)"
+  if [[ $a == "$b" ]]; then echo "same    $label: $a | $b"; else echo "CHANGED $label: $a -> $b"; bad=1; fi
 done
-rm -rf "$work"
 exit $bad

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast is every cuDNN execution plan for deltatune's packed attention graphs?
 
-Companion of cudnn_ragged_probe.py (same graph as kernels/attention_cudnn.cc: ragged THD q/k/v,
+Companion of cudnn_ragged_probe.py (same graph as kernels/attention/attention_cudnn.cc: ragged THD q/k/v,
 top-left causal mask, padding mask from the document lengths, Qwen3.8-27B's 24/4 heads of 256),
 run on the GPU machine with the cudnn-frontend wheel on sys.path (PYTHONPATH=.carry/cfe). For each
 batch (ultrachat-like lognormal documents, 6 x 1250, 1 x 8192; 8192 tokens) it builds every plan

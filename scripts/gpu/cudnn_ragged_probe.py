@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which cuDNN SDPA graph settings give correct packed (ragged, THD) causal GQA attention?
 
-Diagnostic for kernels/attention_cudnn.cc, run on the GPU machine (torch + the cudnn-frontend
+Diagnostic for kernels/attention/attention_cudnn.cc, run on the GPU machine (torch + the cudnn-frontend
 Python wheel on sys.path, e.g. PYTHONPATH=.carry/cfe). For each variant (implementation, ragged
 offset dtype, ragged or dense stats, batch stride) it builds the forward graph the C++ code
 builds, runs it on packed documents of awkward lengths and prints the worst error of o and of the

@@ -11,14 +11,14 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/attention.h"
-#include "kernels/attention_gate.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_gate.h"
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
-#include "kernels/attention_cudnn.h"
+#include "kernels/attention/attention_cudnn.h"
 #endif
-#include "kernels/attention_wgmma.h"
+#include "kernels/attention/attention_wgmma.h"
 #include "tests/bench/qwen27b_shapes.h"
-#include "tests/kernels/attention_test_util.h"
+#include "tests/kernels/attention/attention_test_util.h"
 
 namespace deltatune {
 namespace {

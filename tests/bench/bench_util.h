@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/common/cuda_test_util.h"
 
 namespace deltatune::bench {
 

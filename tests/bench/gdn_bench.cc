@@ -11,12 +11,12 @@
 #include <random>
 #include <vector>
 
-#include "kernels/causal_conv1d.h"
-#include "kernels/gated_delta_rule.h"
-#include "kernels/gated_rmsnorm.h"
+#include "kernels/gdn/causal_conv1d.h"
+#include "kernels/gdn/gdn_chunked_rule.h"
+#include "kernels/norm/gated_rmsnorm.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/qwen27b_shapes.h"
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/common/cuda_test_util.h"
 
 namespace deltatune {
 namespace {

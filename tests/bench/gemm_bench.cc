@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_linear_cross_entropy.h"
+#include "kernels/loss/fused_linear_cross_entropy.h"
 #include "runtime/device/gemm.h"
 #include "tests/bench/bench_util.h"
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/common/cuda_test_util.h"
 
 #if DELTATUNE_HAVE_CUDA
 #include <cublasLt.h>

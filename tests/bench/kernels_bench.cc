@@ -14,15 +14,15 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/adamw.h"
-#include "kernels/embedding.h"
-#include "kernels/fused_linear_cross_entropy.h"
-#include "kernels/grad_norm.h"
-#include "kernels/qk_norm_rope.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/swiglu.h"
+#include "kernels/attention/qk_norm_rope.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/loss/fused_linear_cross_entropy.h"
+#include "kernels/mlp/swiglu.h"
+#include "kernels/norm/rmsnorm.h"
+#include "kernels/optim/adamw.h"
+#include "kernels/optim/grad_norm.h"
 #include "tests/bench/qwen27b_shapes.h"
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/common/cuda_test_util.h"
 
 namespace deltatune {
 namespace {

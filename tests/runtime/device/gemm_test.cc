@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/device/gemm.h"
-#include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/common/cuda_test_util.h"
 
 namespace deltatune {
 namespace {

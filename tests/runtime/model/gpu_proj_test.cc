@@ -1,5 +1,5 @@
 // [cuda] The GPU projections with a LoRA branch (runtime/model/gpu_proj.h) against the fp32
-// reference (kernels/linear_ref.cc: linear_* and lora_*_ref) on fresh random bf16 inputs, for
+// reference (kernels/mlp/linear_ref.cc: linear_* and lora_*_ref) on fresh random bf16 inputs, for
 // ranks and widths down to the tiny fixtures' (rank 2-4, 2-3 output heads), alone and as a group
 // of two sharing their input: y, dx accumulated onto a prior value, dA and dB, and no dW for a
 // frozen weight. Relative L2 error
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/common/bf16_bits.h"
-#include "kernels/linear.h"
+#include "kernels/mlp/linear.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_lora.h"
 #include "runtime/model/gpu_proj.h"

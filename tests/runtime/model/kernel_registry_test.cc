@@ -49,7 +49,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
           (m.attention_core == AttentionCore::kCudnn ? KernelKind::kLibrary : KernelKind::kFused));
     CHECK(op(r, "linear").kind == KernelKind::kLibrary);
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
-    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_simple.cu");
     // The GDN core is not fused: strict fails, naming it, unless allow-listed.
     const absl::Status s = check_strict(r);
     REQUIRE_FALSE(s.ok());
@@ -59,7 +59,7 @@ TEST_CASE("registry on an H200: fused everywhere but the GDN core and small head
 
     c.head_dim = 32;
     r = kernel_registry_for(m, &c);
-    CHECK(op(r, "gated_attention").implementation == "kernels/attention_generic.cu");
+    CHECK(op(r, "gated_attention").implementation == "kernels/attention/attention_generic.cu");
     CHECK_FALSE(check_strict(r, gdn_core_ops()).ok());
     CHECK(format_registry(r).find("head_dim 32") != std::string::npos);
     CHECK(format_registry(r).find("linear head dims 0/0") != std::string::npos);
@@ -74,8 +74,9 @@ TEST_CASE("registry: the wgmma kernels by default, cuDNN's or the handwritten ke
         const MachineInfo m = h200();
         const KernelChoice k = op(kernel_registry_for(m, &c), "gated_attention");
         CHECK(m.attention_core == AttentionCore::kWgmma);
-        CHECK(k.implementation.find("kernels/attention_wgmma.cu forward") == 0);
-        CHECK(k.implementation.find("kernels/attention_wgmma_backward.cu") != std::string::npos);
+        CHECK(k.implementation.find("kernels/attention/attention_wgmma.cu forward") == 0);
+        CHECK(k.implementation.find("kernels/attention/attention_wgmma_backward.cu") !=
+              std::string::npos);
         CHECK(k.kind == KernelKind::kFused);
     }
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
@@ -93,7 +94,7 @@ TEST_CASE("registry: the wgmma kernels by default, cuDNN's or the handwritten ke
     const KernelChoice flash = op(kernel_registry_for(m, &c), "gated_attention");
     CHECK(m.attention_core == AttentionCore::kFlash);
     CHECK(flash.kind == KernelKind::kFused);
-    CHECK(flash.implementation == "kernels/attention_flash.cu (sm_90a)");
+    CHECK(flash.implementation == "kernels/attention/attention_flash.cu (sm_90a)");
 }
 
 TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[registry]") {
@@ -106,15 +107,15 @@ TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[regi
     c.linear_value_head_dim = 128;
     KernelRegistry r = kernel_registry_for(m, &c);
     for (const auto& name : gdn_core_ops()) CHECK(op(r, name).kind == KernelKind::kFused);
-    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gated_delta_rule.cu (sm_90a)");
-    CHECK(op(r, "causal_conv1d").implementation == "kernels/causal_conv1d.cu (sm_90a)");
-    CHECK(op(r, "gated_rmsnorm").implementation == "kernels/gated_rmsnorm.cu (sm_90a)");
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_chunked_rule.cu (sm_90a)");
+    CHECK(op(r, "causal_conv1d").implementation == "kernels/gdn/causal_conv1d.cu (sm_90a)");
+    CHECK(op(r, "gated_rmsnorm").implementation == "kernels/norm/gated_rmsnorm.cu (sm_90a)");
     CHECK(check_strict(r).ok());
 
     c.linear_value_head_dim = 64;
     r = kernel_registry_for(m, &c);
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
-    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn_simple.cu");
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_simple.cu");
     CHECK_FALSE(check_strict(r).ok());
 }
 

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/train/memory_plan.h"
 #if DELTATUNE_HAVE_CUDA
-#include "kernels/attention_wgmma.h"
+#include "kernels/attention/attention_wgmma.h"
 #endif
 
 namespace deltatune {

@@ -229,30 +229,27 @@ absl::Status FsdpCpuParams::join_without_batch() {
     return absl::OkStatus();
 }
 
-absl::StatusOr<double> FsdpCpuParams::step(const AdamWHyper& hyper, double max_grad_norm) {
+int64_t FsdpCpuParams::begin_update() {
     in_step_ = false;
     accumulating_ = false;
-    double sq = 0;
-    for (Unit& u : units_) {
-        for_each_shard_range(u, 0, u.shard, [&](float*, float* g, int64_t n, int64_t) {
-            for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
-        });
-    }
-    if (comm_.world_size() > 1) DT_RETURN_IF_ERROR(comm_.all_reduce_sum(&sq, 1));
-    const double norm = std::sqrt(sq);
-    const bool clip = max_grad_norm > 0 && norm > max_grad_norm;
-    const float scale = clip ? static_cast<float>(max_grad_norm / (norm + 1e-6)) : 1.0f;
-    ++adam_step_;
+    return ++adam_step_;
+}
+
+std::vector<CpuUpdatePiece> FsdpCpuParams::shard_pieces() {
+    std::vector<CpuUpdatePiece> pieces;
     for (Unit& u : units_) {
         for_each_shard_range(u, 0, u.shard, [&](float* master, float* g, int64_t n, int64_t flat) {
-            if (clip) {  // clip_grad_norm_
-                for (int64_t i = 0; i < n; ++i) g[i] *= scale;
-            }
-            adamw_step_ref(master, u.m.data() + flat, u.v.data() + flat, g, n, hyper, adam_step_);
+            pieces.push_back({master, g, u.m.data() + flat, u.v.data() + flat, n});
         });
-        if (u.present && comm_.world_size() > 1) drop(u, /*grads_too=*/false);  // now stale
     }
-    return norm;
+    return pieces;
+}
+
+void FsdpCpuParams::end_update() {
+    if (comm_.world_size() == 1) return;
+    for (Unit& u : units_) {
+        if (u.present) drop(u, /*grads_too=*/false);  // now stale
+    }
 }
 
 absl::Status FsdpCpuParams::gather_all() {

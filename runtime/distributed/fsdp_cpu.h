@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/optim/adamw.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/model/cpu_param_source.h"
 #include "runtime/model/hf_model_io.h"
@@ -57,9 +56,14 @@ class FsdpCpuParams final : public CpuParamSource {
     // A micro-batch with nothing to train: the forward's and backward's collectives, with zero
     // gradients, so the ranks stay in step.
     absl::Status join_without_batch();
-    // One AdamW step on this rank's shard from the reduced gradients, clipped by the global norm
-    // when max_grad_norm > 0 (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
-    absl::StatusOr<double> step(const AdamWHyper& hyper, double max_grad_norm);
+    // The update (runtime/optim/cpu_update.h: fsdp_cpu_step): begin_update ends the step's
+    // micro-batches and returns its 1-based AdamW step; shard_pieces is this rank's shard of the
+    // masters, reduced gradients and moments, unit by unit; end_update gives back the gathered
+    // values, which the update made stale.
+    int64_t begin_update();
+    std::vector<CpuUpdatePiece> shard_pieces();
+    void end_update();
+    Communicator& comm() { return comm_; }
 
     // Collective: every unit's values present in model.params, until the next step.
     absl::Status gather_all();

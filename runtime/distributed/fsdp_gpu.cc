@@ -5,7 +5,6 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/optim/grad_norm.h"
 #include "kernels/optim/shard_reduce.h"
 #include "kernels/tensor/cast.h"
 #include "kernels/tensor/init_fill.h"
@@ -18,7 +17,6 @@ namespace deltatune {
 
 namespace {
 using bf16 = __nv_bfloat16;
-constexpr int kScalars = 8;  // shard norm, replicated norm, squared sum, norm, clip coefficient
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceContext& dev,
@@ -58,17 +56,13 @@ absl::StatusOr<std::unique_ptr<FsdpGpuParams>> FsdpGpuParams::create(DeviceConte
         DT_ASSIGN_OR_RETURN(f->moments_, dev.allocate(2 * n * sizeof(float)));
         DT_ASSIGN_OR_RETURN(f->rep_grad_, dev.allocate(r * sizeof(float)));
         DT_ASSIGN_OR_RETURN(f->rep_moments_, dev.allocate(2 * r * sizeof(float)));
-        DT_ASSIGN_OR_RETURN(f->scalars_, dev.allocate(kScalars * sizeof(float)));
     }
     const cudaStream_t s = dev.compute_stream();
     for (DeviceMemory* m : {&f->master_, &f->half_, &f->grad_, &f->moments_, &f->rep_master_,
-                            &f->rep_half_, &f->rep_grad_, &f->rep_moments_, &f->scalars_}) {
+                            &f->rep_half_, &f->rep_grad_, &f->rep_moments_}) {
         if (m->get()) DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
-    if (!frozen) {
-        DT_RETURN_IF_ERROR(f->track_embedding_rows());
-        DT_RETURN_IF_ERROR(f->plan_adamw());
-    }
+    if (!frozen) DT_RETURN_IF_ERROR(f->track_embedding_rows());
     return f;
 }
 
@@ -86,36 +80,25 @@ FsdpGpuParams::~FsdpGpuParams() {
     if (scratch_) cudaEventDestroy(scratch_);
 }
 
-absl::Status FsdpGpuParams::plan_adamw() {
+absl::StatusOr<std::vector<GpuOptimizerGroup>> FsdpGpuParams::optimizer_groups() {
+    DT_RETURN_IF_ERROR(require_trained("optimizer_groups"));
     const int64_t n = shard_total_, r = layout_.replicated_numel;
-    std::vector<AdamWTensorArgs> ts;
-    ts.push_back(AdamWTensorArgs{master_.as<float>(), moments_.as<float>(),
-                                 moments_.as<float>() + n, grad_.as<float>(), half_.as<bf16>(), n,
-                                 0, embed_mask_, /*defer_unmarked=*/embed_slot_ >= 0});
-    embed_args_ = ts[0];
-    if (r > 0) {
-        ts.push_back(AdamWTensorArgs{rep_master_.as<float>(), rep_moments_.as<float>(),
-                                     rep_moments_.as<float>() + r, rep_grad_.as<float>(),
-                                     rep_half_.as<bf16>(), r, 0});
-    }
-    adamw_chunks_ = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
-    DT_ASSIGN_OR_RETURN(adamw_tensors_, dev_.allocate(sizeof(AdamWTensorArgs) * ts.size()));
-    // One planned GradNormTensor array per norm: [shard], [replicated].
-    GradNormTensor norms[2] = {{grad_.as<float>(), n, 0, embed_mask_},
-                               {rep_grad_.as<float>(), r, 0, RowMask{}}};
-    norm_chunks_shard_ = grad_norm_plan_chunks(&norms[0], 1);
-    norm_chunks_rep_ = r > 0 ? grad_norm_plan_chunks(&norms[1], 1) : 0;
-    norm_work_bytes_ = grad_norm_workspace_bytes(std::max(norm_chunks_shard_, norm_chunks_rep_));
-    DT_ASSIGN_OR_RETURN(norm_work_, dev_.allocate(norm_work_bytes_));
-    DT_ASSIGN_OR_RETURN(norm_tensors_, dev_.allocate(sizeof(norms)));
-    const cudaStream_t s = compute();
-    DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(adamw_tensors_.get(), ts.data(),
-                                            sizeof(AdamWTensorArgs) * ts.size(),
-                                            cudaMemcpyHostToDevice, s));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(norm_tensors_.get(), norms, sizeof(norms), cudaMemcpyHostToDevice, s));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host arrays go away
-    return absl::OkStatus();
+    GpuOptimizerGroup shard{
+        {AdamWTensorArgs{master_.as<float>(), moments_.as<float>(), moments_.as<float>() + n,
+                         grad_.as<float>(), half_.as<bf16>(), n, 0, embed_mask_,
+                         /*defer_unmarked=*/embed_slot_ >= 0}},
+        /*sharded=*/true};
+    GpuOptimizerGroup replicated{
+        {AdamWTensorArgs{rep_master_.as<float>(), rep_moments_.as<float>(),
+                         rep_moments_.as<float>() + r, rep_grad_.as<float>(), rep_half_.as<bf16>(),
+                         r, 0}},
+        /*sharded=*/false};
+    return std::vector<GpuOptimizerGroup>{shard, replicated};
+}
+
+absl::Status FsdpGpuParams::prepare_update() {
+    DT_RETURN_IF_ERROR(require_trained("step"));
+    return order(comm_stream(), compute());  // the last reduce-scatters
 }
 
 absl::Status FsdpGpuParams::order(cudaStream_t from, cudaStream_t to) {
@@ -376,43 +359,6 @@ absl::Status FsdpGpuParams::release(int unit, Phase phase) {
 
 absl::Status FsdpGpuParams::synchronize() {
     return comm_.wait(compute());
-}
-
-absl::StatusOr<double> FsdpGpuParams::step(const AdamWHyper& hyper, int64_t step,
-                                           double max_grad_norm) {
-    DT_RETURN_IF_ERROR(require_trained("step"));
-    const cudaStream_t s = compute();
-    DT_RETURN_IF_ERROR(order(comm_stream(), s));  // the last reduce-scatters
-    const int64_t r = layout_.replicated_numel;
-    float* sc = scalars_.as<float>();
-    if (r > 0) {
-        DT_RETURN_IF_ERROR(
-            comm_.all_reduce_sum_f32(rep_grad_.as<float>(), static_cast<size_t>(r), s));
-    }
-    const GradNormTensor* nt = norm_tensors_.as<GradNormTensor>();
-    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 0, nullptr, nt, 1, norm_chunks_shard_, 0.0f,
-                                             norm_work_.get(), norm_work_bytes_, s));
-    if (r > 0) {
-        DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 1, nullptr, nt + 1, 1, norm_chunks_rep_, 0.0f,
-                                                 norm_work_.get(), norm_work_bytes_, s));
-    }
-    // The replicated gradients are the same on every rank: counted once (rank 0).
-    const bool count_rep = r > 0 && comm_.rank() == 0;
-    DT_CUDA_RETURN_IF_ERROR(grad_norm_square_sum(sc + 2, sc + 0, count_rep ? sc + 1 : nullptr, s));
-    DT_RETURN_IF_ERROR(comm_.all_reduce_sum_f32(sc + 2, 1, s));
-    DT_CUDA_RETURN_IF_ERROR(
-        grad_norm_from_square(sc + 3, sc + 4, sc + 2, static_cast<float>(max_grad_norm), s));
-    DT_RETURN_IF_ERROR(record_embedding_step(hyper, step));
-    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensors_.as<AdamWTensorArgs>(),
-                                                    r > 0 ? 2 : 1, adamw_chunks_, hyper, step,
-                                                    max_grad_norm > 0 ? sc + 4 : nullptr, s));
-    DT_RETURN_IF_ERROR(count_embedding_step());
-    // Wait (polling NCCL) before reading back: a copy into pageable memory blocks the host until
-    // the stream reaches it, which a dead peer would make forever.
-    DT_RETURN_IF_ERROR(comm_.wait(s));
-    float norm = 0;
-    DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(&norm, sc + 3, sizeof(float), cudaMemcpyDeviceToHost));
-    return static_cast<double>(norm);
 }
 
 absl::Status FsdpGpuParams::all_reduce_host(std::vector<double>& values) {

@@ -21,18 +21,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/optim/adamw.h"
 #include "runtime/device/device_context.h"
 #include "runtime/device/pinned_staging.h"
 #include "runtime/distributed/nccl_communicator.h"
 #include "runtime/model/gpu_param_layout.h"
+#include "runtime/model/gpu_param_store.h"
 #include "runtime/model/hf_model_io.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
 
-class FsdpGpuParams final : public GpuParamSource {
+class FsdpGpuParams final : public GpuParamSource, public GpuParamStore {
   public:
     // Shards of the parameters of make_qwen35_params(config, config.tie_word_embeddings),
     // zero until init_random() or load(). `dev` and `comm` must outlive this object. `frozen`
@@ -98,11 +98,11 @@ class FsdpGpuParams final : public GpuParamSource {
     // reduce-scattering it; turn it on for the step's last micro-batch. Costs the full fp32
     // gradients in memory while off.
     void set_gradient_sync(bool on) { sync_grads_ = on; }
-    // One optimizer step over the accumulated gradients: waits for the last reduce-scatters,
-    // all-reduces the replicated gradients and the squared norm, clips by the global norm when
-    // max_grad_norm > 0, runs AdamW (1-based `step`) on the shards and refreshes the bf16
-    // shards. Returns the global gradient norm before clipping (one host wait).
-    absl::StatusOr<double> step(const AdamWHyper& hyper, int64_t step, double max_grad_norm);
+    // GpuParamStore: this rank's shard of the units (sharded; with the embedding's row mask when
+    // tracked) and the replicated segment; the update follows the last reduce-scatters.
+    absl::StatusOr<std::vector<GpuOptimizerGroup>> optimizer_groups() override;
+    absl::Status prepare_update() override;
+    void attach_deferred_rows(DeferredRowUpdates* deferred) override { deferred_ = deferred; }
     // Collective sum of host values (loss sums, label counts) over ranks, through the device, in
     // fp64 (NcclHostCommunicator).
     absl::Status all_reduce_host(std::vector<double>& values);
@@ -115,8 +115,9 @@ class FsdpGpuParams final : public GpuParamSource {
     absl::Status refresh_embedding_rows(const int32_t* sorted_ids, int64_t n) override;
 
     // Whether the embedding gradient's rows are tracked (world size 1, untied): the norm skips
-    // the rows no token touched, AdamW defers their (zero-gradient) updates until a forward
-    // reads them or the masters are read, and zero_grads_except zeroes only the touched ones.
+    // the rows no token touched, the optimizer defers their (zero-gradient) updates until a
+    // forward reads them or the masters are read, and zero_grads_except zeroes only the touched
+    // ones.
     bool tracks_embedding_rows() const { return embed_slot_ >= 0; }
     // Sizes, elements: this rank's shard of the units and the replicated segment.
     int64_t shard_numel() const { return shard_total_; }
@@ -144,17 +145,11 @@ class FsdpGpuParams final : public GpuParamSource {
     // padding between them) in one memset.
     absl::Status zero_marked_grads(const std::vector<char>& zero);
     int next_unit(int unit, Phase phase) const;
-    absl::Status plan_adamw();
     absl::Status track_embedding_rows();  // world size 1, untied: see embed_mask_
     // Every deferred embedding update applied (before the masters or moments are read), or
     // dropped (after they are overwritten).
     absl::Status catch_up_embedding();
     absl::Status reset_embedding_deferral();
-    // Around AdamW in step(): record_embedding_step stores the step's scalars before it;
-    // count_embedding_step then counts the step for the rows it updated, catching every row up
-    // when the record is full.
-    absl::Status record_embedding_step(const AdamWHyper& hyper, int64_t step);
-    absl::Status count_embedding_step();
     absl::Status require_trained(const char* what) const;  // FailedPrecondition when frozen
     struct LocalPiece {
         size_t param;
@@ -180,20 +175,12 @@ class FsdpGpuParams final : public GpuParamSource {
     int64_t shard_total_ = 0;
     DeviceMemory master_, half_, grad_, moments_;                  // local shards (moments: m | v)
     DeviceMemory rep_master_, rep_half_, rep_grad_, rep_moments_;  // replicated segment
-    DeviceMemory adamw_tensors_, norm_work_, norm_tensors_, scalars_;
-    int64_t adamw_chunks_ = 0, norm_chunks_shard_ = 0, norm_chunks_rep_ = 0;
-    size_t norm_work_bytes_ = 0;
     // World size 1, untied: the embedding gradient's rows that may be nonzero (one byte per
     // vocabulary row, set by the model's embedding backward) and where they lie in grad_.
     DeviceMemory embed_rows_;
     RowMask embed_mask_;
-    int embed_slot_ = -1;  // its ParamSet index, -1 when not tracked
-    // Deferred updates: the scalars of the steps since the last catch-up (AdamWStepScalars, at
-    // most kDeferredSteps) and per row how many of them it has had (int32).
-    static constexpr int32_t kDeferredSteps = 1024;
-    DeviceMemory embed_steps_, embed_row_steps_;
-    int32_t embed_steps_len_ = 0;
-    AdamWTensorArgs embed_args_{};  // the shard's AdamW tensor, for adamw_catch_up_rows
+    int embed_slot_ = -1;                     // its ParamSet index, -1 when not tracked
+    DeferredRowUpdates* deferred_ = nullptr;  // the optimizer's, while one is attached
     cudaEvent_t scratch_ = nullptr;
 };
 

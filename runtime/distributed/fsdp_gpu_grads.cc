@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/optim/adamw.h"
 #include "kernels/optim/grad_rows.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -16,9 +15,9 @@ namespace deltatune {
 
 // At world size 1 with untied embeddings only the embedding's backward writes its gradient, and
 // only into the rows of the step's ids (a few thousand of ~250k). Those rows are marked, so the
-// gradient norm skips the others (exact zeros), AdamW defers their updates (record_embedding_step)
-// and zero_grads_except zeroes only the marked ones: at the 27B shape no 5 GB memset and no
-// 5 GB gradient read per step.
+// gradient norm skips the others (exact zeros), the optimizer defers their updates
+// (runtime/optim/deferred_rows.h) and zero_grads_except zeroes only the marked ones: at the 27B
+// shape no 5 GB memset and no 5 GB gradient read per step.
 absl::Status FsdpGpuParams::track_embedding_rows() {
     if (comm_.world_size() != 1 || layout_.tied) return absl::OkStatus();
     for (size_t i = 0; i < names_.size(); ++i) {
@@ -36,58 +35,24 @@ absl::Status FsdpGpuParams::track_embedding_rows() {
         }
         DT_CUDA_RETURN_IF_ERROR(
             cudaMemsetAsync(embed_rows_.get(), 0, embed_rows_.bytes(), compute()));
-        DT_ASSIGN_OR_RETURN(embed_steps_, dev_.allocate(sizeof(AdamWStepScalars) * kDeferredSteps));
-        DT_ASSIGN_OR_RETURN(embed_row_steps_,
-                            dev_.allocate(sizeof(int32_t) * static_cast<size_t>(m.rows)));
         embed_mask_ = m;
         embed_slot_ = static_cast<int>(i);
-        return reset_embedding_deferral();
+        return absl::OkStatus();
     }
     return absl::OkStatus();
 }
 
-// AdamW leaves the rows no token of the step touched as they are (a zero-gradient step would
-// still move them through the moments and weight decay): such a row owes the steps recorded
-// since its last update, applied with the same bits by adamw_catch_up_rows before a forward
-// reads it (refresh_embedding_rows) or anything reads the masters (catch_up_embedding). At
-// the 27B shape that spares AdamW about 97% of the embedding's 1.27 B parameters per step.
-absl::Status FsdpGpuParams::record_embedding_step(const AdamWHyper& hyper, int64_t step) {
-    if (embed_slot_ < 0) return absl::OkStatus();
-    DT_CUDA_RETURN_IF_ERROR(adamw_record_scalars(embed_steps_.as<AdamWStepScalars>(),
-                                                 embed_steps_len_, hyper, step, compute()));
-    return absl::OkStatus();
-}
-
-absl::Status FsdpGpuParams::count_embedding_step() {
-    if (embed_slot_ < 0) return absl::OkStatus();
-    ++embed_steps_len_;  // the marked rows AdamW just updated have had every recorded step
-    DT_CUDA_RETURN_IF_ERROR(set_marked_rows(embed_row_steps_.as<int32_t>(),
-                                            embed_rows_.as<uint8_t>(), embed_mask_.rows,
-                                            embed_steps_len_, compute()));
-    if (embed_steps_len_ == kDeferredSteps) return catch_up_embedding();
-    return absl::OkStatus();
-}
-
+// The optimizer's deferred embedding rows (runtime/optim/deferred_rows.h), when it defers them.
 absl::Status FsdpGpuParams::refresh_embedding_rows(const int32_t* sorted_ids, int64_t n) {
-    if (embed_slot_ < 0 || embed_steps_len_ == 0) return absl::OkStatus();
-    DT_CUDA_RETURN_IF_ERROR(
-        adamw_catch_up_rows(embed_args_, sorted_ids, n, embed_row_steps_.as<int32_t>(),
-                            embed_steps_.as<AdamWStepScalars>(), embed_steps_len_, compute()));
-    return absl::OkStatus();
+    return deferred_ ? deferred_->catch_up(sorted_ids, n) : absl::OkStatus();
 }
 
 absl::Status FsdpGpuParams::catch_up_embedding() {
-    if (embed_slot_ < 0 || embed_steps_len_ == 0) return absl::OkStatus();
-    DT_RETURN_IF_ERROR(refresh_embedding_rows(nullptr, 0));  // no ids: every row
-    return reset_embedding_deferral();
+    return deferred_ ? deferred_->catch_up_all() : absl::OkStatus();
 }
 
 absl::Status FsdpGpuParams::reset_embedding_deferral() {
-    if (embed_slot_ < 0) return absl::OkStatus();
-    embed_steps_len_ = 0;
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(embed_row_steps_.get(), 0, embed_row_steps_.bytes(), compute()));
-    return absl::OkStatus();
+    return deferred_ ? deferred_->forget() : absl::OkStatus();
 }
 
 absl::Status FsdpGpuParams::zero_grads() {

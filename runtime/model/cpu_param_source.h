@@ -7,6 +7,7 @@
 // embedding lives there too and unit 0 is empty).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,6 +27,16 @@ inline int cpu_head_unit(int64_t num_layers) {
 // embedding to after it). Between acquire and release the unit's values are present in the
 // parameter set the model was built over; in the backward phase also its gradients, zero at
 // acquire, which the model accumulates (+=) and the store takes over at release.
+// One piece of a CPU store's trained values as the optimizer (runtime/optim/cpu_update.h) sees
+// it: n fp32 parameters, their gradient and AdamW moments.
+struct CpuUpdatePiece {
+    float* param;
+    float* grad;
+    float* m;
+    float* v;
+    int64_t n;
+};
+
 class CpuParamSource {
   public:
     enum class Phase { kForward, kBackward };

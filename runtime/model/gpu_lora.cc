@@ -4,7 +4,6 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/optim/grad_norm.h"
 #include "kernels/tensor/cast.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
@@ -14,7 +13,6 @@ namespace deltatune {
 namespace {
 using bf16 = __nv_bfloat16;
 constexpr int64_t kAlign = 128;  // elements: every tensor starts 256-byte aligned in bf16
-constexpr int kScalars = 4;      // norm, clip coefficient
 
 absl::Status copy_to_host(float* dst, const float* src, int64_t n, cudaStream_t s) {
     DT_CUDA_RETURN_IF_ERROR(
@@ -107,13 +105,11 @@ absl::StatusOr<std::unique_ptr<GpuLoraAdapters>> GpuLoraAdapters::create(DeviceC
     DT_ASSIGN_OR_RETURN(a->half_, dev.allocate(n * sizeof(bf16)));
     DT_ASSIGN_OR_RETURN(a->grad_, dev.allocate(n * sizeof(float)));
     DT_ASSIGN_OR_RETURN(a->moments_, dev.allocate(2 * n * sizeof(float)));
-    DT_ASSIGN_OR_RETURN(a->scalars_, dev.allocate(kScalars * sizeof(float)));
     const cudaStream_t s = dev.compute_stream();
     for (DeviceMemory* m : {&a->master_, &a->half_, &a->grad_, &a->moments_}) {
         DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), s));
     }
     a->bind();
-    DT_RETURN_IF_ERROR(a->plan());
     DT_RETURN_IF_ERROR(a->upload(adapters));
     return a;
 }
@@ -154,8 +150,7 @@ GpuLoraAdapters::~GpuLoraAdapters() {
     cudaStreamSynchronize(dev_.compute_stream());
 }
 
-// The one-tensor AdamW and norm plans over the flat buffers.
-absl::Status GpuLoraAdapters::plan() {
+absl::StatusOr<std::vector<GpuOptimizerGroup>> GpuLoraAdapters::optimizer_groups() {
     AdamWTensorArgs t{master_.as<float>(),
                       moments_.as<float>(),
                       second_moment(),
@@ -163,20 +158,7 @@ absl::Status GpuLoraAdapters::plan() {
                       half_.as<bf16>(),
                       total_,
                       0};
-    adamw_chunks_ = adamw_plan_chunks(&t, 1);
-    GradNormTensor nt{grad_.as<float>(), total_, 0};
-    norm_chunks_ = grad_norm_plan_chunks(&nt, 1);
-    norm_work_bytes_ = grad_norm_workspace_bytes(norm_chunks_);
-    DT_ASSIGN_OR_RETURN(adamw_tensor_, dev_.allocate(sizeof(t)));
-    DT_ASSIGN_OR_RETURN(norm_tensor_, dev_.allocate(sizeof(nt)));
-    DT_ASSIGN_OR_RETURN(norm_work_, dev_.allocate(std::max<size_t>(norm_work_bytes_, 16)));
-    const cudaStream_t s = dev_.compute_stream();
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(adamw_tensor_.get(), &t, sizeof(t), cudaMemcpyHostToDevice, s));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(norm_tensor_.get(), &nt, sizeof(nt), cudaMemcpyHostToDevice, s));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));  // the host structs go away
-    return absl::OkStatus();
+    return std::vector<GpuOptimizerGroup>{GpuOptimizerGroup{{t}, /*sharded=*/false}};
 }
 
 const GpuLora* GpuLoraAdapters::find(int64_t layer, Proj p) const {
@@ -188,22 +170,6 @@ const GpuLora* GpuLoraAdapters::find(int64_t layer, Proj p) const {
 absl::Status GpuLoraAdapters::zero_grads() {
     DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_.get(), 0, grad_.bytes(), dev_.compute_stream()));
     return absl::OkStatus();
-}
-
-absl::StatusOr<double> GpuLoraAdapters::step(const AdamWHyper& hyper, int64_t step,
-                                             double max_grad_norm) {
-    const cudaStream_t s = dev_.compute_stream();
-    float* sc = scalars_.as<float>();
-    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(sc + 0, sc + 1, norm_tensor_.as<GradNormTensor>(), 1,
-                                             norm_chunks_, static_cast<float>(max_grad_norm),
-                                             norm_work_.get(), norm_work_bytes_, s));
-    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(adamw_tensor_.as<AdamWTensorArgs>(), 1,
-                                                    adamw_chunks_, hyper, step,
-                                                    max_grad_norm > 0 ? sc + 1 : nullptr, s));
-    float norm = 0;
-    DT_RETURN_IF_ERROR(copy_to_host(&norm, sc, 1, s));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    return static_cast<double>(norm);
 }
 
 absl::Status GpuLoraAdapters::copy_out(const DeviceMemory& from, ParamSet& to) const {

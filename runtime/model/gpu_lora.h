@@ -1,8 +1,9 @@
 // LoRA adapters on the GPU (model/lora.h's math): every adapter tensor's fp32 master, bf16 copy
 // (what the low-rank GEMMs read), fp32 gradient and AdamW moments, each kind in one flat device
-// buffer, so clipping and the update are one norm and one AdamW launch over the whole adapter.
-// The adapter is small (rank 16 on every projection of the 27B model: about 0.3% of the base)
-// and replicated on every rank: the engine all-reduces the gradient (fp32 sum) before step().
+// buffer, so the optimizer's norm and AdamW are one launch each over the whole adapter. The
+// adapter is small (rank 16 on every projection of the 27B model: about 0.3% of the base) and
+// replicated on every rank: one replicated group (runtime/model/gpu_param_store.h), its gradient
+// summed over the ranks by the optimizer.
 #pragma once
 
 #if DELTATUNE_HAVE_CUDA
@@ -14,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/optim/adamw.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/gpu_param_store.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/param_set.h"
 #include "runtime/model/qwen35_config.h"
@@ -49,7 +50,7 @@ struct GpuLora {
     GpuLoraGroup* group = nullptr;
 };
 
-class GpuLoraAdapters {
+class GpuLoraAdapters final : public GpuParamStore {
   public:
     // `adapters`: a make_lora_params set for `config` (canonical names, fp32), uploaded as the
     // masters and their bf16 copies; gradients and moments start at zero.
@@ -57,7 +58,7 @@ class GpuLoraAdapters {
                                                                    const Qwen35Config& config,
                                                                    const ParamSet& adapters,
                                                                    float scale);
-    ~GpuLoraAdapters();
+    ~GpuLoraAdapters() override;
 
     // The pair on projection p of layer l; null where the adapter has none.
     const GpuLora* find(int64_t layer, Proj p) const;
@@ -66,11 +67,10 @@ class GpuLoraAdapters {
     absl::Status reserve(int64_t tokens);
 
     int64_t numel() const { return total_; }  // elements of the flat buffers (padded)
-    float* grads() { return grad_.as<float>(); }
     absl::Status zero_grads();
-    // Global norm of the gradients, clipping by it when max_grad_norm > 0, AdamW (1-based `step`)
-    // and the bf16 refresh. Returns the norm before clipping (one host wait).
-    absl::StatusOr<double> step(const AdamWHyper& hyper, int64_t step, double max_grad_norm);
+    // GpuParamStore: the flat buffers as one replicated tensor.
+    absl::StatusOr<std::vector<GpuOptimizerGroup>> optimizer_groups() override;
+    absl::Status prepare_update() override { return absl::OkStatus(); }
 
     // Host copies by name (the set make_lora_params gives): values, gradients.
     absl::Status download(ParamSet& params) const;
@@ -94,7 +94,6 @@ class GpuLoraAdapters {
     float* second_moment() const {
         return moments_.as<float>() + moments_.bytes() / sizeof(float) / 2;
     }
-    absl::Status plan();
     void place(const Qwen35Config& config, const ParamSet& adapters, float scale);
     void bind();
 
@@ -108,10 +107,7 @@ class GpuLoraAdapters {
     int64_t capacity_ = 0;  // tokens the activation buffers hold
     DeviceMemory activations_;
     int64_t total_ = 0;
-    DeviceMemory master_, half_, grad_, moments_, scalars_;
-    DeviceMemory adamw_tensor_, norm_tensor_, norm_work_;
-    int64_t adamw_chunks_ = 0, norm_chunks_ = 0;
-    size_t norm_work_bytes_ = 0;
+    DeviceMemory master_, half_, grad_, moments_;
 };
 
 }  // namespace deltatune

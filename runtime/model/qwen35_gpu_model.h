@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/optim/adamw.h"
 #include "runtime/batch/packed_batch.h"
 #include "runtime/device/device_context.h"
 #include "runtime/model/gpu_param_layout.h"
@@ -25,6 +24,7 @@
 namespace deltatune {
 
 class GpuLoraAdapters;  // gpu_lora.h
+class GpuParamStore;    // gpu_param_store.h
 
 class Qwen35GpuModel {
   public:
@@ -45,9 +45,8 @@ class Qwen35GpuModel {
 #if DELTATUNE_HAVE_CUDA
     // A model whose parameters, gradients and optimizer live in `source` (a sharded source from
     // runtime/distributed), laid out as `layout` (make_gpu_param_layout over
-    // make_qwen35_params(config, tied)). zero_grads, download_grads, grad_norm and the AdamW calls
-    // are the source's then, and fail here with FailedPrecondition. `source` must outlive the
-    // model.
+    // make_qwen35_params(config, tied)). zero_grads, download_grads and param_store are the
+    // source's then, and fail here with FailedPrecondition. `source` must outlive the model.
     static absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> create_with_source(
         DeviceContext& ctx, const Qwen35Config& config, const GpuParamLayout& layout,
         GpuParamSource& source, Recompute recompute);
@@ -69,16 +68,6 @@ class Qwen35GpuModel {
     absl::Status download_grads(ParamSet& grads) const;
     // fp32 master weights into `params` (same names and shapes), overwritten.
     absl::Status download_params(ParamSet& params) const;
-    // Global L2 norm of all gradients (deterministic device reduction).
-    absl::StatusOr<double> grad_norm() const;
-    // One AdamW step on the fp32 masters from fresh moments at `step` (1-based), refreshing the
-    // bf16 copies; then `params` receives the updated fp32 masters.
-    absl::Status adamw_step_from_fresh_state(const AdamWHyper& hyper, ParamSet& params);
-
-    // One AdamW step (1-based `step`) on the fp32 masters with moments kept on the device across
-    // calls (allocated on the first call), refreshing the bf16 copies; nothing comes back.
-    absl::Status adamw_step(const AdamWHyper& hyper, int64_t step);
-
     int64_t peak_device_bytes() const;
 
 #if DELTATUNE_HAVE_CUDA
@@ -97,12 +86,16 @@ class Qwen35GpuModel {
     // LoRA (model/lora.h): the base freezes (no gradient reaches it: the projections, embedding
     // and LM head form none, the norms' and GDN weights' go to a scratch that is dropped) and
     // every projection with a pair in `adapters` gains its branch, whose gradients accumulate
-    // in `adapters`. zero_grads, download_grads, grad_norm and AdamW then refuse: the adapter
-    // trains (GpuLoraAdapters::step). `adapters` must outlive the model.
+    // in `adapters`. zero_grads, download_grads and param_store then refuse: the adapter trains
+    // (GpuLoraAdapters is the optimizer's store). `adapters` must outlive the model.
     absl::Status attach_lora(GpuLoraAdapters& adapters);
     // The marked parameters no GEMM has written since (their gradients hold the last step's
     // values: zero them before reading); clears the marks.
     std::vector<size_t> take_unwritten_fresh_gradients();
+    // The single-device model's own parameters as the optimizer's store (runtime/optim): a
+    // tensor per parameter, moments kept on the device from the first hand-over. Owned by the
+    // model.
+    absl::StatusOr<GpuParamStore*> param_store();
 #endif
 
     struct Impl;  // the device state (qwen35_gpu_model.cc)

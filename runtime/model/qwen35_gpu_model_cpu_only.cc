@@ -26,22 +26,13 @@ absl::Status Qwen35GpuModel::zero_grads() {
 absl::Status Qwen35GpuModel::download_grads(ParamSet&) const {
     return absl::FailedPreconditionError("built without CUDA");
 }
-absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
-    return absl::FailedPreconditionError("built without CUDA");
-}
 absl::Status Qwen35GpuModel::download_params(ParamSet&) const {
-    return absl::FailedPreconditionError("built without CUDA");
-}
-absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper&, ParamSet&) {
     return absl::FailedPreconditionError("built without CUDA");
 }
 absl::StatusOr<std::unique_ptr<Qwen35GpuModel>> Qwen35GpuModel::create_random(DeviceContext&,
                                                                               const Qwen35Config&,
                                                                               Recompute, uint64_t) {
     return absl::FailedPreconditionError("built without CUDA (DELTATUNE_CUDA=OFF or no nvcc)");
-}
-absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper&, int64_t) {
-    return absl::FailedPreconditionError("built without CUDA");
 }
 int64_t Qwen35GpuModel::peak_device_bytes() const {
     return 0;

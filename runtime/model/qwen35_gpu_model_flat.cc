@@ -1,5 +1,6 @@
 // The single-device parameter source (flat fp32 masters, bf16 copies and fp32 gradients) and what
-// Qwen35GpuModel does with it: zeroing and exporting gradients, their norm, and AdamW.
+// Qwen35GpuModel does with it: zeroing and exporting gradients, and handing its tensors to the
+// optimizer (runtime/optim/gpu_optimizer.h).
 #if DELTATUNE_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -7,8 +8,6 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/optim/adamw.h"
-#include "kernels/optim/grad_norm.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/qwen35_gpu_model_impl.h"
@@ -125,88 +124,48 @@ absl::Status Qwen35GpuModel::download_params(ParamSet& params) const {
     return copy_flat_to_host(*impl_, impl_->master.as<float>(), params);
 }
 
-absl::StatusOr<double> Qwen35GpuModel::grad_norm() const {
-    const Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_trained_base("grad_norm"));
-    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
-    std::vector<GradNormTensor> ts;
-    for (size_t i = 0; i < m.offset.size(); ++i)
-        ts.push_back(GradNormTensor{m.grad.as<float>() + m.offset[i], m.numel[i], 0});
-    const int64_t chunks = grad_norm_plan_chunks(ts.data(), static_cast<int>(ts.size()));
-    const size_t ws = grad_norm_workspace_bytes(chunks);
-    DT_ASSIGN_OR_RETURN(DeviceMemory work, m.dev.allocate(ws));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dts, m.dev.allocate(sizeof(GradNormTensor) * ts.size()));
-    DT_ASSIGN_OR_RETURN(DeviceMemory norm, m.dev.allocate(sizeof(float)));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dts.get(), ts.data(), dts.bytes(), cudaMemcpyHostToDevice, m.s()));
-    DT_CUDA_RETURN_IF_ERROR(global_grad_norm(norm.as<float>(), nullptr, dts.as<GradNormTensor>(),
-                                             static_cast<int>(ts.size()), chunks, 0.0f, work.get(),
-                                             ws, m.s()));
-    float host = 0;
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&host, norm.get(), sizeof(float), cudaMemcpyDeviceToHost, m.s()));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
-    return static_cast<double>(host);
-}
+namespace {
 
-absl::Status Qwen35GpuModel::adamw_step_from_fresh_state(const AdamWHyper& hyper,
-                                                         ParamSet& params) {
-    Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_trained_base("adamw_step_from_fresh_state"));
-    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
-    const size_t n = sizeof(float) * static_cast<size_t>(m.total);
-    DT_ASSIGN_OR_RETURN(DeviceMemory mom, m.dev.allocate(2 * n));
-    DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mom.get(), 0, 2 * n, m.s()));
-    std::vector<AdamWTensorArgs> ts;
-    for (size_t i = 0; i < m.offset.size(); ++i) {
-        const int64_t o = m.offset[i];
-        ts.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom.as<float>() + o,
-                                     mom.as<float>() + m.total + o, m.grad.as<float>() + o,
-                                     m.half.as<bf16>() + o, m.numel[i], 0});
-    }
-    const int64_t chunks = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
-    DT_ASSIGN_OR_RETURN(DeviceMemory dts, m.dev.allocate(sizeof(AdamWTensorArgs) * ts.size()));
-    DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dts.get(), ts.data(), dts.bytes(), cudaMemcpyHostToDevice, m.s()));
-    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(dts.as<AdamWTensorArgs>(),
-                                                    static_cast<int>(ts.size()), chunks, hyper,
-                                                    /*step=*/1, nullptr, m.s()));
-    DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
-    for (size_t i = 0; i < params.all().size(); ++i) {
-        Tensor& t = params.all()[i].value;
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpy(t.data<float>(), m.master.as<float>() + m.offset[i],
-                                           sizeof(float) * m.numel[i], cudaMemcpyDeviceToHost));
-    }
-    return absl::OkStatus();
-}
+// The flat buffers as the optimizer's one replicated group, a tensor per parameter; the moments
+// are allocated (zero) on the first call and kept on the device.
+class FlatParamStore final : public GpuParamStore {
+  public:
+    explicit FlatParamStore(Qwen35GpuModel::Impl& m) : m_(m) {}
 
-absl::Status Qwen35GpuModel::adamw_step(const AdamWHyper& hyper, int64_t step) {
-    Impl& m = *impl_;
-    DT_RETURN_IF_ERROR(m.require_trained_base("adamw_step"));
-    DT_RETURN_IF_ERROR(settle_fresh_grads(*impl_));
-    if (!m.moments.get()) {
-        const size_t n = sizeof(float) * static_cast<size_t>(m.total);
-        DT_ASSIGN_OR_RETURN(m.moments, m.dev.allocate(2 * n));
-        DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.moments.get(), 0, 2 * n, m.s()));
-        std::vector<AdamWTensorArgs> ts;
+    absl::StatusOr<std::vector<GpuOptimizerGroup>> optimizer_groups() override {
+        Qwen35GpuModel::Impl& m = m_;
+        DT_RETURN_IF_ERROR(m.require_trained_base("optimizer_groups"));
+        if (!m.moments.get()) {
+            const size_t n = sizeof(float) * static_cast<size_t>(m.total);
+            DT_ASSIGN_OR_RETURN(m.moments, m.dev.allocate(2 * n));
+            DT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.moments.get(), 0, 2 * n, m.s()));
+        }
+        GpuOptimizerGroup g;
         float* mom = m.moments.as<float>();
         for (size_t i = 0; i < m.offset.size(); ++i) {
             const int64_t o = m.offset[i];
-            ts.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom + o, mom + m.total + o,
-                                         m.grad.as<float>() + o, m.half.as<bf16>() + o, m.numel[i],
-                                         0});
+            g.tensors.push_back(AdamWTensorArgs{m.master.as<float>() + o, mom + o,
+                                                mom + m.total + o, m.grad.as<float>() + o,
+                                                m.half.as<bf16>() + o, m.numel[i], 0});
         }
-        m.adamw_chunks = adamw_plan_chunks(ts.data(), static_cast<int>(ts.size()));
-        DT_ASSIGN_OR_RETURN(m.adamw_tensors, m.dev.allocate(sizeof(AdamWTensorArgs) * ts.size()));
-        DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.adamw_tensors.get(), ts.data(),
-                                                m.adamw_tensors.bytes(), cudaMemcpyHostToDevice,
-                                                m.s()));
-        DT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));  // `ts` goes away
+        return std::vector<GpuOptimizerGroup>{std::move(g)};
     }
-    DT_CUDA_RETURN_IF_ERROR(adamw_multi_tensor_step(m.adamw_tensors.as<AdamWTensorArgs>(),
-                                                    static_cast<int>(m.offset.size()),
-                                                    m.adamw_chunks, hyper, step, nullptr, m.s()));
-    return absl::OkStatus();
+
+    absl::Status prepare_update() override {
+        DT_RETURN_IF_ERROR(m_.require_trained_base("update"));
+        return settle_fresh_grads(m_);
+    }
+
+  private:
+    Qwen35GpuModel::Impl& m_;
+};
+
+}  // namespace
+
+absl::StatusOr<GpuParamStore*> Qwen35GpuModel::param_store() {
+    DT_RETURN_IF_ERROR(impl_->require_trained_base("param_store"));
+    if (!impl_->store) impl_->store = std::make_unique<FlatParamStore>(*impl_);
+    return impl_->store.get();
 }
 
 }  // namespace deltatune

@@ -93,9 +93,9 @@ struct Qwen35GpuModel::Impl {
     GpuLoraAdapters* lora = nullptr;
     DeviceMemory sink;
     std::vector<int64_t> sink_offset;
-    // adamw_step's persistent state: moments (m | v, fp32) and the planned tensor list.
-    DeviceMemory moments, adamw_tensors;
-    int64_t adamw_chunks = 0;
+    // The optimizer's moments (m | v, fp32 flat), allocated by the store's first hand-over.
+    DeviceMemory moments;
+    std::unique_ptr<GpuParamStore> store;  // param_store()
 
     Impl(DeviceContext& d, const Qwen35Config& cfg, Recompute r) : dev(d), c(cfg), recompute(r) {}
     ~Impl();

@@ -15,6 +15,9 @@
 #include "runtime/model/qwen35_cpu_model.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/optim/adamw.h"
+#if DELTATUNE_HAVE_CUDA
+#include "runtime/optim/gpu_optimizer.h"
+#endif
 
 namespace deltatune {
 
@@ -48,6 +51,7 @@ absl::Status timed_forward_backward(DeviceContext& ctx, Qwen35GpuModel& net,
     return absl::OkStatus();
 }
 
+#if DELTATUNE_HAVE_CUDA
 // The GPU path: same report and exports, gradients and updated parameters come back as fp32.
 absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const PackedBatch& packed,
                            StepReport& report) {
@@ -56,27 +60,25 @@ absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const Pac
     DT_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35GpuModel> net,
                         Qwen35GpuModel::create(*ctx, model.config, model.params, recompute));
     DT_RETURN_IF_ERROR(timed_forward_backward(*ctx, *net, packed, report));
-    DT_ASSIGN_OR_RETURN(report.grad_norm, net->grad_norm());
+    DT_ASSIGN_OR_RETURN(GpuParamStore * store, net->param_store());
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuOptimizer> optimizer,
+                        GpuOptimizer::create(*ctx, *store, /*comm=*/nullptr));
+    DT_ASSIGN_OR_RETURN(report.grad_norm, optimizer->grad_norm());
     if (!options.grads_out.empty()) {
         ParamSet grads = model.params.zeros_like();
         DT_RETURN_IF_ERROR(net->download_grads(grads));
         DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));
     }
     if (!options.update_out.empty()) {
-        DT_RETURN_IF_ERROR(net->adamw_step_from_fresh_state(options.adamw, model.params));
+        DT_RETURN_IF_ERROR(
+            optimizer->step(options.adamw, /*step=*/1, /*max_grad_norm=*/0).status());
+        DT_RETURN_IF_ERROR(net->download_params(model.params));
         DT_RETURN_IF_ERROR(write_params(options.update_out, model, model.params, ""));
     }
     return absl::OkStatus();
 }
 
-double squared_norm(const ParamSet& set) {
-    double sq = 0;
-    for (const auto& g : set.all()) {
-        const float* d = g.value.data<float>();
-        for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
-    }
-    return sq;
-}
+#endif
 
 // The LoRA step on the CPU reference: the base frozen, the adapter's gradients and update.
 absl::Status run_step_lora(const StepOptions& options, HfModel& model, const PackedBatch& packed,
@@ -95,13 +97,12 @@ absl::Status run_step_lora(const StepOptions& options, HfModel& model, const Pac
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.loss = loss.loss;
     report.label_tokens = loss.label_tokens;
-    report.grad_norm = std::sqrt(squared_norm(adapter_grads));
+    report.grad_norm = global_norm(adapter_grads);
     if (!options.grads_out.empty()) {
         DT_RETURN_IF_ERROR(write_params(options.grads_out, model, adapter_grads, "grad.", true));
     }
     if (!options.update_out.empty()) {
-        AdamWState state = make_adamw_state(adapter.params);
-        adamw_update(adapter.params, adapter_grads, state, options.adamw);
+        update_from_fresh_state(adapter.params, adapter_grads, options.adamw);
         DT_RETURN_IF_ERROR(write_params(options.update_out, model, adapter.params, "", true));
     }
     return absl::OkStatus();
@@ -124,12 +125,15 @@ absl::Status run_step_lora_cuda(const StepOptions& options, HfModel& model,
     DT_RETURN_IF_ERROR(timed_forward_backward(*ctx, *net, packed, report));
     ParamSet grads = adapter.params.zeros_like();
     DT_RETURN_IF_ERROR(lora->download_grads(grads));
-    report.grad_norm = std::sqrt(squared_norm(grads));
+    report.grad_norm = global_norm(grads);
     if (!options.grads_out.empty()) {
         DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad.", true));
     }
     if (!options.update_out.empty()) {
-        DT_RETURN_IF_ERROR(lora->step(options.adamw, 1, /*max_grad_norm=*/0).status());
+        DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuOptimizer> optimizer,
+                            GpuOptimizer::create(*ctx, *lora, /*comm=*/nullptr));
+        DT_RETURN_IF_ERROR(
+            optimizer->step(options.adamw, /*step=*/1, /*max_grad_norm=*/0).status());
         DT_RETURN_IF_ERROR(lora->download(adapter.params));
         DT_RETURN_IF_ERROR(write_params(options.update_out, model, adapter.params, "", true));
     }
@@ -169,8 +173,12 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
         return report;
     }
     if (options.device == "cuda") {
+#if DELTATUNE_HAVE_CUDA
         DT_RETURN_IF_ERROR(run_step_cuda(options, model, *packed, report));
         return report;
+#else
+        return absl::FailedPreconditionError("--device cuda needs a CUDA build");
+#endif
     }
 
     const auto start = std::chrono::steady_clock::now();
@@ -182,13 +190,12 @@ absl::StatusOr<StepReport> run_step(const StepOptions& options) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.loss = loss.loss;
     report.label_tokens = loss.label_tokens;
-    report.grad_norm = std::sqrt(squared_norm(grads));
+    report.grad_norm = global_norm(grads);
 
     if (!options.grads_out.empty())
         DT_RETURN_IF_ERROR(write_params(options.grads_out, model, grads, "grad."));
     if (!options.update_out.empty()) {
-        AdamWState state = make_adamw_state(model.params);
-        adamw_update(model.params, grads, state, options.adamw);
+        update_from_fresh_state(model.params, grads, options.adamw);
         DT_RETURN_IF_ERROR(write_params(options.update_out, model, model.params, ""));
     }
     return report;

@@ -4,7 +4,8 @@
 
 #include "runtime/base/status_macros.h"
 #include "runtime/distributed/fsdp_cpu.h"
-#include "runtime/train/sharded_optimizer.h"
+#include "runtime/optim/cpu_update.h"
+#include "runtime/optim/sharded_optimizer.h"
 #include "runtime/train/train_engine.h"
 
 namespace deltatune {
@@ -39,7 +40,7 @@ class CpuFsdpEngine final : public TrainEngine {
     }
 
     absl::StatusOr<double> apply(const AdamWHyper& hyper, double max_grad_norm) override {
-        return fsdp_->step(hyper, max_grad_norm);
+        return fsdp_cpu_step(*fsdp_, hyper, max_grad_norm);
     }
 
     absl::StatusOr<LossResult> evaluate(const PackedBatch& b) override { return net_.forward(b); }

@@ -80,6 +80,8 @@ absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config, ParamSet* 
         DT_RETURN_IF_ERROR(net_->attach_lora(*lora_));
         adapters_ = adapters;
     }
+    GpuParamStore& trained = lora_ ? static_cast<GpuParamStore&>(*lora_) : *fsdp_;
+    DT_ASSIGN_OR_RETURN(optimizer_, GpuOptimizer::create(*ctx_, trained, nccl_.get()));
     beat();
     return absl::OkStatus();
 }
@@ -136,11 +138,11 @@ absl::StatusOr<double> GpuTrainEngine::forward_backward(const PackedBatch& b, in
 }
 
 absl::StatusOr<double> GpuTrainEngine::apply(const AdamWHyper& hyper, double max_grad_norm) {
-    if (lora_) return apply_lora(hyper, max_grad_norm);
-    if (nccl_->world_size() == 1) {  // a marked gradient no GEMM wrote still holds the last step's
+    if (!lora_ && nccl_->world_size() == 1) {  // a marked gradient no GEMM wrote still holds
+        // the last step's values
         DT_RETURN_IF_ERROR(fsdp_->zero_param_grads(net_->take_unwritten_fresh_gradients()));
     }
-    DT_ASSIGN_OR_RETURN(double norm, fsdp_->step(hyper, adam_step_ + 1, max_grad_norm));
+    DT_ASSIGN_OR_RETURN(double norm, optimizer_->step(hyper, adam_step_ + 1, max_grad_norm));
     ++adam_step_;
     beat();
     return norm;

@@ -13,6 +13,7 @@
 #include "runtime/distributed/progress_watchdog.h"
 #include "runtime/model/gpu_lora.h"
 #include "runtime/model/qwen35_gpu_model.h"
+#include "runtime/optim/gpu_optimizer.h"
 #include "runtime/train/memory_plan.h"
 #include "runtime/train/train_engine.h"
 
@@ -63,7 +64,6 @@ class GpuTrainEngine final : public TrainEngine {
                                                                    const GpuRankOptions& options,
                                                                    int64_t adapter_params);
     absl::Status attach_model(const Qwen35Config& config, ParamSet* adapters, float lora_scale);
-    absl::StatusOr<double> apply_lora(const AdamWHyper& hyper, double max_grad_norm);
     ShardedStateIo lora_state_io();
     void beat();
 
@@ -76,6 +76,7 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<GpuLoraAdapters> lora_;  // declared before the model that reads it
     ParamSet* adapters_ = nullptr;           // the host set download() refreshes
     std::unique_ptr<Qwen35GpuModel> net_;
+    std::unique_ptr<GpuOptimizer> optimizer_;  // over lora_ when set, else fsdp_
     int64_t adam_step_ = 0;
     int64_t tokens_per_batch_ = 8192;
     int64_t kept_layers_ = 0;  // with per-layer recompute: the last layers that keep activations

@@ -1,6 +1,5 @@
-// GpuTrainEngine under a LoRA adapter: the adapter's update (gradients summed over the ranks in
-// fp32, then one norm and one AdamW launch) and its checkpoint (the whole adapter state on every
-// rank: it is replicated and small).
+// GpuTrainEngine under a LoRA adapter: its checkpoint (the whole adapter state on every rank: it
+// is replicated and small). The update is the optimizer's over the adapter (GpuOptimizer).
 #include "runtime/train/train_engine.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -15,19 +14,6 @@ namespace deltatune {
 namespace {
 constexpr const char* kStateNames[3] = {"master.adapter", "m.adapter", "v.adapter"};
 }  // namespace
-
-absl::StatusOr<double> GpuTrainEngine::apply_lora(const AdamWHyper& hyper, double max_grad_norm) {
-    if (nccl_->world_size() > 1) {
-        const cudaStream_t s = ctx_->compute_stream();
-        DT_RETURN_IF_ERROR(
-            nccl_->all_reduce_sum_f32(lora_->grads(), static_cast<size_t>(lora_->numel()), s));
-        DT_RETURN_IF_ERROR(nccl_->wait(s));  // polls: a dead peer is an error, not a hang
-    }
-    DT_ASSIGN_OR_RETURN(double norm, lora_->step(hyper, adam_step_ + 1, max_grad_norm));
-    ++adam_step_;
-    beat();
-    return norm;
-}
 
 ShardedStateIo GpuTrainEngine::lora_state_io() {
     ShardedStateIo io;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/checkpoint/sharded_state_io.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/train/checkpoint_store.h"
@@ -26,18 +27,6 @@ struct TrainState {
     std::string data_cursor;
     double last_loss = 0;
     EarlyStoppingState early_stopping;  // the best evaluation so far
-};
-
-// What a checkpoint needs of a rank's sharded optimizer state: the CPU path's FsdpCpuParams (or
-// ShardedOptimizer) and the GPU path's FsdpGpuParams (runtime/distributed/fsdp_gpu.h) each provide
-// one.
-struct ShardedStateIo {
-    std::vector<int64_t> group_sizes;  // the parameter layout, checked on load
-    int64_t adam_step = 0;             // AdamW steps taken (saved)
-    // Writes this rank's shard file (a path inside the checkpoint).
-    std::function<absl::Status(const std::string& path)> save_shard;
-    // Loads this rank's shard from the files of saved ranks 0..W-1 and the saved AdamW step.
-    std::function<absl::Status(const std::vector<std::string>& rank_files, int64_t adam_step)> load;
 };
 
 // "shard-R-of-W.safetensors": rank R's file in a checkpoint written at world size W.

@@ -13,8 +13,8 @@
 #include "runtime/data/chat_template_source.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/distributed/communicator.h"
+#include "runtime/optim/sharded_optimizer.h"
 #include "runtime/train/checkpoint_export.h"
-#include "runtime/train/sharded_optimizer.h"
 #include "runtime/train/train_state.h"
 
 namespace deltatune {

@@ -15,6 +15,7 @@
 #include "runtime/distributed/fsdp_cpu.h"
 #include "runtime/distributed/gloo_communicator.h"
 #include "runtime/model/qwen35_cpu_model.h"
+#include "runtime/optim/cpu_update.h"
 #include "runtime/train/train_state.h"
 #include "tests/common/test_util.h"
 
@@ -114,7 +115,7 @@ std::vector<RankResult> train(int world, int steps, const std::string& rdv,
                 out.status = loss.status();
                 if (out.status.ok()) out.status = net.backward(grads, 1.0 / double(labels));
             }
-            if (out.status.ok()) out.status = (*store)->step(hyper, 1.0).status();
+            if (out.status.ok()) out.status = fsdp_cpu_step(**store, hyper, 1.0).status();
         }
         if (!out.status.ok()) return;
         for (const NamedParam& p : model.params.all()) out.resident += resident_pages(p.value);

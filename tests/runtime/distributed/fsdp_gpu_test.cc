@@ -28,6 +28,7 @@
 #include "runtime/distributed/fsdp_gpu.h"
 #include "runtime/model/qwen35_gpu_model.h"
 #include "runtime/model/qwen35_params.h"
+#include "runtime/optim/gpu_optimizer.h"
 #include "tests/common/test_util.h"
 #include "tests/runtime/model/gpu_test_util.h"
 
@@ -76,6 +77,10 @@ Run run_flat(const Qwen35Config& c, const ParamSet& init, int micro) {
     ParamSet p = init.clone();
     auto net = Qwen35GpuModel::create(**ctx, c, p, Recompute::kLayer);
     REQUIRE(net.ok());
+    auto store = (*net)->param_store();
+    REQUIRE(store.ok());
+    auto optimizer = GpuOptimizer::create(**ctx, **store, /*comm=*/nullptr);
+    REQUIRE(optimizer.ok());
     Run run;
     for (int s = 1; s <= kSteps; ++s) {
         REQUIRE((*net)->zero_grads().ok());
@@ -88,7 +93,7 @@ Run run_flat(const Qwen35Config& c, const ParamSet& init, int micro) {
             REQUIRE((*net)->backward().ok());
         }
         run.losses.push_back(loss_sum / labels);
-        REQUIRE((*net)->adamw_step(kHyper, s).ok());
+        REQUIRE((*optimizer)->step(kHyper, s, /*max_grad_norm=*/0.0).ok());
     }
     run.params = init.zeros_like();
     REQUIRE((*net)->download_params(run.params).ok());
@@ -114,6 +119,8 @@ absl::StatusOr<Run> run_fsdp(const Qwen35Config& c, const ParamSet& init, int ra
     DT_ASSIGN_OR_RETURN(
         std::unique_ptr<Qwen35GpuModel> net,
         Qwen35GpuModel::create_with_source(*ctx, c, fsdp->layout(), *fsdp, Recompute::kLayer));
+    DT_ASSIGN_OR_RETURN(std::unique_ptr<GpuOptimizer> optimizer,
+                        GpuOptimizer::create(*ctx, *fsdp, comm.get()));
     Run run;
     if (world == 1 && fsdp->tracks_embedding_rows() == c.tie_word_embeddings) {
         return absl::InternalError("the untied embedding's rows should be tracked, only then");
@@ -135,7 +142,7 @@ absl::StatusOr<Run> run_fsdp(const Qwen35Config& c, const ParamSet& init, int ra
         }
         DT_RETURN_IF_ERROR(fsdp->all_reduce_host(loss_sum));
         run.losses.push_back(loss_sum[0] / labels);
-        DT_ASSIGN_OR_RETURN(double norm, fsdp->step(kHyper, s, /*max_grad_norm=*/0.0));
+        DT_ASSIGN_OR_RETURN(double norm, optimizer->step(kHyper, s, /*max_grad_norm=*/0.0));
         if (!(norm > 0)) return absl::InternalError("gradient norm not positive");
     }
     run.params = init.zeros_like();

@@ -1,4 +1,4 @@
-#include "runtime/train/sharded_optimizer.h"
+#include "runtime/optim/sharded_optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/optim/cpu_update.h"
 
 namespace deltatune {
 namespace {
@@ -160,25 +161,22 @@ absl::StatusOr<double> ShardedOptimizer::step(ParamSet* last, const AdamWHyper& 
     acc_.clear();
     DT_RETURN_IF_ERROR(comm_->all_reduce_sum(&sq, 1));
     const double norm = std::sqrt(sq);
-    const bool clip = max_grad_norm > 0 && norm > max_grad_norm;
-    const float scale = clip ? static_cast<float>(max_grad_norm / (norm + 1e-6)) : 1.0f;
     ++adam_.step;
+    std::vector<CpuUpdatePiece> pieces;
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
         const Group& g = groups_[gi];
         const int64_t lo = comm_->rank() * g.shard;
         float* m = adam_.m.all()[gi].value.data<float>();
         float* v = adam_.v.all()[gi].value.data<float>();
-        for_each_piece(
-            g, lo, lo + g.shard, [&](const Member& mem, int64_t first, int64_t n, int64_t flat) {
-                float* grad = last ? last->all()[mem.param].value.data<float>() + first
-                                   : scratch[gi].data() + (flat - lo);
-                if (clip) {  // clip_grad_norm_
-                    for (int64_t i = 0; i < n; ++i) grad[i] *= scale;
-                }
-                adamw_step_ref(params_->all()[mem.param].value.data<float>() + first,
-                               m + (flat - lo), v + (flat - lo), grad, n, hyper, adam_.step);
-            });
+        for_each_piece(g, lo, lo + g.shard,
+                       [&](const Member& mem, int64_t first, int64_t n, int64_t flat) {
+                           float* grad = last ? last->all()[mem.param].value.data<float>() + first
+                                              : scratch[gi].data() + (flat - lo);
+                           pieces.push_back({params_->all()[mem.param].value.data<float>() + first,
+                                             grad, m + (flat - lo), v + (flat - lo), n});
+                       });
     }
+    clip_and_adamw(pieces, grad_clip(norm, max_grad_norm), hyper, adam_.step);
     DT_RETURN_IF_ERROR(gather_params());
     return norm;
 }

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/checkpoint/sharded_state_io.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/model/param_set.h"
 #include "runtime/optim/adamw.h"
-#include "runtime/train/train_state.h"
 
 namespace deltatune {
 

@@ -12,41 +12,45 @@ namespace {
 
 using Job = v1::Job;
 
-// One row: in state `from` (with one of `reasons`, when given), `action` leads to `with_ranks`
-// while an attempt's ranks run and to `without_ranks` otherwise. STATE_UNSPECIFIED: already
-// there. A state an action has no row for refuses it.
+// One row: in state `from` (with one of `reasons`, when given), `action` does `outcome`: kMove
+// leads to `with_ranks` while an attempt's ranks run and to `without_ranks` otherwise; kNothing
+// (already there) and kRemove (delete) name no state. A state an action has no row for refuses
+// it.
+using Outcome = ActionOutcome::Kind;
 struct Row {
     JobAction action;
     Job::State from;
-    Job::State with_ranks, without_ranks;
+    Outcome outcome;
+    Job::State with_ranks = Job::STATE_UNSPECIFIED, without_ranks = Job::STATE_UNSPECIFIED;
     std::array<const char*, 2> reasons = {nullptr, nullptr};
 };
 
-constexpr Job::State kStay = Job::STATE_UNSPECIFIED;
+constexpr Outcome kMove = ActionOutcome::kMove, kNothing = ActionOutcome::kNothing,
+                  kRemove = ActionOutcome::kRemove;
 
 // clang-format off
 constexpr Row kRows[] = {
-    {JobAction::kCancel, Job::QUEUED,      Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::PENDING,     Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::RUNNING,     Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::RECOVERING,  Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::PAUSING,     Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::PAUSED,      Job::CANCELLING, Job::CANCELLED},
-    {JobAction::kCancel, Job::CANCELLING,  kStay,           kStay},
-    {JobAction::kCancel, Job::CANCELLED,   kStay,           kStay},
-    {JobAction::kPause,  Job::QUEUED,      Job::PAUSING,    Job::PAUSED},
-    {JobAction::kPause,  Job::PENDING,     Job::PAUSING,    Job::PAUSED},
-    {JobAction::kPause,  Job::RUNNING,     Job::PAUSING,    Job::PAUSED},
-    {JobAction::kPause,  Job::RECOVERING,  Job::PAUSING,    Job::PAUSED},
-    {JobAction::kPause,  Job::PAUSING,     kStay,           kStay},
-    {JobAction::kPause,  Job::PAUSED,      kStay,           kStay},
-    {JobAction::kResume, Job::PAUSED,      Job::QUEUED,     Job::QUEUED},
+    {JobAction::kCancel, Job::QUEUED,      kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::PENDING,     kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::RUNNING,     kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::RECOVERING,  kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::PAUSING,     kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::PAUSED,      kMove,    Job::CANCELLING, Job::CANCELLED},
+    {JobAction::kCancel, Job::CANCELLING,  kNothing},
+    {JobAction::kCancel, Job::CANCELLED,   kNothing},
+    {JobAction::kPause,  Job::QUEUED,      kMove,    Job::PAUSING,    Job::PAUSED},
+    {JobAction::kPause,  Job::PENDING,     kMove,    Job::PAUSING,    Job::PAUSED},
+    {JobAction::kPause,  Job::RUNNING,     kMove,    Job::PAUSING,    Job::PAUSED},
+    {JobAction::kPause,  Job::RECOVERING,  kMove,    Job::PAUSING,    Job::PAUSED},
+    {JobAction::kPause,  Job::PAUSING,     kNothing},
+    {JobAction::kPause,  Job::PAUSED,      kNothing},
+    {JobAction::kResume, Job::PAUSED,      kMove,    Job::QUEUED,     Job::QUEUED},
     // A failure retrying can fix: the restarts ran out, or a rank exited for no reason it named.
-    {JobAction::kResume, Job::FAILED,      Job::QUEUED,     Job::QUEUED,
+    {JobAction::kResume, Job::FAILED,      kMove,    Job::QUEUED,     Job::QUEUED,
      {"MAX_RESTARTS_EXCEEDED", "RANK_EXITED"}},
-    {JobAction::kDelete, Job::SUCCEEDED,   Job::STATE_UNSPECIFIED, Job::STATE_UNSPECIFIED},
-    {JobAction::kDelete, Job::FAILED,      Job::STATE_UNSPECIFIED, Job::STATE_UNSPECIFIED},
-    {JobAction::kDelete, Job::CANCELLED,   Job::STATE_UNSPECIFIED, Job::STATE_UNSPECIFIED},
+    {JobAction::kDelete, Job::SUCCEEDED,   kRemove},
+    {JobAction::kDelete, Job::FAILED,      kRemove},
+    {JobAction::kDelete, Job::CANCELLED,   kRemove},
 };
 // clang-format on
 
@@ -63,9 +67,7 @@ bool reason_fits(const Row& row, std::string_view reason) {
 std::string applies_to(JobAction action) {
     std::vector<std::string> states;
     for (const Row& row : kRows) {
-        if (row.action != action || (row.without_ranks == kStay && action != JobAction::kDelete)) {
-            continue;
-        }
+        if (row.action != action || row.outcome == kNothing) continue;
         std::string s = Job::State_Name(row.from);
         if (row.reasons[0] != nullptr) {
             std::vector<std::string> reasons;
@@ -99,10 +101,8 @@ ActionOutcome apply_action(JobAction action, Job::State state, std::string_view 
                            bool has_ranks) {
     for (const Row& row : kRows) {
         if (row.action != action || row.from != state || !reason_fits(row, reason)) continue;
-        if (action == JobAction::kDelete) return {ActionOutcome::kRemove, state};
-        const Job::State next = has_ranks ? row.with_ranks : row.without_ranks;
-        if (next == kStay) return {ActionOutcome::kNothing, state};
-        return {ActionOutcome::kMove, next};
+        if (row.outcome != kMove) return {row.outcome, state};
+        return {kMove, has_ranks ? row.with_ranks : row.without_ranks};
     }
     return {ActionOutcome::kRefused, state};
 }

@@ -1,11 +1,13 @@
-// XXH64, flat token storage, and the memory-mapped token cache file.
+// Hashing (libxxhash), flat token storage, and the memory-mapped token cache file.
 #include "runtime/data/token_cache.h"
 
 #include <fcntl.h>
+#include <xxhash.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -14,32 +16,6 @@
 
 namespace deltatune {
 namespace {
-
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull;
-constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
-constexpr uint64_t kP3 = 0x165667B19E3779F9ull;
-constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ull;
-constexpr uint64_t kP5 = 0x27D4EB2F165667C5ull;
-
-uint64_t rotl(uint64_t x, int r) {
-    return (x << r) | (x >> (64 - r));
-}
-uint64_t round64(uint64_t acc, uint64_t input) {
-    return rotl(acc + input * kP2, 31) * kP1;
-}
-uint64_t merge_round(uint64_t acc, uint64_t v) {
-    return (acc ^ round64(0, v)) * kP1 + kP4;
-}
-uint64_t load64(const unsigned char* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
-uint32_t load32(const unsigned char* p) {
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
 
 constexpr char kMagic[8] = {'D', 'T', 'T', 'O', 'K', 'C', 'v', '1'};
 constexpr uint32_t kVersion = 1;
@@ -80,27 +56,17 @@ absl::Status corrupt(const std::string& path, const std::string& why) {
 
 }  // namespace
 
+void Hash64::FreeState::operator()(XXH64_state_s* state) const {
+    XXH64_freeState(state);
+}
+
+Hash64::Hash64() : state_(XXH64_createState()) {
+    if (!state_) throw std::bad_alloc();
+    XXH64_reset(state_.get(), /*seed=*/0);
+}
+
 Hash64& Hash64::update(const void* data, size_t size) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    total_ += size;
-    if (buf_len_ + size < 32) {
-        if (size) std::memcpy(buf_ + buf_len_, p, size);
-        buf_len_ += size;
-        return *this;
-    }
-    if (buf_len_) {
-        const size_t take = 32 - buf_len_;
-        std::memcpy(buf_ + buf_len_, p, take);
-        for (int i = 0; i < 4; ++i) v_[i] = round64(v_[i], load64(buf_ + 8 * i));
-        p += take;
-        size -= take;
-        buf_len_ = 0;
-    }
-    for (; size >= 32; p += 32, size -= 32) {
-        for (int i = 0; i < 4; ++i) v_[i] = round64(v_[i], load64(p + 8 * i));
-    }
-    if (size) std::memcpy(buf_, p, size);
-    buf_len_ = size;
+    XXH64_update(state_.get(), data, size);
     return *this;
 }
 
@@ -109,29 +75,7 @@ Hash64& Hash64::update_field(std::string_view s) {
 }
 
 uint64_t Hash64::digest() const {
-    uint64_t h;
-    if (total_ >= 32) {
-        h = rotl(v_[0], 1) + rotl(v_[1], 7) + rotl(v_[2], 12) + rotl(v_[3], 18);
-        for (int i = 0; i < 4; ++i) h = merge_round(h, v_[i]);
-    } else {
-        h = kP5;  // seed 0
-    }
-    h += total_;
-    const unsigned char* p = buf_;
-    size_t n = buf_len_;
-    for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ round64(0, load64(p)), 27) * kP1 + kP4;
-    if (n >= 4) {
-        h = rotl(h ^ (uint64_t{load32(p)} * kP1), 23) * kP2 + kP3;
-        p += 4;
-        n -= 4;
-    }
-    for (; n > 0; ++p, --n) h = rotl(h ^ (*p * kP5), 11) * kP1;
-    h ^= h >> 33;
-    h *= kP2;
-    h ^= h >> 29;
-    h *= kP3;
-    h ^= h >> 32;
-    return h;
+    return XXH64_digest(state_.get());
 }
 
 absl::StatusOr<uint64_t> hash_file(const std::string& path) {

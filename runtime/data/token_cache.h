@@ -21,11 +21,16 @@
 #include "runtime/batch/packed_batch.h"
 #include "runtime/data/jsonl_reader.h"
 
+struct XXH64_state_s;  // libxxhash's streaming state (xxhash.h)
+
 namespace deltatune {
 
-// XXH64 (seed 0), streamed: the content hash of data files, cache keys and the cache checksum.
+// XXH64 (seed 0) from libxxhash, streamed: the content hash of data files, cache keys and the
+// cache checksum. Its values equal those of the project's own XXH64 before it, so token caches
+// written then stay valid.
 class Hash64 {
   public:
+    Hash64();
     Hash64& update(const void* data, size_t size);
     Hash64& update(std::string_view s) { return update(s.data(), s.size()); }
     // Length-prefixed, so ("ab", "c") and ("a", "bc") hash differently.
@@ -34,11 +39,11 @@ class Hash64 {
     uint64_t digest() const;
 
   private:
-    uint64_t v_[4] = {0x9E3779B185EBCA87ull + 0xC2B2AE3D27D4EB4Full, 0xC2B2AE3D27D4EB4Full, 0,
-                      0 - 0x9E3779B185EBCA87ull};
-    unsigned char buf_[32] = {};
-    size_t buf_len_ = 0;
-    uint64_t total_ = 0;
+    struct FreeState {
+        void operator()(XXH64_state_s* state) const;
+    };
+    // Allocated by the library: its layout is not part of libxxhash's ABI.
+    std::unique_ptr<XXH64_state_s, FreeState> state_;
 };
 
 // Streams the whole file through Hash64 with a fixed buffer (size and mtime are not enough: an

@@ -6,15 +6,19 @@
 // serving.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/agents/agent_main.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/agents/agent_service.h"
 #include "daemon/auth.h"
+#include "daemon/command_line.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/rank/rank_main.h"
@@ -45,19 +49,6 @@ using deltatune::daemon::validate_daemon_config;
 #ifndef DT_VERSION
 #define DT_VERSION "unknown"
 #endif
-
-// Usage on stderr with exit status 2 (a bad command line), or on stdout with 0 (--help).
-int usage(bool asked = false) {
-    std::fprintf(asked ? stdout : stderr,
-                 "usage: deltatuned --config configs/daemon.yaml [--listen HOST:PORT] [--check]\n"
-                 "       (--check: validate the config, print it resolved, and exit)\n"
-                 "       deltatuned --version | --help\n"
-                 "       deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H] "
-                 "[--address A] [--cpu-ranks N]\n"
-                 "       deltatuned rank --supervisor ADDR --job jobs/ID --attempt N --rank R "
-                 "--world W --spec FILE\n");
-    return asked ? 0 : 2;
-}
 
 int fail(const absl::Status& s) {
     std::fprintf(stderr, "deltatuned: %s\n", std::string(s.message()).c_str());
@@ -149,6 +140,36 @@ int serve(const std::string& config_path, const std::string& listen) {
     return 0;
 }
 
+struct DaemonFlags {
+    std::string config, listen;
+    bool check = false, version = false;
+};
+
+// The supervisor's command line; `deltatuned agent|rank ...` are modes of their own (their
+// --help).
+void declare_flags(CLI::App& app, DaemonFlags& f) {
+    app.description(
+        "the deltatune supervisor: the public gRPC API (FineTuningService, grpc.health.v1,\n"
+        "reflection), the admin HTTP listener, the rank socket and the scheduler");
+    app.add_option("--config", f.config, "the daemon's config (configs/daemon.yaml)")
+        ->required()
+        ->type_name("FILE");
+    app.add_option("--listen", f.listen, "serve gRPC here instead of the config's listen.grpc")
+        ->type_name("HOST:PORT");
+    app.add_flag("--check", f.check, "validate the config, print it resolved, and exit");
+    app.add_flag("-V,--version", f.version, "print the version and exit");
+    app.footer(
+        "modes:\n"
+        "  deltatuned agent --supervisor HOST:PORT ...  a node agent (deltatuned agent --help)\n"
+        "  deltatuned rank ...  one rank of a job; deltatuned and its agents start these\n");
+}
+
+bool asks_for_version(const std::vector<std::string>& args) {
+    return std::find_if(args.begin(), args.end(), [](const std::string& a) {
+               return a == "--version" || a == "-V";
+           }) != args.end();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,37 +177,24 @@ int main(int argc, char** argv) {
     if (argc >= 2 && std::strcmp(argv[1], "agent") == 0) {
         return deltatune::daemon::agent_main(argc, argv);
     }
-    std::string config, listen;
-    bool check = false;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--help" || arg == "-h") return usage(/*asked=*/true);
-        if (arg == "--version" || arg == "-V") {
-            std::printf("deltatuned %s\n", DT_VERSION);
-            return 0;
-        }
-        if (arg == "--check") {
-            check = true;
-        } else if (arg == "--config" && has_value) {
-            config = argv[++i];
-        } else if (arg.rfind("--config=", 0) == 0) {
-            config = arg.substr(9);
-        } else if (arg == "--listen" && has_value) {
-            listen = argv[++i];
-        } else if (arg.rfind("--listen=", 0) == 0) {
-            listen = arg.substr(9);
-        } else {
-            return usage();
-        }
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (asks_for_version(args)) {  // before --config is required
+        std::printf("deltatuned %s\n", DT_VERSION);
+        return 0;
     }
-    if (config.empty()) return usage();
-    if (check) {
-        absl::StatusOr<DaemonConfig> c = load_daemon_config(config);
+    CLI::App app{"", "deltatuned"};
+    deltatune::daemon::configure_command_line(app);
+    DaemonFlags flags;
+    declare_flags(app, flags);
+    if (const std::optional<int> status = deltatune::daemon::parse_or_exit_status(app, args)) {
+        return *status;
+    }
+    if (flags.check) {
+        absl::StatusOr<DaemonConfig> c = load_daemon_config(flags.config);
         if (!c.ok()) return fail(c.status());
-        std::printf("%s: ok (grpc %s, http %s, state %s)\n", config.c_str(),
+        std::printf("%s: ok (grpc %s, http %s, state %s)\n", flags.config.c_str(),
                     c->grpc_address.c_str(), c->http_address.c_str(), c->state_dir.c_str());
         return 0;
     }
-    return serve(config, listen);
+    return serve(flags.config, flags.listen);
 }

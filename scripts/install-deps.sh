@@ -11,6 +11,7 @@ PACKAGES=(
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev nlohmann-json3-dev catch2 libsqlite3-dev libgloo-dev
   libutf8proc-dev libpcre2-dev libmicrohttpd-dev
+  libcli11-dev  # command lines of deltatune and deltatuned (header-only)
   libxxhash-dev  # XXH64: data file hashes and token cache keys (runtime needs libxxhash0)
 )
 if [[ ${1:-} == --tests ]]; then

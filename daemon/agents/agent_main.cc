@@ -6,19 +6,19 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/agents/agent_ranks.h"
 #include "daemon/agents/agent_state_dir.h"
 #include "daemon/agents/rank_relay.h"
 #include "daemon/auth.h"
+#include "daemon/command_line.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/rank/rank_socket.h"
 #include "deltatune/v1/agent.grpc.pb.h"
@@ -34,19 +34,6 @@ namespace {
 
 volatile sig_atomic_t g_stop = 0;  // set by SIGTERM / SIGINT: the loop ends between beats
 
-const char kUsage[] =
-    "usage: deltatuned agent --supervisor HOST:PORT [--token-file F] [--hostname H]\n"
-    "       [--address A] [--cpu-ranks N] [--state-dir D] [--drain-seconds S] [--ca-file F]\n"
-    "       [--plaintext-token allow]\n"
-    "  registers this machine with a supervisor deltatuned, heartbeats, and runs the ranks it\n"
-    "  is given (docs/multinode.md); rank logs and specs go under D, a folder of this user's\n"
-    "  only (default /var/lib/deltatune-agent/<hostname> as root, else\n"
-    "  ~/.local/state/deltatune/agent-<hostname>). On SIGTERM its jobs checkpoint and move to\n"
-    "  other agents; after S seconds (default 90) ranks still running are killed.\n"
-    "  TLS to the supervisor with --ca-file (its CA), $DELTATUNE_CA_FILE or $DELTATUNE_TLS=1;\n"
-    "  the token goes in plaintext only to a loopback supervisor, or with --plaintext-token\n"
-    "  allow (a network you trust).\n";
-
 struct AgentArgs {
     std::string supervisor, token_file, hostname, address, state_dir, ca_file;
     int cpu_ranks = 0;
@@ -54,36 +41,42 @@ struct AgentArgs {
     bool plaintext_token = false;  // the token may cross the network unencrypted
 };
 
-bool parse(int argc, char** argv, AgentArgs* a) {
-    std::map<std::string, std::string> flags;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (std::strncmp(argv[i], "--", 2) != 0) return false;
-        flags[argv[i] + 2] = argv[i + 1];
-    }
-    if (argc % 2 != 0) return false;
-    for (const auto& [k, v] : flags) {
-        if (k == "supervisor")
-            a->supervisor = v;
-        else if (k == "token-file")
-            a->token_file = v;
-        else if (k == "hostname")
-            a->hostname = v;
-        else if (k == "address")
-            a->address = v;
-        else if (k == "state-dir")
-            a->state_dir = v;
-        else if (k == "ca-file")
-            a->ca_file = v;
-        else if (k == "plaintext-token" && v == "allow")
-            a->plaintext_token = true;
-        else if (k == "drain-seconds" && absl::SimpleAtoi(v, &a->drain_seconds) &&
-                 a->drain_seconds >= 0) {
-        } else if (k == "cpu-ranks" && absl::SimpleAtoi(v, &a->cpu_ranks) && a->cpu_ranks >= 0) {
-        } else {
-            return false;
-        }
-    }
-    return !a->supervisor.empty();
+// The agent's command line; help from the same declarations.
+void declare_flags(CLI::App& app, AgentArgs& a) {
+    app.description(
+        "a node agent: registers this machine with a supervisor deltatuned, heartbeats, and runs\n"
+        "the ranks it is given (docs/multinode.md). On SIGTERM its jobs checkpoint and move to\n"
+        "other agents.");
+    app.add_option("--supervisor", a.supervisor, "the supervisor's gRPC address")
+        ->required()
+        ->type_name("HOST:PORT");
+    app.add_option("--token-file", a.token_file, "the bearer token, read as the daemon reads it")
+        ->type_name("F");
+    app.add_option("--hostname", a.hostname, "this machine's name (default: its hostname)")
+        ->type_name("H");
+    app.add_option("--address", a.address,
+                   "where this machine's ranks are reached by their peers (default: the hostname)")
+        ->type_name("A");
+    app.add_option("--cpu-ranks", a.cpu_ranks, "CPU ranks it runs at once")
+        ->check(non_negative_integer())
+        ->type_name("N");
+    app.add_option("--state-dir", a.state_dir,
+                   "rank logs and specs, a folder of this user's only (default\n"
+                   "/var/lib/deltatune-agent/<hostname> as root, else\n"
+                   "~/.local/state/deltatune/agent-<hostname>)")
+        ->type_name("D");
+    app.add_option("--drain-seconds", a.drain_seconds,
+                   "on SIGTERM, ranks still running after this long are killed")
+        ->check(non_negative_integer())
+        ->type_name("S");
+    app.add_option("--ca-file", a.ca_file,
+                   "TLS to the supervisor, its certificate checked against this CA (or\n"
+                   "$DELTATUNE_CA_FILE, or $DELTATUNE_TLS=1 for the system's CAs)")
+        ->type_name("F");
+    one_of(app.add_option_function<std::string>(
+               "--plaintext-token", [&a](const std::string&) { a.plaintext_token = true; },
+               "send the token unencrypted to a supervisor beyond loopback (a network you trust)"),
+           {"allow"});
 }
 
 // The hostname's and state folder's defaults, and no token sent in plaintext beyond this machine
@@ -299,14 +292,13 @@ class Agent {
 }  // namespace
 
 int agent_main(int argc, char** argv) {
-    if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
-        std::fputs(kUsage, stdout);  // asked for: stdout, success
-        return 0;
-    }
+    CLI::App app{"", "deltatuned agent"};
+    configure_command_line(app);
     AgentArgs args;
-    if (!parse(argc, argv, &args)) {
-        std::fputs(kUsage, stderr);
-        return 2;
+    declare_flags(app, args);
+    if (const std::optional<int> status =
+            parse_or_exit_status(app, std::vector<std::string>(argv + 2, argv + argc))) {
+        return *status;
     }
     if (absl::Status s = check_agent_args(&args); !s.ok()) {
         std::fprintf(stderr, "deltatuned agent: %s\n", std::string(s.message()).c_str());

@@ -1,6 +1,7 @@
 // deltatune agents: the node agents a supervisor deltatuned knows (docs/multinode.md), one line
 // each, or --output json.
 #include <cstdio>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "daemon/cli/commands.h"
@@ -18,12 +19,8 @@ std::string agent_line(const v1::Agent& a) {
                            a.seconds_since_heartbeat());
 }
 
-}  // namespace
-
-int agents_command(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(args, with_client_flags({}), kClientBoolFlags);
-    if (!flags.ok()) return fail("agents", flags.status());
-    auto client = JobClient::connect(*flags);
+int list_agents(const ClientFlags& flags) {
+    auto client = JobClient::connect(flags);
     if (!client.ok()) return fail("agents", client.status());
     auto stub = v1::AgentService::NewStub(client->channel());
     v1::ListAgentsResponse resp;
@@ -37,6 +34,14 @@ int agents_command(const std::vector<std::string>& args) {
     if (resp.agents().empty()) std::printf("no node agents registered\n");
     for (const v1::Agent& a : resp.agents()) std::printf("%s\n", agent_line(a).c_str());
     return 0;
+}
+
+}  // namespace
+
+CommandRun agents_command(CLI::App& app) {
+    auto flags = std::make_shared<ClientFlags>();
+    add_client_flags(app, *flags);
+    return [flags] { return list_agents(*flags); };
 }
 
 }  // namespace deltatune::cli

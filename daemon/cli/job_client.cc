@@ -16,48 +16,58 @@
 
 namespace deltatune::cli {
 
-namespace {
-
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Flags& flags) {
-    return daemon::client_channel_credentials(flags.get("ca-file", ""), flags.has("tls"));
+void add_client_flags(CLI::App& app, ClientFlags& f) {
+    const std::string group = "Connection to deltatuned";
+    app.add_option("--address", f.address, "the daemon's gRPC address")
+        ->envname("DELTATUNE_ADDRESS")
+        ->type_name("HOST:PORT")
+        ->group(group);
+    app.add_option("--token-file", f.token_file,
+                   "bearer token file, as the daemon reads it (else $DELTATUNE_TOKEN)")
+        ->envname("DELTATUNE_TOKEN_FILE")
+        ->type_name("FILE")
+        ->group(group);
+    app.add_flag("--tls", f.tls, "speak TLS, checking the system's CAs (or $DELTATUNE_TLS=1)")
+        ->group(group);
+    app.add_option("--ca-file", f.ca_file,
+                   "speak TLS, checking the daemon's certificate against this CA (or "
+                   "$DELTATUNE_CA_FILE)")
+        ->type_name("PEM")
+        ->group(group);
+    daemon::one_of(
+        app.add_option("--output", f.output,
+                       "text, or json (the proto3 JSON mapping of the API's messages), or for get "
+                       "yaml (the job file that resubmits the job)"),
+        {"text", "json", "yaml"})
+        ->group(group);
+    app.add_option("--timeout", f.timeout_seconds, "seconds a call may take")
+        ->check(daemon::number())
+        ->type_name("S")
+        ->group(group);
 }
 
-}  // namespace
-
-absl::StatusOr<JobClient> JobClient::connect(const Flags& flags, bool yaml_ok) {
+absl::StatusOr<JobClient> JobClient::connect(const ClientFlags& flags, bool yaml_ok) {
     JobClient c;
-    const char* env_addr = std::getenv("DELTATUNE_ADDRESS");
-    const std::string address =
-        flags.get("address", env_addr && *env_addr ? env_addr : "localhost:7070");
-    std::string token_file = flags.get("token-file");
-    if (token_file.empty() && std::getenv("DELTATUNE_TOKEN_FILE"))
-        token_file = std::getenv("DELTATUNE_TOKEN_FILE");
-    if (!token_file.empty()) {
+    if (!flags.token_file.empty()) {
         // Read as the daemon reads its own token file; the CLI sends the first token.
         DT_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
-                            daemon::read_token_file(token_file, "--token-file"));
+                            daemon::read_token_file(flags.token_file, "--token-file"));
         c.token_ = tokens.front();
     } else if (const char* t = std::getenv("DELTATUNE_TOKEN")) {
         c.token_ = std::string(absl::StripAsciiWhitespace(t));
         DT_RETURN_IF_ERROR(daemon::check_token(c.token_, "DELTATUNE_TOKEN"));
     }
-    const std::string output = flags.get("output", "text");
-    if (output != "text" && output != "json" && output != "yaml") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--output: expected text, json or yaml, got '", output, "'"));
-    }
-    if (output == "yaml" && !yaml_ok) {
+    if (flags.output == "yaml" && !yaml_ok) {
         return absl::InvalidArgumentError("--output yaml applies to get only");
     }
-    c.json_ = output == "json";
-    c.yaml_ = output == "yaml";
-    auto timeout = flags.get_double("timeout", 30);
-    if (!timeout.ok()) return timeout.status();
-    c.timeout_seconds_ = *timeout;
-    DT_ASSIGN_OR_RETURN(auto credentials, channel_credentials(flags));
+    c.json_ = flags.output == "json";
+    c.yaml_ = flags.output == "yaml";
+    c.timeout_seconds_ = flags.timeout_seconds;
+    DT_ASSIGN_OR_RETURN(auto credentials,
+                        daemon::client_channel_credentials(flags.ca_file, flags.tls));
     grpc::ChannelArguments channel_args;
     channel_args.SetMaxReceiveMessageSize(1 << 30);  // a profile's trace (GetProfile) runs to MBs
-    c.channel_ = grpc::CreateCustomChannel(address, credentials, channel_args);
+    c.channel_ = grpc::CreateCustomChannel(flags.address, credentials, channel_args);
     c.stub_ = v1::FineTuningService::NewStub(c.channel_);
     return c;
 }
@@ -92,15 +102,14 @@ bool is_terminal(v1::Job::State s) {
     return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
 }
 
-absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
-                               const std::set<std::string>& extra, std::set<std::string> boolean,
-                               bool yaml_ok) {
-    boolean.insert(kClientBoolFlags.begin(), kClientBoolFlags.end());
-    DT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(args, with_client_flags(extra), boolean));
-    if (flags.positional().size() != 1) return absl::InvalidArgumentError("expected one JOB_ID");
-    DT_ASSIGN_OR_RETURN(JobClient client, JobClient::connect(flags, yaml_ok));
-    std::string name = job_name(flags.positional()[0]);
-    return OneJob{std::move(flags), std::move(name), std::move(client)};
+void add_one_job_flags(CLI::App& app, OneJobFlags& flags) {
+    app.add_option("JOB", flags.job, "the job: its id, or jobs/ID")->required();
+    add_client_flags(app, flags.client);
+}
+
+absl::StatusOr<OneJob> one_job(const OneJobFlags& flags, bool yaml_ok) {
+    DT_ASSIGN_OR_RETURN(JobClient client, JobClient::connect(flags.client, yaml_ok));
+    return OneJob{job_name(flags.job), std::move(client)};
 }
 
 std::string job_line(const v1::Job& job) {
@@ -183,11 +192,6 @@ int exit_code(absl::StatusCode code) {
 int fail(const std::string& command, const absl::Status& s) {
     std::fprintf(stderr, "deltatune %s: %s\n", command.c_str(), std::string(s.message()).c_str());
     return exit_code(s.code());
-}
-
-std::set<std::string> with_client_flags(std::set<std::string> flags) {
-    flags.insert(kClientFlags.begin(), kClientFlags.end());
-    return flags;
 }
 
 }  // namespace deltatune::cli

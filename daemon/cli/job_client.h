@@ -9,20 +9,28 @@
 #include <memory>
 #include <string>
 
-#include "daemon/cli/flags.h"
+#include "absl/status/statusor.h"
+#include "daemon/command_line.h"
 #include "deltatune/v1/service.grpc.pb.h"
 
 namespace deltatune::cli {
 
-// Flags every job subcommand accepts.
-inline const std::set<std::string> kClientFlags = {"address", "token-file", "output",
-                                                   "timeout", "tls",        "ca-file"};
-inline const std::set<std::string> kClientBoolFlags = {"tls"};
+// The flags of every command that talks to the daemon (add_client_flags).
+struct ClientFlags {
+    std::string address = "localhost:7070";
+    std::string token_file;
+    bool tls = false;
+    std::string ca_file;
+    std::string output = "text";
+    double timeout_seconds = 30;
+};
+// Declares them on `app`, under their own heading in --help.
+void add_client_flags(CLI::App& app, ClientFlags& flags);
 
 class JobClient {
   public:
     // `yaml_ok`: the command takes --output yaml (get); elsewhere it is a usage error.
-    static absl::StatusOr<JobClient> connect(const Flags& flags, bool yaml_ok = false);
+    static absl::StatusOr<JobClient> connect(const ClientFlags& flags, bool yaml_ok = false);
     v1::FineTuningService::Stub& stub() { return *stub_; }
     // The same channel, for the daemon's other services (AgentService).
     std::shared_ptr<grpc::Channel> channel() const { return channel_; }
@@ -40,17 +48,18 @@ class JobClient {
     bool yaml_ = false;
 };
 
-// What a command on one job starts with: its flags (the client's and `extra`), the job's name
-// (the one positional argument) and a client (`yaml_ok`: it takes --output yaml). Errors are the
-// command's usage errors.
+// What a command on one job declares: the client's flags and the job (JOB, its one argument).
+struct OneJobFlags {
+    ClientFlags client;
+    std::string job;
+};
+void add_one_job_flags(CLI::App& app, OneJobFlags& flags);
+// ... and what it runs with: the job's full name and a client (`yaml_ok`: it takes --output yaml).
 struct OneJob {
-    Flags flags;
     std::string name;
     JobClient client;
 };
-absl::StatusOr<OneJob> one_job(const std::vector<std::string>& args,
-                               const std::set<std::string>& extra = {},
-                               std::set<std::string> boolean = {}, bool yaml_ok = false);
+absl::StatusOr<OneJob> one_job(const OneJobFlags& flags, bool yaml_ok = false);
 
 // "abc" -> "jobs/abc"; "jobs/abc" unchanged.
 std::string job_name(const std::string& id);
@@ -77,7 +86,4 @@ int exit_code(absl::StatusCode code);
 int report_rpc_error(const grpc::Status& s);
 // Prints "deltatune COMMAND: message" on stderr and returns exit_code(s.code()).
 int fail(const std::string& command, const absl::Status& s);
-// `flags` plus the client flags (kClientFlags) every daemon subcommand takes.
-std::set<std::string> with_client_flags(std::set<std::string> flags);
-
 }  // namespace deltatune::cli

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -113,13 +114,14 @@ int watch(JobClient& client, const std::string& name) {
     return job.state() == v1::Job::SUCCEEDED ? kExitOk : kExitJobFailed;
 }
 
-int submit(const std::vector<std::string>& args) {
-    auto flags =
-        Flags::parse(args, with_client_flags({"request-id"}), {"watch", "validate-only", "tls"});
-    if (!flags.ok()) return fail("submit", flags.status());
-    if (flags->positional().size() != 1)
-        return fail("submit", absl::InvalidArgumentError("expected one JOB.yaml"));
-    const std::string path = flags->positional()[0];
+struct SubmitFlags {
+    ClientFlags client;
+    std::string path, request_id;
+    bool watch = false, validate_only = false;
+};
+
+int submit(const SubmitFlags& flags) {
+    const std::string& path = flags.path;
     std::ifstream in(path);
     if (!in) return fail("submit", absl::NotFoundError(path + ": cannot open"));
     std::stringstream text;
@@ -128,12 +130,12 @@ int submit(const std::vector<std::string>& args) {
     if (!parsed.ok())
         return fail("submit", absl::InvalidArgumentError(
                                   absl::StrCat(path, ": ", parsed.status().message())));
-    auto client = JobClient::connect(*flags);
+    auto client = JobClient::connect(flags.client);
     if (!client.ok()) return fail("submit", client.status());
     v1::CreateJobRequest req;
     *req.mutable_spec() = parsed->spec;
-    req.set_request_id(flags->get("request-id"));
-    req.set_validate_only(flags->has("validate-only"));
+    req.set_request_id(flags.request_id);
+    req.set_validate_only(flags.validate_only);
     v1::Job job;
     auto ctx = client->context();
     const grpc::Status s = client->stub().CreateJob(ctx.get(), req, &job);
@@ -148,7 +150,7 @@ int submit(const std::vector<std::string>& args) {
         }
         return 0;
     }
-    if (flags->has("watch")) {
+    if (flags.watch) {
         if (!client->json()) std::fprintf(stderr, "submitted %s\n", job.name().c_str());
         return watch(*client, job.name());
     }
@@ -157,8 +159,8 @@ int submit(const std::vector<std::string>& args) {
 }
 
 // delete: a finished job and its events leave the daemon's store (its output folder stays).
-int remove(const std::vector<std::string>& args) {
-    auto job = one_job(args);
+int remove(const OneJobFlags& flags) {
+    auto job = one_job(flags);
     if (!job.ok()) return fail("delete", job.status());
     v1::DeleteJobRequest r;
     r.set_name(job->name);
@@ -178,8 +180,8 @@ int remove(const std::vector<std::string>& args) {
 }
 
 // get, cancel, pause, resume: one job name in, one Job out (get --output yaml: its job file).
-int single(const std::string& command, const std::vector<std::string>& args) {
-    auto one = one_job(args, {}, {}, /*yaml_ok=*/command == "get");
+int single(const std::string& command, const OneJobFlags& flags) {
+    auto one = one_job(flags, /*yaml_ok=*/command == "get");
     if (!one.ok()) return fail(command, one.status());
     JobClient& client = one->client;
     const std::string& name = one->name;
@@ -215,26 +217,28 @@ int single(const std::string& command, const std::vector<std::string>& args) {
     return 0;
 }
 
-int list(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(
-        args, with_client_flags({"state", "page-size", "page-token", "label"}), kClientBoolFlags);
-    if (!flags.ok()) return fail("list", flags.status());
-    auto client = JobClient::connect(*flags);
+struct ListFlags {
+    ClientFlags client;
+    std::string state, page_token;
+    uint64_t page_size = 0;
+    std::vector<std::string> labels;
+};
+
+int list(const ListFlags& flags) {
+    auto client = JobClient::connect(flags.client);
     if (!client.ok()) return fail("list", client.status());
     v1::ListJobsRequest req;
-    if (flags->has("state")) {
+    if (!flags.state.empty()) {
         v1::Job::State st;  // any case: --state running
-        if (!v1::Job::State_Parse(absl::AsciiStrToUpper(flags->get("state")), &st)) {
-            return fail("list", absl::InvalidArgumentError("--state: unknown state '" +
-                                                           flags->get("state") + "'"));
+        if (!v1::Job::State_Parse(absl::AsciiStrToUpper(flags.state), &st)) {
+            return fail("list",
+                        absl::InvalidArgumentError("--state: unknown state '" + flags.state + "'"));
         }
         req.set_state(st);
     }
-    auto size = flags->get_uint("page-size", 0);
-    if (!size.ok()) return fail("list", size.status());
-    req.set_page_size(static_cast<int32_t>(std::min<uint64_t>(*size, INT32_MAX)));
-    req.set_page_token(flags->get("page-token"));
-    for (const std::string& kv : flags->get_all("label")) {  // repeated: every one must match
+    req.set_page_size(static_cast<int32_t>(std::min<uint64_t>(flags.page_size, INT32_MAX)));
+    req.set_page_token(flags.page_token);
+    for (const std::string& kv : flags.labels) {  // repeated: every one must match
         const size_t eq = kv.find('=');
         if (eq == std::string::npos) {
             return fail("list", absl::InvalidArgumentError("--label: expected key=value, got '" +
@@ -275,20 +279,23 @@ int print_events(JobClient& client, const std::string& name, int64_t since) {
     }
 }
 
-int events(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"since"}, {"follow"});
+struct EventsFlags {
+    OneJobFlags job;
+    uint64_t since = 0;
+    bool follow = false;
+};
+
+int events(const EventsFlags& flags) {
+    auto one = one_job(flags.job);
     if (!one.ok()) return fail("events", one.status());
-    const Flags* flags = &one->flags;
     JobClient* client = &one->client;
-    auto since = flags->get_uint("since", 0);
-    if (!since.ok()) return fail("events", since.status());
     const std::string& name = one->name;
     // Without --follow: what exists now, at once (the stream would wait for its first heartbeat).
-    if (!flags->has("follow")) return print_events(*client, name, static_cast<int64_t>(*since));
+    if (!flags.follow) return print_events(*client, name, static_cast<int64_t>(flags.since));
     auto ctx = client->context(/*streaming=*/true);
     v1::StreamJobEventsRequest req;
     req.set_name(name);
-    req.set_since_sequence(static_cast<int64_t>(*since));
+    req.set_since_sequence(static_cast<int64_t>(flags.since));
     auto reader = client->stub().StreamJobEvents(ctx.get(), req);
     v1::JobEvent e;
     bool ended = false;
@@ -310,15 +317,54 @@ int events(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int job_command(const std::string& command, const std::vector<std::string>& args) {
-    if (command == "export") return export_command(args);
-    if (command == "submit") return submit(args);
-    if (command == "list") return list(args);
-    if (command == "events") return events(args);
-    if (command == "checkpoints") return checkpoints_command(args);
-    if (command == "profile") return profile_command(args);
-    if (command == "delete") return remove(args);
-    return single(command, args);
+CommandRun submit_command(CLI::App& app) {
+    auto f = std::make_shared<SubmitFlags>();
+    app.add_option("JOB.yaml", f->path, "the job file")->required();
+    app.add_flag("--watch", f->watch, "follow the job until it ends (exit 7 unless it succeeds)");
+    app.add_flag("--validate-only", f->validate_only,
+                 "check the spec, its paths and data files and admission; create nothing");
+    app.add_option("--request-id", f->request_id,
+                   "an id of the caller's: the same id again returns the job it created")
+        ->type_name("ID");
+    add_client_flags(app, f->client);
+    return [f] { return submit(*f); };
+}
+
+CommandRun list_command(CLI::App& app) {
+    auto f = std::make_shared<ListFlags>();
+    app.add_option("--state", f->state, "only jobs in this state (any case: running)")
+        ->type_name("S");
+    daemon::repeated(
+        app.add_option("--label", f->labels, "only jobs with this label; repeated: all of them"))
+        ->type_name("KEY=VALUE");
+    app.add_option("--page-size", f->page_size, "jobs per page (0: the daemon's default)")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_option("--page-token", f->page_token, "the page a previous list named")->type_name("T");
+    add_client_flags(app, f->client);
+    return [f] { return list(*f); };
+}
+
+CommandRun events_command(CLI::App& app) {
+    auto f = std::make_shared<EventsFlags>();
+    add_one_job_flags(app, f->job);
+    app.add_option("--since", f->since, "only events after this sequence number")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_flag("--follow", f->follow, "stream new events until the job ends");
+    return [f] { return events(*f); };
+}
+
+CommandRun delete_command(CLI::App& app) {
+    auto f = std::make_shared<OneJobFlags>();
+    add_one_job_flags(app, *f);
+    return [f] { return remove(*f); };
+}
+
+CommandRun one_job_command(CLI::App& app, const std::string& command) {
+    auto f = std::make_shared<OneJobFlags>();
+    add_one_job_flags(app, *f);
+    return [f, command] { return single(command, *f); };
 }
 
 }  // namespace deltatune::cli

@@ -36,10 +36,8 @@ grpc::Status all_checkpoints(JobClient& client, const std::string& name,
     return grpc::Status::OK;
 }
 
-}  // namespace
-
-int checkpoints_command(const std::vector<std::string>& args) {
-    auto job = one_job(args);
+int checkpoints(const OneJobFlags& flags) {
+    auto job = one_job(flags);
     if (!job.ok()) return fail("checkpoints", job.status());
     v1::ListCheckpointsResponse resp;
     const grpc::Status s = all_checkpoints(job->client, job->name, &resp);
@@ -57,8 +55,6 @@ int checkpoints_command(const std::vector<std::string>& args) {
     }
     return 0;
 }
-
-namespace {
 
 // The checkpoint of step `step` (0: the newest; with `best`, early stopping's best), or NotFound
 // naming the steps there are.
@@ -83,18 +79,20 @@ absl::StatusOr<v1::Checkpoint> pick_checkpoint(const v1::ListCheckpointsResponse
                                                   " (steps ", absl::StrJoin(steps, ", "), ")"));
 }
 
-// A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
-// are (the daemon's machine or a shared filesystem).
-// A checkpoint as the job's own export would write it: the whole model, or for a LoRA job its
-// adapter as a PEFT folder (`--merged`: merged into the base) from the job's own adapter spec.
-}  // namespace
+struct ExportFlags {
+    OneJobFlags job;
+    uint64_t step = 0;
+    std::string out;
+    bool best = false, merged = false;
+};
 
-int export_command(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"step", "out"}, {"merged", "best"});
+// A committed checkpoint as a Hugging Face folder, written here: run it where the job's files
+// are (the daemon's machine or a shared filesystem). A checkpoint as the job's own export would
+// write it: the whole model, or for a LoRA job its adapter as a PEFT folder (`--merged`: merged
+// into the base) from the job's own adapter spec.
+int export_checkpoint_here(const ExportFlags& flags) {
+    auto one = one_job(flags.job);
     if (!one.ok()) return fail("export", one.status());
-    const absl::StatusOr<uint64_t> step = one->flags.get_uint("step", 0);
-    if (!step.ok()) return fail("export", step.status());
-    const Flags* flags = &one->flags;
     JobClient* client = &one->client;
     const std::string& name = one->name;
     v1::GetJobRequest get;
@@ -106,16 +104,16 @@ int export_command(const std::vector<std::string>& args) {
     }
     v1::ListCheckpointsResponse all;
     if (grpc::Status s = all_checkpoints(*client, name, &all); !s.ok()) return report_rpc_error(s);
-    if (*step != 0 && one->flags.has("best")) {
+    if (flags.step != 0 && flags.best) {
         return fail("export", absl::InvalidArgumentError("--step and --best: give one"));
     }
-    const absl::StatusOr<v1::Checkpoint> cp =
-        pick_checkpoint(all, name, *step, one->flags.has("best"));
+    const absl::StatusOr<v1::Checkpoint> cp = pick_checkpoint(all, name, flags.step, flags.best);
     if (!cp.ok()) return fail("export", cp.status());
     const std::string out =
-        flags->get("out", absl::StrCat(job.spec().output_dir(), "/export-step-", cp->step()));
+        !flags.out.empty() ? flags.out
+                           : absl::StrCat(job.spec().output_dir(), "/export-step-", cp->step());
     TrainConfig c = train_config_from_spec(job.spec());
-    if (flags->has("merged")) {
+    if (flags.merged) {
         if (!c.lora) {
             return fail("export", absl::InvalidArgumentError(
                                       absl::StrCat("--merged: ", name, " is not a LoRA job")));
@@ -131,8 +129,6 @@ int export_command(const std::vector<std::string>& args) {
                                        : " (LoRA, PEFT)");
     return 0;
 }
-
-namespace {
 
 // DownloadProfile's pieces, joined and parsed (GetProfile would refuse a trace over 64 MiB).
 grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& req,
@@ -159,34 +155,35 @@ grpc::Status download_profile(JobClient* client, const v1::GetProfileRequest& re
     return s;
 }
 
+struct ProfileFlags {
+    OneJobFlags job;
+    uint64_t steps = 3, wait_seconds = 600;
+    std::string out;
+};
+
 // Orders a profile of the job's next steps, waits for it, writes the Chrome trace and prints
 // where the time went.
-}  // namespace
-
-int profile_command(const std::vector<std::string>& args) {
-    auto one = one_job(args, {"steps", "out", "wait"});
+int profile(const ProfileFlags& flags) {
+    auto one = one_job(flags.job);
     if (!one.ok()) return fail("profile", one.status());
-    const absl::StatusOr<uint64_t> steps = one->flags.get_uint("steps", 3);
-    const absl::StatusOr<uint64_t> wait = one->flags.get_uint("wait", 600);
-    if (!steps.ok()) return fail("profile", steps.status());
-    if (!wait.ok()) return fail("profile", wait.status());
     JobClient* client = &one->client;
     v1::ProfileJobRequest req;
     req.set_name(one->name);
-    req.set_steps(static_cast<int32_t>(std::min<uint64_t>(*steps, 1 << 20)));
+    req.set_steps(static_cast<int32_t>(std::min<uint64_t>(flags.steps, 1 << 20)));
     v1::ProfileJobResponse ordered;
     auto ctx = client->context();
     if (grpc::Status s = client->stub().ProfileJob(ctx.get(), req, &ordered); !s.ok()) {
         return report_rpc_error(s);
     }
     std::fprintf(stderr, "profile %s: tracing the next %llu step(s) of %s\n",
-                 ordered.profile_id().c_str(), static_cast<unsigned long long>(*steps),
+                 ordered.profile_id().c_str(), static_cast<unsigned long long>(flags.steps),
                  one->name.c_str());
     v1::GetProfileRequest get;
     get.set_name(one->name);
     get.set_profile_id(ordered.profile_id());
     v1::Profile p;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(*wait);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(flags.wait_seconds);
     for (;;) {
         auto c = client->context();
         const grpc::Status s = download_profile(client, get, &p);
@@ -198,7 +195,7 @@ int profile_command(const std::vector<std::string>& args) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
     const std::string out =
-        one->flags.get("out", absl::StrCat("profile-", p.profile_id(), ".trace.json"));
+        !flags.out.empty() ? flags.out : absl::StrCat("profile-", p.profile_id(), ".trace.json");
     std::ofstream f(out, std::ios::binary | std::ios::trunc);
     f.write(p.trace_json().data(), static_cast<std::streamsize>(p.trace_json().size()));
     if (!f.flush())
@@ -221,6 +218,41 @@ int profile_command(const std::vector<std::string>& args) {
     }
     std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", out.c_str());
     return kExitOk;
+}
+
+}  // namespace
+
+CommandRun checkpoints_command(CLI::App& app) {
+    auto f = std::make_shared<OneJobFlags>();
+    add_one_job_flags(app, *f);
+    return [f] { return checkpoints(*f); };
+}
+
+CommandRun export_command(CLI::App& app) {
+    auto f = std::make_shared<ExportFlags>();
+    add_one_job_flags(app, f->job);
+    app.add_option("--step", f->step, "the checkpoint of this step (default: the newest)")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_flag("--best", f->best, "early stopping's best checkpoint");
+    app.add_option("--out", f->out, "the folder to write (default: OUTPUT_DIR/export-step-N)")
+        ->type_name("DIR");
+    app.add_flag("--merged", f->merged, "a LoRA job's adapter merged into the base");
+    return [f] { return export_checkpoint_here(*f); };
+}
+
+CommandRun profile_command(CLI::App& app) {
+    auto f = std::make_shared<ProfileFlags>();
+    add_one_job_flags(app, f->job);
+    app.add_option("--steps", f->steps, "steps to trace")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_option("--out", f->out, "the trace file (default: profile-ID.trace.json)")
+        ->type_name("FILE");
+    app.add_option("--wait", f->wait_seconds, "seconds to wait for the traced steps")
+        ->check(daemon::non_negative_integer())
+        ->type_name("S");
+    return [f] { return profile(*f); };
 }
 
 }  // namespace deltatune::cli

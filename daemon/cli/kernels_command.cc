@@ -1,13 +1,12 @@
-// deltatune kernels [--model DIR | --config CONFIG.json] [--strict] [--allow OP,OP...]
-// Prints, per op of the training step, the implementation this machine will use and why; with a
-// model config the shape checks apply too. --strict exits 1 when an op (not allowed) would run on
-// anything but its fused kernel, printing why.
+// deltatune kernels: prints, per op of the training step, the implementation this machine will
+// use and why; with a model config the shape checks apply too. --strict exits 1 when an op (not
+// allowed) would run on anything but its fused kernel, printing why.
 #include <cstdio>
+#include <memory>
 #include <optional>
 
 #include "absl/strings/str_split.h"
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/kernel_registry.h"
@@ -16,21 +15,24 @@ namespace deltatune::cli {
 
 namespace {
 
-absl::StatusOr<std::string> run_kernels(const std::vector<std::string>& args, bool& strict_ok) {
-    DT_ASSIGN_OR_RETURN(Flags f,
-                        Flags::parse(args, {"model", "config", "strict", "allow"}, {"strict"}));
+struct KernelsFlags {
+    std::string model, config, allow;
+    bool strict = false;
+};
+
+absl::StatusOr<std::string> run_kernels(const KernelsFlags& f, bool& strict_ok) {
     std::optional<Qwen35Config> config;
-    std::string path = f.get("config");
-    if (path.empty() && !f.get("model").empty()) path = f.get("model") + "/config.json";
+    std::string path = f.config;
+    if (path.empty() && !f.model.empty()) path = f.model + "/config.json";
     if (!path.empty()) {
         DT_ASSIGN_OR_RETURN(config, load_qwen35_config(path));
     }
     const KernelRegistry reg = kernel_registry_for(probe_machine(), config ? &*config : nullptr);
     std::string out = format_registry(reg);
     strict_ok = true;
-    if (f.has("strict")) {
+    if (f.strict) {
         std::vector<std::string> allow;
-        if (!f.get("allow").empty()) allow = absl::StrSplit(f.get("allow"), ',');
+        if (!f.allow.empty()) allow = absl::StrSplit(f.allow, ',');
         const absl::Status s = check_strict(reg, allow);
         if (!s.ok()) {
             strict_ok = false;
@@ -42,16 +44,26 @@ absl::StatusOr<std::string> run_kernels(const std::vector<std::string>& args, bo
     return out;
 }
 
-}  // namespace
-
-int kernels_command(const std::vector<std::string>& args) {
+int print_kernels(const KernelsFlags& f) {
     bool strict_ok = true;
-    auto out = run_kernels(args, strict_ok);
+    auto out = run_kernels(f, strict_ok);
     if (!out.ok()) {
         return fail("kernels", out.status());
     }
     std::fputs(out->c_str(), stdout);
     return strict_ok ? 0 : 1;
+}
+
+}  // namespace
+
+CommandRun kernels_command(CLI::App& app) {
+    auto f = std::make_shared<KernelsFlags>();
+    app.add_option("--model", f->model, "apply this model's shape checks too")->type_name("DIR");
+    app.add_option("--config", f->config, "... or this model config's")->type_name("CONFIG.json");
+    app.add_flag("--strict", f->strict,
+                 "exit 1, saying why, when an op would run on anything but its fused kernel");
+    app.add_option("--allow", f->allow, "ops --strict lets fall back")->type_name("OP,...");
+    return [f] { return print_kernels(*f); };
 }
 
 }  // namespace deltatune::cli

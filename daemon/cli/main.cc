@@ -1,9 +1,9 @@
 // The deltatune command-line client: local commands (init-model, step, bench, kernels,
-// pack-stats, tokenize, train) and the job commands that talk to deltatuned over gRPC.
+// pack-stats, tokenize, train) and the commands that talk to deltatuned over gRPC.
 // `deltatune --help` lists every command; `deltatune COMMAND --help` (or -h) prints that
-// command's usage and exits 0; `deltatune --version` prints the version.
+// command's usage, generated from its flag declarations (commands.h), and exits 0;
+// `deltatune --version` prints the version.
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,94 +15,111 @@
 
 namespace {
 
-using Run = int (*)(const std::vector<std::string>&);
+using deltatune::cli::CommandRun;
+namespace cli = deltatune::cli;
 
 struct Command {
     const char* name;
-    const char* usage;    // after "deltatune NAME"
-    Run run;              // null: a job command (job_command)
-    bool client = false;  // talks to a daemon (every job command does): takes the client flags
+    const char* summary;  // the first line of its --help too
+    CommandRun (*declare)(CLI::App& app);
+    bool daemon = false;  // talks to deltatuned: listed with the connection flags
 };
 
-constexpr char kJobFlags[] =
-    "       job commands take [--address HOST:PORT] (or $DELTATUNE_ADDRESS) [--token-file F]\n"
-    "       [--tls] [--ca-file PEM] (or $DELTATUNE_TLS=1, $DELTATUNE_CA_FILE)\n"
-    "       [--output text|json|yaml] [--timeout S]: json is the proto3 JSON mapping of the\n"
-    "       API's messages; yaml (get only) prints the job file that resubmits the job\n";
-
-// clang-format off
 const Command kCommands[] = {
-    {"init-model", "--config CONFIG.json --out DIR [--seed N]\n"
-                   "       random-init Hugging Face checkpoint", deltatune::cli::init_model_command},
-    {"step", "--model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F.safetensors]\n"
-             "       [--update-out F.safetensors] [--recompute none|layer] [--lr X --beta1 X --beta2 X\n"
-             "       --eps X --weight-decay X] [--adapter PEFT_DIR]   one training step, printed as\n"
-             "       one JSON line (with --adapter: a LoRA step on the frozen base, CPU)",
-     deltatune::cli::step_command},
-    {"bench", "--config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]\n"
-              "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"
-              "       [--world-size N --rank R --rendezvous DIR] [--micro-batches K]\n"
-              "       [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE]\n"
-              "       [--adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m,...]]\n"
-              "       [--trace-out FILE]   training-step benchmark on a random model (the job's\n"
-              "       GPU engine); --trace-out: the profiled step's timeline (Chrome trace JSON)",
-     deltatune::cli::bench_command},
-    {"kernels", "[--model DIR | --config CONFIG.json] [--strict] [--allow OP,...]\n"
-                "       which implementation each op uses on this machine, and why",
-     deltatune::cli::kernels_command},
-    {"pack-stats", "--data FILE --tokens-per-batch N [--tokenizer T] [--window W] [--seed S]\n"
-                   "       [--chat-template qwen3|qwen3_5] [--world-size R] [--overlong split|truncate|drop]\n"
-                   "       [--format auto|chat|pretokenized] [--bad-lines fail|skip] [--cache-dir DIR]\n"
-                   "       [--gradient-accumulation K] [--num-epochs E]\n"
-                   "       packing efficiency vs 2D padding, the steps of one epoch and (--num-epochs)\n"
-                   "       of the run; template and over-long policy default as a job's do",
-     deltatune::cli::pack_stats_command},
-    {"tokenize", "--tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5] [--threads N]\n"
-                 "       < in.jsonl > out.jsonl   one {\"input_ids\"[, \"labels\"]} line per input line\n"
-                 "       (the chat template defaults to the tokenizer's, as a job's does)",
-     deltatune::cli::tokenize_command},
-    {"train", "JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]\n"
-              "       train in this process, without the daemon (W processes: data-parallel, Gloo)",
-     deltatune::cli::train_command},
-    {"submit", "JOB.yaml [--watch] [--validate-only] [--request-id ID]   submit a job", nullptr},
-    {"get", "JOB   a job's state, progress and paths (--output yaml: its job file)", nullptr},
-    {"list", "[--state S] [--label k=v ...] [--page-size N] [--page-token T]   jobs", nullptr},
-    {"watch", "JOB   follow a job's progress until it ends", nullptr},
-    {"cancel", "JOB   stop a job (ranks get SIGTERM, then SIGKILL)", nullptr},
-    {"pause", "JOB   checkpoint and stop a job; resume continues it", nullptr},
-    {"resume", "JOB   queue a paused (or failed) job again from its last checkpoint", nullptr},
-    {"events", "JOB [--since N] [--follow]   a job's events (--follow: live, until it ends)",
-     nullptr},
-    {"checkpoints", "JOB   a job's checkpoints", nullptr},
-    {"profile", "JOB [--steps 3] [--out FILE] [--wait 600]   trace a running GPU job's next steps\n"
-                "       (CUPTI): a Chrome/Perfetto trace and where the GPU time went", nullptr},
-    {"export", "JOB [--step N | --best] [--out DIR] [--merged]   a checkpoint as a Hugging Face\n"
-               "       folder, written here (default: the newest, into OUTPUT_DIR/export-step-N;\n"
-               "       --best: early stopping's best); a LoRA job's adapter as a PEFT folder, or\n"
-               "       with --merged merged into the base", nullptr},
-    {"delete", "JOB   remove a finished job from the daemon (its output folder stays)", nullptr},
-    {"agents", "   the node agents registered with the daemon (jobs with resources.nodes run there)",
-     deltatune::cli::agents_command, true},
+    {"init-model", "a random-initialised Hugging Face checkpoint of a model config",
+     cli::init_model_command},
+    {"step",
+     "one training step, printed as one JSON line (with --adapter: a LoRA step on the\n"
+     "frozen base, CPU)",
+     cli::step_command},
+    {"bench", "the training-step benchmark on a random model (the job's GPU engine)", nullptr},
+    {"kernels", "which implementation each op uses on this machine, and why", cli::kernels_command},
+    {"pack-stats",
+     "packing efficiency vs 2D padding, the steps of one epoch and (--num-epochs) of\n"
+     "the run; template and over-long policy default as a job's do",
+     cli::pack_stats_command},
+    {"tokenize", "one {\"input_ids\"[, \"labels\"]} line per input line, stdin to stdout",
+     cli::tokenize_command},
+    {"train",
+     "train a job file in this process, without the daemon (W processes:\n"
+     "data-parallel, Gloo)",
+     cli::train_command},
+    {"submit", "submit a job", cli::submit_command, true},
+    {"get", "a job's state, progress and paths (--output yaml: its job file)",
+     [](CLI::App& a) { return cli::one_job_command(a, "get"); }, true},
+    {"list", "jobs, by state or labels, a page at a time", cli::list_command, true},
+    {"watch", "follow a job's progress until it ends",
+     [](CLI::App& a) { return cli::one_job_command(a, "watch"); }, true},
+    {"cancel", "stop a job (ranks get SIGTERM, then SIGKILL)",
+     [](CLI::App& a) { return cli::one_job_command(a, "cancel"); }, true},
+    {"pause", "checkpoint and stop a job; resume continues it",
+     [](CLI::App& a) { return cli::one_job_command(a, "pause"); }, true},
+    {"resume", "queue a paused (or failed) job again from its last checkpoint",
+     [](CLI::App& a) { return cli::one_job_command(a, "resume"); }, true},
+    {"events", "a job's events (--follow: live, until it ends)", cli::events_command, true},
+    {"checkpoints", "a job's checkpoints", cli::checkpoints_command, true},
+    {"profile",
+     "trace a running GPU job's next steps (CUPTI): a Chrome/Perfetto trace and where\n"
+     "the GPU time went",
+     cli::profile_command, true},
+    {"export",
+     "a checkpoint as a Hugging Face folder, written here (a LoRA job's adapter as a\n"
+     "PEFT folder, or with --merged merged into the base)",
+     cli::export_command, true},
+    {"delete", "remove a finished job from the daemon (its output folder stays)",
+     cli::delete_command, true},
+    {"agents", "the node agents registered with the daemon (jobs with resources.nodes run there)",
+     cli::agents_command, true},
 };
-// clang-format on
-
-void print_usage(FILE* out, const Command& c) {
-    std::fprintf(out, "usage: deltatune %s %s\n", c.name, c.usage);
-    if (c.run == nullptr || c.client) std::fputs(kJobFlags, out);
-}
 
 void usage(FILE* out) {
-    std::fprintf(out,
-                 "usage: deltatune <command> [flags]   (deltatune <command> --help for one)\n");
-    for (const Command& c : kCommands) std::fprintf(out, "  %s %s\n", c.name, c.usage);
-    std::fputs(kJobFlags, out);
+    std::fprintf(out, "usage: deltatune COMMAND [flags]   (deltatune COMMAND --help: its flags)\n");
+    for (const bool daemon : {false, true}) {
+        std::fputs(daemon ? "\ncommands on deltatuned (--address HOST:PORT or $DELTATUNE_ADDRESS, "
+                            "--token-file,\n--tls, --ca-file, --output text|json, --timeout):\n"
+                          : "\nlocal commands:\n",
+                   out);
+        for (const Command& c : kCommands) {
+            if (c.daemon != daemon) continue;
+            std::string summary = c.summary;  // continuation lines under the first
+            for (size_t at = 0; (at = summary.find('\n', at)) != std::string::npos; at += 16) {
+                summary.replace(at, 1, "\n" + std::string(15, ' '));
+            }
+            std::fprintf(out, "  %-12s %s\n", c.name, summary.c_str());
+        }
+    }
+    std::fputs(
+        "\nexit status: 0 ok, 1 other, 2 bad command line or job file, 3 not found, 4 daemon\n"
+        "unreachable, 5 refused, 6 unauthorised, 7 a watched job failed\n",
+        out);
 }
 
-bool asks_for_help(const std::vector<std::string>& args) {
-    for (const std::string& a : args) {
-        if (a == "--help" || a == "-h") return true;
+// bench's flags, until they are declared like the other commands'.
+constexpr char kBenchUsage[] =
+    "usage: deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]\n"
+    "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"
+    "       [--world-size N --rank R --rendezvous DIR] [--micro-batches K]\n"
+    "       [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE]\n"
+    "       [--adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m,...]]\n"
+    "       [--trace-out FILE]   training-step benchmark on a random model (the job's\n"
+    "       GPU engine); --trace-out: the profiled step's timeline (Chrome trace JSON)\n";
+
+int run(const Command& c, const std::vector<std::string>& args) {
+    if (c.declare == nullptr) {
+        for (const std::string& a : args) {
+            if (a != "--help" && a != "-h") continue;
+            std::fputs(kBenchUsage, stdout);
+            return 0;
+        }
+        return cli::bench_command(args);
     }
-    return false;
+    CLI::App app{c.summary, std::string("deltatune ") + c.name};
+    deltatune::daemon::configure_command_line(app);
+    const CommandRun command = c.declare(app);
+    if (const std::optional<int> status = deltatune::daemon::parse_or_exit_status(app, args)) {
+        return *status;
+    }
+    return command();
 }
 
 }  // namespace
@@ -123,12 +140,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> args(argv + 2, argv + argc);
     for (const Command& c : kCommands) {
-        if (command != c.name) continue;
-        if (asks_for_help(args)) {
-            print_usage(stdout, c);
-            return 0;
-        }
-        return c.run ? c.run(args) : deltatune::cli::job_command(command, args);
+        if (command == c.name) return run(c, args);
     }
     std::fprintf(stderr, "deltatune: unknown command '%s'\n", command.c_str());
     usage(stderr);

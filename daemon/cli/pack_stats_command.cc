@@ -1,20 +1,13 @@
-// deltatune pack-stats --data FILE [--tokenizer T] --tokens-per-batch N [--window W] [--seed S]
-//     [--chat-template qwen3|qwen3_5 (default: the tokenizer's, as a job picks)]
-//     [--format auto|chat|pretokenized] [--world-size R]
-//     [--overlong split|truncate|drop (default: as a job's, truncate for conversations)]
-//     [--bad-lines fail|skip] [--cache-dir DIR] [--threads N]
-//     [--gradient-accumulation K] [--num-epochs E]
-//     [--vocab-size V]   (ids are checked against V, default the tokenizer's vocabulary if given)
-// Loads (and tokenizes) a dataset, plans one epoch of packing and prints one JSON line: documents,
-// tokens, batches, steps (the optimizer steps of one epoch, as a job with these settings runs
-// them; with --num-epochs also max_steps, the job's), packing efficiency (real tokens / (batches x
-// N)), the batches 2D padding would need over the same shuffled order, the relative reduction, and
-// the ranks' token balance.
+// deltatune pack-stats: loads (and tokenizes) a dataset, plans one epoch of packing and prints
+// one JSON line: documents, tokens, batches, steps (the optimizer steps of one epoch, as a job
+// with these settings runs them; with --num-epochs also max_steps, the job's), packing efficiency
+// (real tokens / (batches x N)), the batches 2D padding would need over the same shuffled order,
+// the relative reduction, and the ranks' token balance.
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "daemon/config/data_check.h"
 #include "nlohmann/json.hpp"
@@ -28,59 +21,62 @@
 namespace deltatune::cli {
 namespace {
 
+struct PackStatsFlags {
+    std::string data, tokenizer, chat_template, format = "auto", overlong, bad_lines = "fail",
+                                                cache_dir;
+    uint64_t tokens_per_batch = 0, window = PackingOptions().window, seed = 0, world_size = 1,
+             threads = 0, vocab_size = 0, gradient_accumulation = 1;
+    std::optional<double> num_epochs;
+};
+
 // --overlong, else what a job's spec gets for this file: truncate for conversations.
-absl::StatusOr<std::string> default_overlong_name(const Flags& flags, const std::string& path) {
-    if (flags.has("overlong")) return flags.get("overlong");
+absl::StatusOr<std::string> default_overlong_name(const PackStatsFlags& flags) {
+    if (!flags.overlong.empty()) return flags.overlong;
     v1::DataSpec spec;
     spec.set_bad_lines(v1::BAD_LINE_POLICY_SKIP);  // load_dataset reports bad lines itself
-    DT_ASSIGN_OR_RETURN(const daemon::DataKind kind, daemon::check_data_file("--data", path, spec));
+    DT_ASSIGN_OR_RETURN(const daemon::DataKind kind,
+                        daemon::check_data_file("--data", flags.data, spec));
     return std::string(daemon::default_overlong({kind}) == v1::OVERLONG_POLICY_TRUNCATE ? "truncate"
                                                                                         : "split");
 }
 
-absl::StatusOr<nlohmann::json> pack_stats(const Flags& flags) {
-    DT_ASSIGN_OR_RETURN(const std::string data_path, flags.require("data"));
-    DT_ASSIGN_OR_RETURN(const uint64_t tokens_per_batch, flags.get_uint("tokens-per-batch", 0));
-    if (!flags.has("tokens-per-batch") || tokens_per_batch == 0) {
+absl::StatusOr<nlohmann::json> pack_stats(const PackStatsFlags& flags) {
+    if (flags.tokens_per_batch == 0) {
         return absl::InvalidArgumentError("--tokens-per-batch must be a positive integer");
     }
     DatasetOptions dopt;
-    DT_ASSIGN_OR_RETURN(dopt.format, parse_dataset_format(flags.get("format", "auto")));
-    DT_ASSIGN_OR_RETURN(dopt.bad_lines, parse_bad_line_policy(flags.get("bad-lines", "fail")));
-    DT_ASSIGN_OR_RETURN(const uint64_t threads, flags.get_uint("threads", 0));
-    dopt.num_threads = static_cast<int>(threads);
-    dopt.cache_dir = flags.get("cache-dir");
+    DT_ASSIGN_OR_RETURN(dopt.format, parse_dataset_format(flags.format));
+    DT_ASSIGN_OR_RETURN(dopt.bad_lines, parse_bad_line_policy(flags.bad_lines));
+    dopt.num_threads = static_cast<int>(flags.threads);
+    dopt.cache_dir = flags.cache_dir;
     std::unique_ptr<Tokenizer> tokenizer;
-    if (flags.has("tokenizer")) {
-        DT_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(flags.get("tokenizer")));
-        DT_ASSIGN_OR_RETURN(
-            const ChatTemplateKind kind,
-            chat_template_for(*tokenizer, flags.get("tokenizer"), flags.get("chat-template")));
+    if (!flags.tokenizer.empty()) {
+        DT_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(flags.tokenizer));
+        DT_ASSIGN_OR_RETURN(const ChatTemplateKind kind,
+                            chat_template_for(*tokenizer, flags.tokenizer, flags.chat_template));
         dopt.chat = make_chat_tokenizer(*tokenizer, kind);
         dopt.vocab_size = tokenizer->vocab_size();
     }
-    DT_ASSIGN_OR_RETURN(const uint64_t vocab, flags.get_uint("vocab-size", 0));
-    if (vocab) dopt.vocab_size = static_cast<int64_t>(vocab);
-    DT_ASSIGN_OR_RETURN(const TokenizedDataset data, load_dataset(data_path, dopt));
+    if (flags.vocab_size) dopt.vocab_size = static_cast<int64_t>(flags.vocab_size);
+    DT_ASSIGN_OR_RETURN(const TokenizedDataset data, load_dataset(flags.data, dopt));
 
     PackingOptions popt;
-    popt.tokens_per_batch = static_cast<int64_t>(tokens_per_batch);
-    DT_ASSIGN_OR_RETURN(const uint64_t window, flags.get_uint("window", popt.window));
-    DT_ASSIGN_OR_RETURN(popt.seed, flags.get_uint("seed", 0));
-    DT_ASSIGN_OR_RETURN(const uint64_t world, flags.get_uint("world-size", 1));
-    DT_ASSIGN_OR_RETURN(const std::string overlong, default_overlong_name(flags, data_path));
+    popt.tokens_per_batch = static_cast<int64_t>(flags.tokens_per_batch);
+    popt.seed = flags.seed;
+    DT_ASSIGN_OR_RETURN(const std::string overlong, default_overlong_name(flags));
     DT_ASSIGN_OR_RETURN(popt.overlong, parse_overlong_policy(overlong));
-    popt.window = static_cast<int64_t>(window);
-    popt.world_size = static_cast<int>(world);
+    popt.window = static_cast<int64_t>(flags.window);
+    popt.world_size = static_cast<int>(flags.world_size);
     DT_ASSIGN_OR_RETURN(const Packer packer, Packer::create(data.lengths(), popt));
     const PackingStats& s = packer.epoch_stats();
-    DT_ASSIGN_OR_RETURN(const uint64_t accum, flags.get_uint("gradient-accumulation", 1));
-    DT_ASSIGN_OR_RETURN(const double epochs, flags.get_double("num-epochs", 0));
-    if (accum == 0) return absl::InvalidArgumentError("--gradient-accumulation must be >= 1");
-    const bool by_epochs = flags.has("num-epochs");
-    DT_ASSIGN_OR_RETURN(const TrainingLength length,
-                        training_length({by_epochs ? 0 : 1, by_epochs ? epochs : 0, 0, 0}, s.steps,
-                                        static_cast<int64_t>(accum)));
+    if (flags.gradient_accumulation == 0) {
+        return absl::InvalidArgumentError("--gradient-accumulation must be >= 1");
+    }
+    const bool by_epochs = flags.num_epochs.has_value();
+    DT_ASSIGN_OR_RETURN(
+        const TrainingLength length,
+        training_length({by_epochs ? 0 : 1, by_epochs ? *flags.num_epochs : 0, 0, 0}, s.steps,
+                        static_cast<int64_t>(flags.gradient_accumulation)));
     const double reduction =
         s.padded_2d_batches
             ? 1.0 - static_cast<double>(s.batches) / static_cast<double>(s.padded_2d_batches)
@@ -111,20 +107,55 @@ absl::StatusOr<nlohmann::json> pack_stats(const Flags& flags) {
                           {"cache", data.from_cache() ? data.cache_path() : ""}};
 }
 
-}  // namespace
-
-int pack_stats_command(const std::vector<std::string>& args) {
-    auto flags = Flags::parse(
-        args, {"data", "tokenizer", "tokens-per-batch", "window", "seed", "chat-template", "format",
-               "world-size", "overlong", "bad-lines", "cache-dir", "threads", "vocab-size",
-               "gradient-accumulation", "num-epochs"});
-    absl::StatusOr<nlohmann::json> out =
-        flags.ok() ? pack_stats(*flags) : absl::StatusOr<nlohmann::json>(flags.status());
-    if (!out.ok()) {
-        return fail("pack-stats", out.status());
-    }
+int print_pack_stats(const PackStatsFlags& flags) {
+    const absl::StatusOr<nlohmann::json> out = pack_stats(flags);
+    if (!out.ok()) return fail("pack-stats", out.status());
     std::printf("%s\n", out->dump().c_str());
     return 0;
+}
+
+}  // namespace
+
+CommandRun pack_stats_command(CLI::App& app) {
+    auto f = std::make_shared<PackStatsFlags>();
+    const auto count = [&app](const std::string& name, uint64_t& value, const std::string& help) {
+        app.add_option(name, value, help)->check(daemon::non_negative_integer())->type_name("N");
+    };
+    app.add_option("--data", f->data, "the dataset (JSON lines)")->required()->type_name("FILE");
+    app.add_option("--tokens-per-batch", f->tokens_per_batch, "tokens of one packed batch")
+        ->required()
+        ->check(daemon::non_negative_integer())
+        ->type_name("N")
+        ->default_str("");
+    app.add_option("--tokenizer", f->tokenizer, "tokenize text and conversations with this")
+        ->type_name("DIR_OR_FILE");
+    daemon::one_of(app.add_option("--chat-template", f->chat_template,
+                                  "default: the tokenizer's, as a job picks it"),
+                   {"qwen3", "qwen3_5"});
+    daemon::one_of(app.add_option("--format", f->format, "how the lines are read"),
+                   {"auto", "chat", "pretokenized"});
+    daemon::one_of(
+        app.add_option(
+            "--overlong", f->overlong,
+            "documents longer than a batch (default: a job's, truncate for conversations)"),
+        {"split", "truncate", "drop"});
+    daemon::one_of(
+        app.add_option("--bad-lines", f->bad_lines, "a line that does not parse: stop, or skip it"),
+        {"fail", "skip"});
+    app.add_option("--cache-dir", f->cache_dir, "keep the tokenized dataset here")
+        ->type_name("DIR");
+    count("--threads", f->threads, "tokenizer threads (0: every core)");
+    count("--vocab-size", f->vocab_size, "check ids against V (default: the tokenizer's)");
+    count("--window", f->window, "documents the packer looks ahead");
+    count("--seed", f->seed, "the shuffle's seed");
+    count("--world-size", f->world_size, "ranks the batches are dealt to");
+    count("--gradient-accumulation", f->gradient_accumulation, "batches per optimizer step");
+    app.add_option_function<double>(
+           "--num-epochs", [f](const double& e) { f->num_epochs = e; },
+           "also the steps of a run of E epochs (max_steps)")
+        ->check(daemon::number())
+        ->type_name("E");
+    return [f] { return print_pack_stats(*f); };
 }
 
 }  // namespace deltatune::cli

@@ -1,10 +1,9 @@
-// deltatune step --model DIR --batch BATCH.json [--device cpu|cuda] [--grads-out F]
-//                [--update-out F] [--recompute none|layer] [--lr X --beta1 X --beta2 X --eps X
-//                --weight-decay X] [--adapter PEFT_DIR]
+// deltatune step: one training step of a model on one batch, printed as one JSON line.
 #include <cstdio>
+#include <memory>
+#include <tuple>
 
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -14,41 +13,58 @@ namespace deltatune::cli {
 
 namespace {
 
-absl::StatusOr<StepOptions> parse_step_options(const std::vector<std::string>& args) {
-    DT_ASSIGN_OR_RETURN(Flags f, Flags::parse(args, {"model", "batch", "device", "grads-out",
-                                                     "update-out", "recompute", "lr", "beta1",
-                                                     "beta2", "eps", "weight-decay", "adapter"}));
-    StepOptions o;
-    DT_ASSIGN_OR_RETURN(o.model_dir, f.require("model"));
-    DT_ASSIGN_OR_RETURN(o.batch_path, f.require("batch"));
-    o.device = f.get("device", "cpu");
-    o.recompute = f.get("recompute", "none");
-    o.grads_out = f.get("grads-out");
-    o.update_out = f.get("update-out");
-    o.adapter_dir = f.get("adapter");
-    // Defaults are torch.optim.AdamW's.
-    DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", 1e-3));
-    DT_ASSIGN_OR_RETURN(o.adamw.beta1, f.get_double("beta1", 0.9));
-    DT_ASSIGN_OR_RETURN(o.adamw.beta2, f.get_double("beta2", 0.999));
-    DT_ASSIGN_OR_RETURN(o.adamw.eps, f.get_double("eps", 1e-8));
-    DT_ASSIGN_OR_RETURN(o.adamw.weight_decay, f.get_double("weight-decay", 1e-2));
-    return o;
-}
-
-}  // namespace
-
-int step_command(const std::vector<std::string>& args) {
-    auto options = parse_step_options(args);
-    absl::StatusOr<StepReport> report = options.ok() ? run_step(*options) : options.status();
+int run_one_step(const StepOptions& options) {
+    absl::StatusOr<StepReport> report = run_step(options);
     if (!report.ok()) {
         return fail("step", report.status());
     }
     nlohmann::json j = {{"loss", report->loss},           {"label_tokens", report->label_tokens},
                         {"tokens", report->tokens},       {"documents", report->documents},
-                        {"grad_norm", report->grad_norm}, {"device", options->device},
+                        {"grad_norm", report->grad_norm}, {"device", options.device},
                         {"seconds", report->seconds}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
+}
+
+void add_adamw_flags(CLI::App& app, AdamWHyper& adamw) {
+    // Defaults are torch.optim.AdamW's.
+    adamw.lr = 1e-3, adamw.beta1 = 0.9, adamw.beta2 = 0.999, adamw.eps = 1e-8;
+    adamw.weight_decay = 1e-2;
+    for (auto [name, value, help] :
+         {std::tuple{"--lr", &adamw.lr, "learning rate"},
+          std::tuple{"--beta1", &adamw.beta1, "first moment's decay"},
+          std::tuple{"--beta2", &adamw.beta2, "second moment's decay"},
+          std::tuple{"--eps", &adamw.eps, "added to the second moment's root"},
+          std::tuple{"--weight-decay", &adamw.weight_decay, "decoupled weight decay"}}) {
+        app.add_option(name, *value, help)
+            ->check(daemon::number())
+            ->type_name("X")
+            ->group("AdamW (torch.optim.AdamW's defaults)");
+    }
+}
+
+}  // namespace
+
+CommandRun step_command(CLI::App& app) {
+    auto o = std::make_shared<StepOptions>();
+    app.add_option("--model", o->model_dir, "the model folder (Hugging Face)")
+        ->required()
+        ->type_name("DIR");
+    app.add_option("--batch", o->batch_path, "the documents of the step")
+        ->required()
+        ->type_name("BATCH.json");
+    daemon::one_of(app.add_option("--device", o->device, "where the step runs"), {"cpu", "cuda"});
+    app.add_option("--grads-out", o->grads_out, "write the gradients here")
+        ->type_name("F.safetensors");
+    app.add_option("--update-out", o->update_out, "write the updated parameters here")
+        ->type_name("F.safetensors");
+    daemon::one_of(app.add_option("--recompute", o->recompute, "activation recomputation (cuda)"),
+                   {"none", "layer"});
+    app.add_option("--adapter", o->adapter_dir,
+                   "a LoRA step on the frozen base, with this PEFT adapter (CPU)")
+        ->type_name("PEFT_DIR");
+    add_adamw_flags(app, o->adamw);
+    return [o] { return run_one_step(*o); };
 }
 
 }  // namespace deltatune::cli

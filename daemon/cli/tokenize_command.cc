@@ -1,7 +1,5 @@
-// deltatune tokenize --tokenizer DIR_OR_FILE [--chat] [--chat-template qwen3|qwen3_5]
-//     [--threads N] [--input FILE] < in.jsonl > out.jsonl
-// The chat template defaults to the one the tokenizer's folder carries, as a job's does
-// (choose_chat_template).
+// deltatune tokenize < in.jsonl > out.jsonl (or --input FILE). The chat template defaults to the
+// one the tokenizer's folder carries, as a job's does (choose_chat_template).
 // Reads JSON lines with "text" (or "messages" with --chat) and writes, in input order, one JSON
 // line per input with "input_ids" (and "labels" with --chat); a blank input line gives a blank
 // output line, so line N of the output is always line N's. Special tokens written in the text
@@ -14,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
@@ -77,17 +74,22 @@ std::vector<absl::StatusOr<std::string>> run_chunk(const Job& job,
     return out;
 }
 
-absl::Status tokenize(const Flags& flags) {
-    DT_ASSIGN_OR_RETURN(const std::string tokenizer_path, flags.require("tokenizer"));
+struct TokenizeFlags {
+    std::string tokenizer, chat_template, input;
+    bool chat = false;
+    uint64_t threads = 0;
+};
+
+absl::Status tokenize(const TokenizeFlags& flags) {
     DT_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::load(tokenizer_path));
-    Job job{tokenizer.get(), flags.has("chat"), ChatTemplateKind::kQwen35};
+                        Tokenizer::load(flags.tokenizer));
+    Job job{tokenizer.get(), flags.chat, ChatTemplateKind::kQwen35};
     DT_ASSIGN_OR_RETURN(job.kind,
-                        chat_template_for(*tokenizer, tokenizer_path, flags.get("chat-template")));
-    DT_ASSIGN_OR_RETURN(uint64_t threads, flags.get_uint("threads", 0));
+                        chat_template_for(*tokenizer, flags.tokenizer, flags.chat_template));
+    uint64_t threads = flags.threads;
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-    const std::string input = flags.get("input", "/dev/stdin");
-    const std::string shown = flags.has("input") ? input : "<stdin>";
+    const std::string input = flags.input.empty() ? "/dev/stdin" : flags.input;
+    const std::string shown = flags.input.empty() ? "<stdin>" : input;
     DT_ASSIGN_OR_RETURN(JsonlReader reader, JsonlReader::open(input));
     std::vector<std::string> lines;
     std::vector<int64_t> numbers;
@@ -125,12 +127,23 @@ absl::Status tokenize(const Flags& flags) {
 
 }  // namespace
 
-int tokenize_command(const std::vector<std::string>& args) {
-    absl::StatusOr<Flags> flags =
-        Flags::parse(args, {"tokenizer", "chat", "chat-template", "threads", "input"}, {"chat"});
-    absl::Status s = flags.ok() ? tokenize(*flags) : flags.status();
-    if (s.ok()) return 0;
-    return fail("tokenize", s);
+CommandRun tokenize_command(CLI::App& app) {
+    auto f = std::make_shared<TokenizeFlags>();
+    app.add_option("--tokenizer", f->tokenizer, "tokenizer.json, or the folder holding it")
+        ->required()
+        ->type_name("DIR_OR_FILE");
+    app.add_flag("--chat", f->chat, "lines are conversations (\"messages\"): ids and labels");
+    daemon::one_of(app.add_option("--chat-template", f->chat_template,
+                                  "default: the one the tokenizer's folder carries, as a job's"),
+                   {"qwen3", "qwen3_5"});
+    app.add_option("--threads", f->threads, "0: every core")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_option("--input", f->input, "read this instead of stdin")->type_name("FILE");
+    return [f] {
+        const absl::Status s = tokenize(*f);
+        return s.ok() ? 0 : fail("tokenize", s);
+    };
 }
 
 }  // namespace deltatune::cli

@@ -1,21 +1,20 @@
-// deltatune train JOB.yaml [--rank R --world-size W --rendezvous DIR] [--data-shards N]
-//     [--timeout S] [--device N]
-// Runs a job's training loop in this process, without the daemon (paths in JOB.yaml are taken as
-// given). With --world-size W > 1, start W processes (ranks 0..W-1) that share the rendezvous
-// folder: they train data-parallel over Gloo with sharded parameters and optimizer state, and
-// write one checkpoint together. A job with resources.gpus > 0 trains on the GPU instead (FSDP
-// over NCCL, one process per GPU: rank R on device --device, default R when that many devices are
-// visible, else 0; --timeout bounds every collective, and a rank without progress for twice that
-// exits). Prints one JSON line per step (rank 0) and a final summary.
+// deltatune train JOB.yaml: runs a job's training loop in this process, without the daemon (paths
+// in JOB.yaml are taken as given). With --world-size W > 1, start W processes (ranks 0..W-1) that
+// share the rendezvous folder: they train data-parallel over Gloo with sharded parameters and
+// optimizer state, and write one checkpoint together. A job with resources.gpus > 0 trains on the
+// GPU instead (FSDP over NCCL, one process per GPU: rank R on device --device, default R when that
+// many devices are visible, else 0; --timeout bounds every collective, and a rank without progress
+// for twice that exits). Prints one JSON line per step (rank 0) and a final summary.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "daemon/config/data_check.h"
 #include "daemon/config/job_yaml.h"
@@ -29,11 +28,15 @@
 namespace deltatune::cli {
 namespace {
 
-absl::Status run_train(const Flags& flags) {
-    if (flags.positional().size() != 1) {
-        return absl::InvalidArgumentError("expected exactly one JOB.yaml");
-    }
-    const std::string path = flags.positional()[0];
+struct TrainFlags {
+    std::string path, rendezvous;
+    uint64_t rank = 0, world_size = 1, data_shards = 0;
+    std::optional<uint64_t> device;
+    double timeout_seconds = 60;
+};
+
+absl::Status run_train(const TrainFlags& flags) {
+    const std::string& path = flags.path;
     std::ifstream in(path);
     if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
     std::stringstream text;
@@ -52,22 +55,18 @@ absl::Status run_train(const Flags& flags) {
     TrainConfig config = train_config_from_spec(parsed->spec);
 
     GlooOptions gloo;
-    DT_ASSIGN_OR_RETURN(const uint64_t rank, flags.get_uint("rank", 0));
-    DT_ASSIGN_OR_RETURN(const uint64_t world, flags.get_uint("world-size", 1));
-    DT_ASSIGN_OR_RETURN(const uint64_t shards, flags.get_uint("data-shards", 0));
-    DT_ASSIGN_OR_RETURN(const double timeout, flags.get_double("timeout", 60));
+    const uint64_t rank = flags.rank, world = flags.world_size;
     gloo.rank = static_cast<int>(rank);
     gloo.world_size = static_cast<int>(world);
-    gloo.store_dir = flags.get("rendezvous");
-    gloo.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+    gloo.store_dir = flags.rendezvous;
+    gloo.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_seconds * 1000));
     std::unique_ptr<Communicator> comm;
     if (parsed->spec.resources().gpus() > 0) {
         if (world > 1 && gloo.store_dir.empty()) {
             return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
         }
         const int visible = cuda_device_count();
-        DT_ASSIGN_OR_RETURN(const uint64_t device,
-                            flags.get_uint("device", static_cast<int>(rank) < visible ? rank : 0));
+        const uint64_t device = flags.device.value_or(static_cast<int>(rank) < visible ? rank : 0);
         config.gpu.enabled = true;
         config.gpu.device = static_cast<int>(device);
         config.gpu.rank = gloo.rank, config.gpu.world_size = gloo.world_size;
@@ -82,7 +81,7 @@ absl::Status run_train(const Flags& flags) {
         DT_ASSIGN_OR_RETURN(comm, make_gloo_communicator(gloo));
     }
     config.comm = comm.get();
-    config.data_shards = static_cast<int>(shards);
+    config.data_shards = static_cast<int>(flags.data_shards);
 
     TrainerHooks hooks;
     hooks.on_event = [&](const TrainerEvent& e) {
@@ -115,12 +114,30 @@ absl::Status run_train(const Flags& flags) {
 
 }  // namespace
 
-int train_command(const std::vector<std::string>& args) {
-    absl::StatusOr<Flags> flags = Flags::parse(
-        args, {"rank", "world-size", "rendezvous", "data-shards", "timeout", "device"});
-    absl::Status s = flags.ok() ? run_train(*flags) : flags.status();
-    if (s.ok()) return 0;
-    return fail("train", s);
+CommandRun train_command(CLI::App& app) {
+    auto f = std::make_shared<TrainFlags>();
+    const auto count = [&app](const std::string& name, uint64_t& value, const std::string& help) {
+        app.add_option(name, value, help)->check(daemon::non_negative_integer())->type_name("N");
+    };
+    app.add_option("JOB.yaml", f->path, "the job file (its paths taken as given)")->required();
+    count("--rank", f->rank, "this process's rank");
+    count("--world-size", f->world_size, "processes training together (data-parallel)");
+    app.add_option("--rendezvous", f->rendezvous, "the folder the ranks meet in (world size > 1)")
+        ->type_name("DIR");
+    count("--data-shards", f->data_shards, "packed bins per micro-step (0: the world size)");
+    app.add_option("--timeout", f->timeout_seconds,
+                   "seconds a collective may take; twice that without progress ends a rank")
+        ->check(daemon::number())
+        ->type_name("S");
+    app.add_option_function<uint64_t>(
+           "--device", [f](const uint64_t& d) { f->device = d; },
+           "GPU jobs: this rank's device (default: the rank's, when that many are visible, else 0)")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    return [f] {
+        const absl::Status s = run_train(*f);
+        return s.ok() ? 0 : fail("train", s);
+    };
 }
 
 }  // namespace deltatune::cli

@@ -10,17 +10,20 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/command_line.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/config/spec_to_config.h"
 #include "daemon/rank/job_profiler.h"
@@ -39,28 +42,36 @@ struct RankArgs {
     std::string supervisor, job, spec;
     std::string address;  // where this rank listens for its peers (a node agent's address)
     int attempt = 0, rank = 0, world = 1;
-    int local_rank = 0;  // index on this node: the GPU it takes
-    SandboxRoots roots;  // --read-root / --write-root, repeated: the daemon's path roots
+    int local_rank = -1;  // index on this node: the GPU it takes (-1: the rank)
+    SandboxRoots roots;   // --read-root / --write-root, repeated: the daemon's path roots
 };
 
-bool parse_args(int argc, char** argv, RankArgs& a) {
-    std::map<std::string, std::string> kv;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        const std::string key = argv[i];
-        if (key == "--read-root") a.roots.read.push_back(argv[i + 1]);
-        if (key == "--write-root") a.roots.write.push_back(argv[i + 1]);
-        kv[key] = argv[i + 1];
+// The rank's command line, as RankLauncher writes it (daemon/jobs/rank_launcher.cc).
+void declare_flags(CLI::App& app, RankArgs& a) {
+    app.description("one rank of a job; deltatuned and its agents start these, never a user");
+    app.add_option("--supervisor", a.supervisor, "the supervisor's rank socket or address")
+        ->required()
+        ->type_name("unix:PATH");
+    app.add_option("--job", a.job, "the job")->required()->type_name("jobs/ID");
+    app.add_option("--spec", a.spec, "the job's spec")->required()->type_name("SPEC.binpb");
+    for (auto [name, value, help] :
+         {std::tuple{"--attempt", &a.attempt, "the job's attempt this rank is of"},
+          std::tuple{"--rank", &a.rank, "this rank"},
+          std::tuple{"--world", &a.world, "the attempt's ranks"}}) {
+        app.add_option(name, *value, help)->check(daemon::non_negative_integer())->type_name("N");
     }
-    if (!kv.count("--supervisor") || !kv.count("--job") || !kv.count("--spec")) return false;
-    a.supervisor = kv["--supervisor"];
-    a.job = kv["--job"];
-    a.spec = kv["--spec"];
-    a.attempt = kv.count("--attempt") ? std::atoi(kv["--attempt"].c_str()) : 0;
-    a.rank = kv.count("--rank") ? std::atoi(kv["--rank"].c_str()) : 0;
-    a.world = kv.count("--world") ? std::atoi(kv["--world"].c_str()) : 1;
-    a.local_rank = kv.count("--local-rank") ? std::atoi(kv["--local-rank"].c_str()) : a.rank;
-    if (kv.count("--address")) a.address = kv["--address"];
-    return true;
+    app.add_option_function<int>(
+           "--local-rank", [&a](const int& r) { a.local_rank = r; },
+           "index on this node: the GPU it takes (default: the rank)")
+        ->check(daemon::non_negative_integer())
+        ->type_name("N");
+    app.add_option("--address", a.address, "where this rank listens for its peers")
+        ->type_name("HOST");
+    for (auto [name, roots] :
+         {std::pair{"--read-root", &a.roots.read}, std::pair{"--write-root", &a.roots.write}}) {
+        daemon::repeated(app.add_option(name, *roots, "a path root of the daemon's; repeated"))
+            ->type_name("DIR");
+    }
 }
 
 // The attempt's rendezvous store, kept by the supervisor (RankService StoreSet/StoreGet).
@@ -271,19 +282,15 @@ int rank_main(int argc, char** argv) {
     // thread, which lives until every rank has exited, so PDEATHSIG fires only on a real crash;
     // the restarted daemon resumes the job from its last checkpoint (and kills any survivor).
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    constexpr const char* kUsage =
-        "usage: deltatuned rank --supervisor unix:PATH --job jobs/ID --spec SPEC.binpb "
-        "[--attempt N --rank R --world W]\n"
-        "  one rank of a job; deltatuned and its agents start these, never a user\n";
-    if (argc == 3 && (std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0)) {
-        std::fputs(kUsage, stdout);  // asked for: stdout, success
-        return 0;
-    }
+    CLI::App app{"", "deltatuned rank"};
+    daemon::configure_command_line(app);
     RankArgs args;
-    if (!parse_args(argc, argv, args)) {
-        std::fputs(kUsage, stderr);
-        return 2;
+    declare_flags(app, args);
+    if (const std::optional<int> status =
+            daemon::parse_or_exit_status(app, std::vector<std::string>(argv + 2, argv + argc))) {
+        return *status;
     }
+    if (args.local_rank < 0) args.local_rank = args.rank;
     Reporter reporter(args);
     v1::JobSpec spec;
     std::ifstream in(args.spec, std::ios::binary);

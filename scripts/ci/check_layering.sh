@@ -4,8 +4,9 @@
 # folders form one order (a folder includes only folders before it), so no two of them include
 # each other:
 #   runtime: base, tensor, device, checkpoint, batch, model, data, distributed, optim, train
-#   daemon:  (its root files: auth, grpc_status, random_hex), store, config, jobs, rank, agents,
-#            service, cli; deltatuned_main.cc, which puts the daemon together, includes any
+#   daemon:  (its root files: auth, command_line, grpc_status, random_hex), store, config, jobs,
+#            rank, agents, service, cli; deltatuned_main.cc, which puts the daemon together,
+#            includes any
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bad=0

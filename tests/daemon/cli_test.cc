@@ -55,7 +55,7 @@ TEST_CASE("bad command lines fail with one clear line and the exit status of the
     CHECK(out == "deltatune step: missing required flag --model\n");
     CHECK(run("step --model " + fixture + " --batch " + fixture + "/batch.json --lr fast", out) ==
           2);
-    CHECK(out == "deltatune step: flag --lr: 'fast' is not a number\n");
+    CHECK(out == "deltatune step: --lr: 'fast' is not a number\n");
     CHECK(run("step --model " + fixture + " --batch " + fixture + "/batch.json --device tpu",
               out) == 2);
     CHECK(out == "deltatune step: --device: expected cpu or cuda, got 'tpu'\n");
@@ -229,7 +229,7 @@ TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]")
     CHECK(run("agents --help", out) == 0);  // not a job command, but a client of the daemon
     CHECK_THAT(out, Catch::Contains("--address HOST:PORT"));
     CHECK(run("--help", out) == 0);
-    CHECK_THAT(out, Catch::Contains("checkpoints JOB"));
+    CHECK_THAT(out, Catch::Contains("\n  checkpoints  a job's checkpoints\n"));
     CHECK(run("", out) == 2);  // no command: usage on stderr, a usage error
     CHECK(run("--version", out) == 0);
     CHECK_THAT(out, Catch::Matches("deltatune [0-9]+\\.[0-9]+\\.[0-9]+\n"));
@@ -238,7 +238,8 @@ TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]")
     CHECK(testing::run_command(daemon + " --version 2>&1", out) == 0);
     CHECK_THAT(out, Catch::Matches("deltatuned [0-9]+\\.[0-9]+\\.[0-9]+\n"));
     CHECK(testing::run_command(daemon + " --help 2>&1", out) == 0);
-    CHECK_THAT(out, Catch::StartsWith("usage: deltatuned --config"));
+    CHECK_THAT(out, Catch::StartsWith("usage: deltatuned [OPTIONS]"));
+    CHECK_THAT(out, Catch::Contains("--config FILE REQUIRED"));
     // The agent and rank modes alike: asked for, on stdout with 0; a bad line, on stderr with 2.
     for (const std::string mode : {"agent", "rank"}) {
         CHECK(testing::run_command(daemon + " " + mode + " --help 2>/dev/null", out) == 0);
@@ -246,6 +247,32 @@ TEST_CASE("every command answers --help and -h with its usage, exit 0", "[cli]")
         CHECK(testing::run_command(daemon + " " + mode + " --bogus 2>/dev/null", out) == 2);
         CHECK(out.empty());
     }
+}
+
+TEST_CASE("deltatuned and its agent and rank modes name the flag and value they refuse", "[cli]") {
+    const std::string daemon =
+        (std::filesystem::path(testing::cli_path()).parent_path() / "deltatuned").string();
+    const auto run_daemon = [&](const std::string& args, std::string& out) {
+        return testing::run_command(daemon + " " + args + " 2>&1", out);
+    };
+    std::string out;
+    CHECK(run_daemon("", out) == 2);
+    CHECK(out == "deltatuned: missing required flag --config\n");
+    CHECK(run_daemon("--config", out) == 2);
+    CHECK(out == "deltatuned: flag --config needs a value\n");
+    CHECK(run_daemon("--config d.yaml --listne 127.0.0.1:1", out) == 2);
+    CHECK(out == "deltatuned: unknown flag --listne\n");
+    const std::string agent = "agent --supervisor 127.0.0.1:1 ";
+    CHECK(run_daemon(agent + "--cpu-ranks -1", out) == 2);
+    CHECK(out == "deltatuned agent: --cpu-ranks: '-1' is not a non-negative integer\n");
+    CHECK(run_daemon(agent + "--drain-seconds 90s", out) == 2);
+    CHECK(out == "deltatuned agent: --drain-seconds: '90s' is not a non-negative integer\n");
+    CHECK(run_daemon(agent + "--plaintext-token yes", out) == 2);
+    CHECK(out == "deltatuned agent: --plaintext-token: expected allow, got 'yes'\n");
+    CHECK(run_daemon("agent --cpu-ranks 2", out) == 2);
+    CHECK(out == "deltatuned agent: missing required flag --supervisor\n");
+    CHECK(run_daemon("rank --supervisor unix:/x --job jobs/a --spec s --world two", out) == 2);
+    CHECK(out == "deltatuned rank: --world: 'two' is not a non-negative integer\n");
 }
 
 }  // namespace

@@ -412,7 +412,7 @@ TEST_CASE("deltatune pack-stats prints the packing figures as one JSON line", "[
     CHECK(out == "deltatune pack-stats: " + path + ":401: empty input_ids\n");
     REQUIRE(testing::run_command(testing::cli_path() + " pack-stats --data " + path + " 2>&1",
                                  out) == 2);
-    CHECK(out == "deltatune pack-stats: --tokens-per-batch must be a positive integer\n");
+    CHECK(out == "deltatune pack-stats: missing required flag --tokens-per-batch\n");
 }
 
 }  // namespace

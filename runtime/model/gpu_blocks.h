@@ -7,15 +7,14 @@
 #pragma once
 
 #include "runtime/device/device_context.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
 
-// True when the fused flash-attention kernel serves this config on a GPU of `sm_version` (head_dim
-// 256 on sm_90). Plain host logic, in every build: the memory planner asks it too.
-bool gpu_attention_fused(const Qwen35Config& c, int sm_version);
-// True when the wgmma core serves this config (fused, and `core` kWgmma): its
-// backward takes y, so the layer keeps y alone; the other cores' backwards take the ungated o too.
+// True when the wgmma core serves this config (choose_attention): its backward takes y, so the
+// layer keeps y alone; the other cores' backwards take the ungated o too. Plain host logic, in
+// every build: the memory planner asks it too.
 bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, AttentionCore core);
 
 }  // namespace deltatune
@@ -83,6 +82,8 @@ struct GpuCtx {
     bool keep_for_backward = false;
     cudaStream_t stream() const { return dev.compute_stream(); }
     Gemm& gemm() const { return *dev.gemm(); }
+    // What the kernel choices (kernel_choice.h) depend on.
+    KernelTarget kernel_target() const { return {dev.sm_version(), dev.attention_core(), &c}; }
 };
 
 struct GpuMlpActs {
@@ -117,8 +118,8 @@ struct GpuGdnActs {
 };
 
 // True when the fused GDN kernels (causal_conv1d, gated_delta_rule, gated_rmsnorm) serve this
-// config: linear key/value head dims 128 (gated_delta_rule_supported) on sm_90; otherwise the
-// block runs kernels/gdn/gdn_simple.cu.
+// config (choose_gdn_core: linear key/value head dims 128 on sm_90); otherwise the block runs
+// kernels/gdn/gdn_simple.cu.
 bool gpu_gdn_fused(const Qwen35Config& c, int sm_version);
 
 absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,

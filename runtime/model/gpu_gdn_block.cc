@@ -1,5 +1,5 @@
 // Gated DeltaNet block on the GPU: projections (cuBLASLt), then the GDN core, then out_proj.
-// When the fused kernels serve the shape (gpu_gdn_fused: head dims 128 on sm_90) the core is
+// When the fused kernels serve the shape (choose_gdn_core: head dims 128 on sm_90) the core is
 // kernels/gdn/causal_conv1d.cu (conv + SiLU), kernels/gdn/gdn_chunked_rule*.cu (chunked rule with
 // the q/k L2 norm and the beta/g gates fused) and kernels/norm/gated_rmsnorm.cu, bf16 between them;
 // otherwise it runs on the reference-grade kernels of kernels/gdn/gdn_simple.cu (fp32
@@ -87,13 +87,19 @@ absl::Status simple_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuG
     return absl::OkStatus();
 }
 
-bool use_fused(const GpuCtx& x) {
+// The core this batch runs, the same both ways: the op's choice, or the simple kernels where the
+// chunked path's kernels reject the batch.
+absl::StatusOr<KernelImpl> gdn_core_for(const GpuCtx& x) {
+    const ImplChoice core = choose_gdn_core(x.kernel_target());
+    if (core.impl == KernelImpl::kNotBuilt) return absl::FailedPreconditionError(core.why);
+    if (core.impl != KernelImpl::kGdnChunked) return core.impl;
     const Qwen35Config& c = x.c;
-    return gpu_gdn_fused(c, x.dev.sm_version()) &&
-           gated_delta_rule_supported(x.b.tokens, c.linear_num_key_heads, c.linear_num_value_heads,
-                                      c.linear_key_head_dim, c.linear_value_head_dim) &&
-           causal_conv1d_supported(x.b.tokens, c.conv_dim(), c.linear_conv_kernel_dim) &&
-           gated_rmsnorm_supported(x.b.tokens * c.linear_num_value_heads, c.linear_value_head_dim);
+    const bool batch_served =
+        gated_delta_rule_supported(x.b.tokens, c.linear_num_key_heads, c.linear_num_value_heads,
+                                   c.linear_key_head_dim, c.linear_value_head_dim) &&
+        causal_conv1d_supported(x.b.tokens, c.conv_dim(), c.linear_conv_kernel_dim) &&
+        gated_rmsnorm_supported(x.b.tokens * c.linear_num_value_heads, c.linear_value_head_dim);
+    return batch_served ? KernelImpl::kGdnChunked : KernelImpl::kGdnSimple;
 }
 
 // The fused core, forward: mixed (T, C) -> normed (T, VD), filling acts' fused-path fields.
@@ -207,9 +213,7 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
 }  // namespace
 
 bool gpu_gdn_fused(const Qwen35Config& c, int sm_version) {
-    return sm_version == 90 &&
-           gated_delta_rule_supported(0, c.linear_num_key_heads, c.linear_num_value_heads,
-                                      c.linear_key_head_dim, c.linear_value_head_dim);
+    return choose_gdn_core({sm_version, AttentionCore::kWgmma, &c}).impl == KernelImpl::kGdnChunked;
 }
 
 absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
@@ -229,7 +233,8 @@ absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, 
     DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_z, acts.z.get(), a, H, VD));
     DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_b, acts.b.get(), a, H, Hv));
     DT_RETURN_IF_ERROR(proj_forward(x, w.in_proj_a, acts.a.get(), a, H, Hv));
-    if (use_fused(x)) {
+    DT_ASSIGN_OR_RETURN(const KernelImpl core, gdn_core_for(x));
+    if (core == KernelImpl::kGdnChunked) {
         DT_RETURN_IF_ERROR(fused_core_forward(x, w, acts));
         return proj_forward(x, w.out_proj, out, acts.normed.get(), VD, H);
     }
@@ -283,7 +288,8 @@ absl::Status gpu_gdn_backward(const GpuCtx& x, const GpuLayer& w, const bf16* a,
     DT_ASSIGN_OR_RETURN(DeviceMemory db, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(DeviceMemory da_raw, x.dev.allocate(b2 * T * Hv));
     DT_ASSIGN_OR_RETURN(DeviceMemory dmixed, x.dev.allocate(b2 * T * C));
-    if (use_fused(x)) {
+    DT_ASSIGN_OR_RETURN(const KernelImpl core, gdn_core_for(x));
+    if (core == KernelImpl::kGdnChunked) {
         DT_RETURN_IF_ERROR(fused_core_backward(x, w, acts, dnormed.as<bf16>(), dmixed.as<bf16>(),
                                                dz.as<bf16>(), db.as<bf16>(), da_raw.as<bf16>()));
     } else {

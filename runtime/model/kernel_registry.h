@@ -10,24 +10,10 @@
 
 #include "absl/status/status.h"
 #include "runtime/device/device_context.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/qwen35_config.h"
 
 namespace deltatune {
-
-enum class KernelKind : uint8_t {
-    kFused,         // the project's fused CUDA kernel for the op
-    kLibrary,       // cuBLASLt / cuBLAS
-    kSimple,        // reference-grade CUDA kernel (correct, slow): not acceptable in strict mode
-    kCpuReference,  // the fp32 CPU reference (no usable GPU)
-};
-const char* kernel_kind_name(KernelKind k);
-
-struct KernelChoice {
-    std::string op;  // e.g. "gated_attention"
-    KernelKind kind;
-    std::string implementation;  // e.g. "kernels/attention/attention_flash.cu (sm_90a)"
-    std::string why;             // one line
-};
 
 struct KernelRegistry {
     std::string device;  // "cuda:0 (NVIDIA H200, sm_90)" or "cpu"
@@ -46,13 +32,10 @@ struct MachineInfo {
 };
 MachineInfo probe_machine();
 
-// The choice for every op of a Qwen3.5 training step on `machine`. `config` (may be null) adds
-// shape checks, e.g. the flash-attention kernel serves head_dim 256 only.
+// The choice for every op of a Qwen3.5 training step on `machine`, as the run time makes it
+// (kernel_choice.h). `config` (may be null) adds shape checks, e.g. the fused attention cores
+// serve head_dim 256 only.
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config);
-
-// The Gated DeltaNet core ops: fused kernels for linear head dims 128 on sm_90, otherwise
-// kernels/gdn/gdn_simple.cu.
-const std::vector<std::string>& gdn_core_ops();
 
 // OK when every op is kFused or kLibrary, or is named in `allow_non_fused`; otherwise
 // FailedPrecondition naming each offending op, its implementation and why.

@@ -2,7 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "runtime/device/device_context.h"
 #include "runtime/model/kernel_registry.h"
@@ -105,6 +109,7 @@ TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[regi
     c.linear_num_value_heads = 48;
     c.linear_key_head_dim = 128;
     c.linear_value_head_dim = 128;
+    c.linear_conv_kernel_dim = 4;
     KernelRegistry r = kernel_registry_for(m, &c);
     for (const auto& name : gdn_core_ops()) CHECK(op(r, name).kind == KernelKind::kFused);
     CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_chunked_rule.cu (sm_90a)");
@@ -117,6 +122,18 @@ TEST_CASE("registry on an H200: fused GDN core for linear head dims 128", "[regi
     CHECK(op(r, "gated_delta_rule").kind == KernelKind::kSimple);
     CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_simple.cu");
     CHECK_FALSE(check_strict(r).ok());
+
+    // Each of the chunked kernels' limits sends the whole core to the simple kernels, saying why.
+    c.linear_value_head_dim = 128;
+    c.linear_conv_kernel_dim = 5;
+    r = kernel_registry_for(m, &c);
+    CHECK(op(r, "causal_conv1d").implementation == "kernels/gdn/gdn_simple.cu");
+    CHECK(op(r, "gated_rmsnorm").why.find("conv kernel 5") != std::string::npos);
+    c.linear_conv_kernel_dim = 4;
+    c.linear_num_value_heads = 40;
+    r = kernel_registry_for(m, &c);
+    CHECK(op(r, "gated_delta_rule").implementation == "kernels/gdn/gdn_simple.cu");
+    CHECK(op(r, "gated_delta_rule").why.find("heads 16/40") != std::string::npos);
 }
 
 TEST_CASE("registry on a non-Hopper GPU: nothing fused", "[registry]") {
@@ -124,8 +141,52 @@ TEST_CASE("registry on a non-Hopper GPU: nothing fused", "[registry]") {
     m.sm_version = 80;
     m.gpu_name = "A100";
     const KernelRegistry r = kernel_registry_for(m, nullptr);
+    CHECK(op(r, "linear").kind == KernelKind::kLibrary);
     CHECK(op(r, "rmsnorm_residual").kind == KernelKind::kSimple);
     CHECK(op(r, "rmsnorm_residual").why.find("sm_80") != std::string::npos);
+    for (const auto& name : gdn_core_ops()) CHECK(op(r, name).implementation == "none");
+}
+
+// The files a report line names (its implementation may name several, or a library plus one).
+std::vector<std::string> named_files(const std::string& implementation) {
+    static const std::regex file(R"((kernels|runtime)/[A-Za-z0-9_/]+\.(cu|cc|h|cuh))");
+    std::vector<std::string> out;
+    for (auto it = std::sregex_iterator(implementation.begin(), implementation.end(), file);
+         it != std::sregex_iterator(); ++it)
+        out.push_back(it->str());
+    return out;
+}
+
+TEST_CASE("registry for every shipped config, GPU and attention core: the files it names exist",
+          "[registry]") {
+    std::vector<std::optional<Qwen35Config>> configs = {std::nullopt};
+    for (const auto& e :
+         std::filesystem::directory_iterator(testing::source_path("configs/models"))) {
+        auto c = load_qwen35_config(e.path().string());
+        REQUIRE(c.ok());
+        configs.emplace_back(*c);
+    }
+    for (const auto& c : configs) {
+        for (const int sm : {0, 80, 90}) {
+            for (const AttentionCore core :
+                 {AttentionCore::kWgmma, AttentionCore::kCudnn, AttentionCore::kFlash}) {
+                MachineInfo m;
+                m.sm_version = sm;
+                m.attention_core = core;
+                const KernelRegistry r = kernel_registry_for(m, c ? &*c : nullptr);
+                REQUIRE(r.ops.size() == 14);
+                for (const KernelChoice& k : r.ops) {
+                    INFO(k.op << " on sm " << sm << ": " << k.implementation);
+                    CHECK_FALSE(k.why.empty());
+                    if (k.implementation == "none") continue;
+                    const std::vector<std::string> files = named_files(k.implementation);
+                    CHECK_FALSE(files.empty());
+                    for (const std::string& f : files)
+                        CHECK(std::filesystem::exists(testing::source_path(f)));
+                }
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ absl::Status write_params(const std::string& path, const HfModel& model, const P
     return write_safetensors(path, out);
 }
 
+#if DELTATUNE_HAVE_CUDA
 // Forward and backward on the GPU, timed from an idle device to the last kernel.
 absl::Status timed_forward_backward(DeviceContext& ctx, Qwen35GpuModel& net,
                                     const PackedBatch& packed, StepReport& report) {
@@ -51,7 +52,6 @@ absl::Status timed_forward_backward(DeviceContext& ctx, Qwen35GpuModel& net,
     return absl::OkStatus();
 }
 
-#if DELTATUNE_HAVE_CUDA
 // The GPU path: same report and exports, gradients and updated parameters come back as fp32.
 absl::Status run_step_cuda(const StepOptions& options, HfModel& model, const PackedBatch& packed,
                            StepReport& report) {

@@ -161,6 +161,7 @@ TEST_CASE("GPU model matches the CPU model on awkward packings", "[cuda]") {
     }
 }
 
+#if DELTATUNE_HAVE_CUDA  // keep_activations_of_last exists in CUDA builds only
 TEST_CASE("layers that keep their activations under per-layer recompute change no gradient",
           "[cuda]") {
     if (!have_gpu()) return;
@@ -188,6 +189,7 @@ TEST_CASE("layers that keep their activations under per-layer recompute change n
         CHECK(c.min_cos > 0.999999);
     }
 }
+#endif
 
 }  // namespace
 }  // namespace deltatune

@@ -21,6 +21,8 @@
 namespace deltatune {
 namespace {
 
+#if DELTATUNE_HAVE_CUDA  // the projections run on the device only
+
 // Random values already rounded to bf16 (the reference then sees what the GPU sees).
 std::vector<float> random_bf16(size_t n, float scale, std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, scale);
@@ -176,6 +178,8 @@ TEST_CASE("GPU projections with a LoRA branch match the fp32 reference", "[cuda]
         CHECK(group.pending == 0);
     }
 }
+
+#endif  // DELTATUNE_HAVE_CUDA
 
 }  // namespace
 }  // namespace deltatune

@@ -28,6 +28,11 @@ void configure_command_line(CLI::App& app);
 const CLI::Validator& non_negative_integer();
 // A decimal number as strtod reads it, wholly.
 const CLI::Validator& number();
+// A flag holding a count, a size or a number of seconds (--steps N): digits only.
+template <typename T>
+CLI::Option* add_count(CLI::App& app, const std::string& name, T& value, const std::string& help) {
+    return app.add_option(name, value, help)->check(non_negative_integer())->type_name("N");
+}
 // Restricts `option` to `choices`, which --help shows as its value (text|json|yaml); another value
 // reads "--output: expected text, json or yaml, got 'xml'".
 CLI::Option* one_of(CLI::Option* option, std::vector<std::string> choices);

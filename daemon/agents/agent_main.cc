@@ -57,17 +57,14 @@ void declare_flags(CLI::App& app, AgentArgs& a) {
     app.add_option("--address", a.address,
                    "where this machine's ranks are reached by their peers (default: the hostname)")
         ->type_name("A");
-    app.add_option("--cpu-ranks", a.cpu_ranks, "CPU ranks it runs at once")
-        ->check(non_negative_integer())
-        ->type_name("N");
+    add_count(app, "--cpu-ranks", a.cpu_ranks, "CPU ranks it runs at once");
     app.add_option("--state-dir", a.state_dir,
                    "rank logs and specs, a folder of this user's only (default\n"
                    "/var/lib/deltatune-agent/<hostname> as root, else\n"
                    "~/.local/state/deltatune/agent-<hostname>)")
         ->type_name("D");
-    app.add_option("--drain-seconds", a.drain_seconds,
-                   "on SIGTERM, ranks still running after this long are killed")
-        ->check(non_negative_integer())
+    add_count(app, "--drain-seconds", a.drain_seconds,
+              "on SIGTERM, ranks still running after this long are killed")
         ->type_name("S");
     app.add_option("--ca-file", a.ca_file,
                    "TLS to the supervisor, its certificate checked against this CA (or\n"

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +37,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/cli/commands.h"
-#include "daemon/cli/flags.h"
 #include "daemon/cli/job_client.h"
 #include "daemon/config/job_yaml.h"
 #include "daemon/config/spec_to_config.h"
@@ -254,68 +254,108 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
     return j;
 }
 
+// The flags as given; parse_bench_options checks how they relate.
+struct BenchFlags {
+    std::string config, recompute = "layer", rendezvous, sample_out, trace_out, adapter,
+                        lora_targets;
+    uint64_t tokens = 8192, steps = 5, warmup = 2, layers = 0, seed = 0, world = 1, rank = 0,
+             micro = 1, timeout_ms = 120000, stride = 4099, lora_rank = 16;
+    double lr = job_defaults().lr.peak, max_grad_norm = job_defaults().max_grad_norm;
+    std::optional<double> lora_alpha;
+    bool fsdp = false;
+};
+
+void declare_bench_flags(CLI::App& app, BenchFlags& f) {
+    const auto count = [&app](const char* name, uint64_t& value, const char* help) {
+        return daemon::add_count(app, name, value, help);
+    };
+    app.add_option("--config", f.config, "the model's Hugging Face config.json")
+        ->required()
+        ->type_name("CONFIG.json");
+    count("--tokens", f.tokens, "tokens of one packed micro-batch (>= 16)");
+    count("--steps", f.steps, "timed steps (>= 1)");
+    count("--warmup", f.warmup, "steps before the timed ones");
+    daemon::one_of(app.add_option("--recompute", f.recompute,
+                                  "activation recomputation; auto: none where the memory planner "
+                                  "says that fits this GPU"),
+                   {"layer", "none", "auto"});
+    count("--seed", f.seed, "the random model's and batches' seed");
+    count("--layers", f.layers, "that many layers, in the config's pattern (0: the config's)");
+    app.add_option("--lr", f.lr, "learning rate, constant")
+        ->check(daemon::number())
+        ->type_name("X");
+    app.add_option("--max-grad-norm", f.max_grad_norm, "clip the global gradient norm (0: off)")
+        ->check(daemon::number())
+        ->type_name("X");
+    app.add_flag("--fsdp", f.fsdp, "accepted; every run is the sharded engine");
+    const std::string ranks = "Several GPUs (one process each)";
+    count("--world-size", f.world, "processes, one per GPU")->group(ranks);
+    count("--rank", f.rank, "this process's rank (it takes the first visible GPU)")->group(ranks);
+    app.add_option("--rendezvous", f.rendezvous, "the folder the ranks meet in")
+        ->type_name("DIR")
+        ->group(ranks);
+    count("--micro-batches", f.micro, "micro-batches per rank and step (>= 1)")->group(ranks);
+    count("--timeout-ms", f.timeout_ms,
+          "bound on every collective; doubled, on the time without progress")
+        ->group(ranks);
+    const std::string outputs = "Outputs";
+    app.add_option("--sample-out", f.sample_out,
+                   "every S-th element of every fp32 master after the last step (raw float32)")
+        ->type_name("FILE")
+        ->group(outputs);
+    count("--sample-stride", f.stride, "S for --sample-out (>= 1)")->group(outputs);
+    app.add_option("--trace-out", f.trace_out, "the profiled step's timeline (Chrome trace JSON)")
+        ->type_name("FILE")
+        ->group(outputs);
+    const std::string lora = "LoRA (--adapter lora: every projection, alpha twice the rank)";
+    daemon::one_of(
+        app.add_option("--adapter", f.adapter, "train a LoRA adapter on the frozen base"), {"lora"})
+        ->group(lora);
+    count("--lora-rank", f.lora_rank, "the adapter's rank (>= 1)")->group(lora);
+    app.add_option_function<double>(
+           "--lora-alpha", [&f](const double& a) { f.lora_alpha = a; }, "default: twice the rank")
+        ->check(daemon::number())
+        ->type_name("A")
+        ->group(lora);
+    app.add_option("--lora-targets", f.lora_targets, "the projections to adapt")
+        ->type_name("m,...")
+        ->group(lora);
+}
+
 // --adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m1,m2]: every projection by
 // default, alpha twice the rank (PEFT's common choice).
-absl::StatusOr<std::optional<LoraSpec>> parse_bench_lora(const Flags& f) {
-    const std::string type = f.get("adapter", "");
-    if (type.empty()) return std::optional<LoraSpec>();
-    if (type != "lora") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--adapter: expected lora, got '", type, "'"));
-    }
+absl::StatusOr<std::optional<LoraSpec>> parse_bench_lora(const BenchFlags& f) {
+    if (f.adapter.empty()) return std::optional<LoraSpec>();
     LoraSpec s;
-    DT_ASSIGN_OR_RETURN(uint64_t rank, f.get_uint("lora-rank", 16));
-    if (rank < 1) return absl::InvalidArgumentError("--lora-rank must be >= 1");
-    s.rank = static_cast<int64_t>(rank);
-    DT_ASSIGN_OR_RETURN(s.alpha, f.get_double("lora-alpha", 2.0 * static_cast<double>(rank)));
+    if (f.lora_rank < 1) return absl::InvalidArgumentError("--lora-rank must be >= 1");
+    s.rank = static_cast<int64_t>(f.lora_rank);
+    s.alpha = f.lora_alpha.value_or(2.0 * static_cast<double>(f.lora_rank));
     std::vector<std::string> modules;
     for (size_t i = 0; i < kNumProj; ++i) modules.push_back(proj_module_name(static_cast<Proj>(i)));
-    const std::string list = f.get("lora-targets", "");
-    if (!list.empty()) modules = absl::StrSplit(list, ',');
+    if (!f.lora_targets.empty()) modules = absl::StrSplit(f.lora_targets, ',');
     DT_ASSIGN_OR_RETURN(s.targets, parse_lora_targets(modules));
     return std::optional<LoraSpec>(s);
 }
 
-absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>& args) {
-    DT_ASSIGN_OR_RETURN(
-        Flags f, Flags::parse(args, {"config",        "tokens",     "steps",      "warmup",
-                                     "recompute",     "seed",       "layers",     "lr",
-                                     "world-size",    "rank",       "rendezvous", "micro-batches",
-                                     "max-grad-norm", "timeout-ms", "sample-out", "sample-stride",
-                                     "adapter",       "lora-rank",  "lora-alpha", "lora-targets",
-                                     "trace-out"},
-                              {"fsdp"}));
+absl::StatusOr<BenchOptions> parse_bench_options(const BenchFlags& f) {
     BenchOptions o;
-    DT_ASSIGN_OR_RETURN(o.config, f.require("config"));
-    DT_ASSIGN_OR_RETURN(uint64_t tokens, f.get_uint("tokens", 8192));
-    DT_ASSIGN_OR_RETURN(uint64_t steps, f.get_uint("steps", 5));
-    DT_ASSIGN_OR_RETURN(uint64_t warmup, f.get_uint("warmup", 2));
-    DT_ASSIGN_OR_RETURN(uint64_t layers, f.get_uint("layers", 0));
-    DT_ASSIGN_OR_RETURN(o.seed, f.get_uint("seed", 0));
-    DT_ASSIGN_OR_RETURN(o.adamw.lr, f.get_double("lr", job_defaults().lr.peak));
-    o.recompute = f.get("recompute", "layer");
-    if (o.recompute != "layer" && o.recompute != "none" && o.recompute != "auto") {
+    o.config = f.config;
+    o.seed = f.seed;
+    o.adamw.lr = f.lr;
+    o.recompute = f.recompute;
+    o.max_grad_norm = f.max_grad_norm;
+    o.rendezvous = f.rendezvous;
+    o.sample_out = f.sample_out;
+    o.trace_out = f.trace_out;
+    if (f.world < 1 || f.rank >= f.world) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--recompute: expected layer, none or auto, got '", o.recompute, "'"));
-    }
-    DT_ASSIGN_OR_RETURN(uint64_t world, f.get_uint("world-size", 1));
-    DT_ASSIGN_OR_RETURN(uint64_t rank, f.get_uint("rank", 0));
-    DT_ASSIGN_OR_RETURN(uint64_t micro, f.get_uint("micro-batches", 1));
-    DT_ASSIGN_OR_RETURN(uint64_t timeout, f.get_uint("timeout-ms", 120000));
-    DT_ASSIGN_OR_RETURN(uint64_t stride, f.get_uint("sample-stride", 4099));
-    DT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", o.max_grad_norm));
-    o.rendezvous = f.get("rendezvous", "");
-    o.sample_out = f.get("sample-out", "");
-    o.trace_out = f.get("trace-out", "");
-    if (world < 1 || rank >= world) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--rank ", rank, " must be below --world-size ", world));
+            absl::StrCat("--rank ", f.rank, " must be below --world-size ", f.world));
     }
     // --fsdp is what every run is now (the job's engine; at world size 1 one GPU): accepted.
-    if (world > 1 && o.rendezvous.empty()) {
+    if (f.world > 1 && o.rendezvous.empty()) {
         return absl::InvalidArgumentError("--world-size > 1 needs --rendezvous DIR");
     }
-    if (micro < 1 || stride < 1 || timeout < 1) {
+    if (f.micro < 1 || f.stride < 1 || f.timeout_ms < 1) {
         return absl::InvalidArgumentError(
             "--micro-batches, --sample-stride and --timeout-ms must be >= 1");
     }
@@ -327,27 +367,31 @@ absl::StatusOr<BenchOptions> parse_bench_options(const std::vector<std::string>&
     if (o.lora && !o.sample_out.empty()) {  // the sample reads the base's fp32 masters
         return absl::InvalidArgumentError("--sample-out: not with --adapter (the base is frozen)");
     }
-    o.world = static_cast<int64_t>(world), o.rank = static_cast<int64_t>(rank);
-    o.micro = static_cast<int64_t>(micro), o.timeout_ms = static_cast<int64_t>(timeout);
-    o.sample_stride = static_cast<int64_t>(stride);
-    if (tokens < 16 || steps < 1) {
+    o.world = static_cast<int64_t>(f.world), o.rank = static_cast<int64_t>(f.rank);
+    o.micro = static_cast<int64_t>(f.micro), o.timeout_ms = static_cast<int64_t>(f.timeout_ms);
+    o.sample_stride = static_cast<int64_t>(f.stride);
+    if (f.tokens < 16 || f.steps < 1) {
         return absl::InvalidArgumentError("--tokens must be >= 16 and --steps >= 1");
     }
-    o.tokens = static_cast<int64_t>(tokens), o.steps = static_cast<int64_t>(steps);
-    o.warmup = static_cast<int64_t>(warmup), o.layers = static_cast<int64_t>(layers);
+    o.tokens = static_cast<int64_t>(f.tokens), o.steps = static_cast<int64_t>(f.steps);
+    o.warmup = static_cast<int64_t>(f.warmup), o.layers = static_cast<int64_t>(f.layers);
     return o;
 }
 
 }  // namespace
 
-int bench_command(const std::vector<std::string>& args) {
-    auto options = parse_bench_options(args);
-    absl::StatusOr<nlohmann::json> j = options.ok() ? run_bench(*options) : options.status();
-    if (!j.ok()) {
-        return fail("bench", j.status());
-    }
-    std::printf("%s\n", j->dump().c_str());
-    return 0;
+CommandRun bench_command(CLI::App& app) {
+    auto flags = std::make_shared<BenchFlags>();
+    declare_bench_flags(app, *flags);
+    return [flags] {
+        auto options = parse_bench_options(*flags);
+        absl::StatusOr<nlohmann::json> j = options.ok() ? run_bench(*options) : options.status();
+        if (!j.ok()) {
+            return fail("bench", j.status());
+        }
+        std::printf("%s\n", j->dump().c_str());
+        return 0;
+    };
 }
 
 }  // namespace deltatune::cli

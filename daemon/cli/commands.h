@@ -7,7 +7,6 @@
 
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "daemon/command_line.h"
 
@@ -18,8 +17,8 @@ using CommandRun = std::function<int()>;
 CommandRun init_model_command(CLI::App& app);
 CommandRun step_command(CLI::App& app);
 // The 27B-slice training-step benchmark on a random model (docs/performance.md); one JSON
-// line. Takes the arguments after "bench" until its flags are declared like the others'.
-int bench_command(const std::vector<std::string>& args);
+// line.
+CommandRun bench_command(CLI::App& app);
 // Prints which implementation each op of the training step uses on this machine.
 CommandRun kernels_command(CLI::App& app);
 CommandRun pack_stats_command(CLI::App& app);

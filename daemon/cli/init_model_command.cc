@@ -32,9 +32,7 @@ CommandRun init_model_command(CLI::App& app) {
         ->required()
         ->type_name("CONFIG.json");
     app.add_option("--out", f->out, "the folder to write")->required()->type_name("DIR");
-    app.add_option("--seed", f->seed, "the generator's seed")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--seed", f->seed, "the generator's seed");
     daemon::one_of(
         app.add_option(
             "--device", f->device,

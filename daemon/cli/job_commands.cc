@@ -337,9 +337,7 @@ CommandRun list_command(CLI::App& app) {
     daemon::repeated(
         app.add_option("--label", f->labels, "only jobs with this label; repeated: all of them"))
         ->type_name("KEY=VALUE");
-    app.add_option("--page-size", f->page_size, "jobs per page (0: the daemon's default)")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--page-size", f->page_size, "jobs per page (0: the daemon's default)");
     app.add_option("--page-token", f->page_token, "the page a previous list named")->type_name("T");
     add_client_flags(app, f->client);
     return [f] { return list(*f); };
@@ -348,9 +346,7 @@ CommandRun list_command(CLI::App& app) {
 CommandRun events_command(CLI::App& app) {
     auto f = std::make_shared<EventsFlags>();
     add_one_job_flags(app, f->job);
-    app.add_option("--since", f->since, "only events after this sequence number")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--since", f->since, "only events after this sequence number");
     app.add_flag("--follow", f->follow, "stream new events until the job ends");
     return [f] { return events(*f); };
 }

@@ -231,9 +231,7 @@ CommandRun checkpoints_command(CLI::App& app) {
 CommandRun export_command(CLI::App& app) {
     auto f = std::make_shared<ExportFlags>();
     add_one_job_flags(app, f->job);
-    app.add_option("--step", f->step, "the checkpoint of this step (default: the newest)")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--step", f->step, "the checkpoint of this step (default: the newest)");
     app.add_flag("--best", f->best, "early stopping's best checkpoint");
     app.add_option("--out", f->out, "the folder to write (default: OUTPUT_DIR/export-step-N)")
         ->type_name("DIR");
@@ -244,13 +242,10 @@ CommandRun export_command(CLI::App& app) {
 CommandRun profile_command(CLI::App& app) {
     auto f = std::make_shared<ProfileFlags>();
     add_one_job_flags(app, f->job);
-    app.add_option("--steps", f->steps, "steps to trace")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--steps", f->steps, "steps to trace");
     app.add_option("--out", f->out, "the trace file (default: profile-ID.trace.json)")
         ->type_name("FILE");
-    app.add_option("--wait", f->wait_seconds, "seconds to wait for the traced steps")
-        ->check(daemon::non_negative_integer())
+    daemon::add_count(app, "--wait", f->wait_seconds, "seconds to wait for the traced steps")
         ->type_name("S");
     return [f] { return profile(*f); };
 }

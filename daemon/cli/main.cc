@@ -32,7 +32,8 @@ const Command kCommands[] = {
      "one training step, printed as one JSON line (with --adapter: a LoRA step on the\n"
      "frozen base, CPU)",
      cli::step_command},
-    {"bench", "the training-step benchmark on a random model (the job's GPU engine)", nullptr},
+    {"bench", "the training-step benchmark on a random model (the job's GPU engine)",
+     cli::bench_command},
     {"kernels", "which implementation each op uses on this machine, and why", cli::kernels_command},
     {"pack-stats",
      "packing efficiency vs 2D padding, the steps of one epoch and (--num-epochs) of\n"
@@ -94,25 +95,7 @@ void usage(FILE* out) {
         out);
 }
 
-// bench's flags, until they are declared like the other commands'.
-constexpr char kBenchUsage[] =
-    "usage: deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]\n"
-    "       [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]\n"
-    "       [--world-size N --rank R --rendezvous DIR] [--micro-batches K]\n"
-    "       [--max-grad-norm X] [--timeout-ms MS] [--sample-out FILE]\n"
-    "       [--adapter lora [--lora-rank R] [--lora-alpha A] [--lora-targets m,...]]\n"
-    "       [--trace-out FILE]   training-step benchmark on a random model (the job's\n"
-    "       GPU engine); --trace-out: the profiled step's timeline (Chrome trace JSON)\n";
-
 int run(const Command& c, const std::vector<std::string>& args) {
-    if (c.declare == nullptr) {
-        for (const std::string& a : args) {
-            if (a != "--help" && a != "-h") continue;
-            std::fputs(kBenchUsage, stdout);
-            return 0;
-        }
-        return cli::bench_command(args);
-    }
     CLI::App app{c.summary, std::string("deltatune ") + c.name};
     deltatune::daemon::configure_command_line(app);
     const CommandRun command = c.declare(app);

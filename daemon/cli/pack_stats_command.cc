@@ -118,14 +118,9 @@ int print_pack_stats(const PackStatsFlags& flags) {
 
 CommandRun pack_stats_command(CLI::App& app) {
     auto f = std::make_shared<PackStatsFlags>();
-    const auto count = [&app](const std::string& name, uint64_t& value, const std::string& help) {
-        app.add_option(name, value, help)->check(daemon::non_negative_integer())->type_name("N");
-    };
     app.add_option("--data", f->data, "the dataset (JSON lines)")->required()->type_name("FILE");
-    app.add_option("--tokens-per-batch", f->tokens_per_batch, "tokens of one packed batch")
+    daemon::add_count(app, "--tokens-per-batch", f->tokens_per_batch, "tokens of one packed batch")
         ->required()
-        ->check(daemon::non_negative_integer())
-        ->type_name("N")
         ->default_str("");
     app.add_option("--tokenizer", f->tokenizer, "tokenize text and conversations with this")
         ->type_name("DIR_OR_FILE");
@@ -144,12 +139,14 @@ CommandRun pack_stats_command(CLI::App& app) {
         {"fail", "skip"});
     app.add_option("--cache-dir", f->cache_dir, "keep the tokenized dataset here")
         ->type_name("DIR");
-    count("--threads", f->threads, "tokenizer threads (0: every core)");
-    count("--vocab-size", f->vocab_size, "check ids against V (default: the tokenizer's)");
-    count("--window", f->window, "documents the packer looks ahead");
-    count("--seed", f->seed, "the shuffle's seed");
-    count("--world-size", f->world_size, "ranks the batches are dealt to");
-    count("--gradient-accumulation", f->gradient_accumulation, "batches per optimizer step");
+    daemon::add_count(app, "--threads", f->threads, "tokenizer threads (0: every core)");
+    daemon::add_count(app, "--vocab-size", f->vocab_size,
+                      "check ids against V (default: the tokenizer's)");
+    daemon::add_count(app, "--window", f->window, "documents the packer looks ahead");
+    daemon::add_count(app, "--seed", f->seed, "the shuffle's seed");
+    daemon::add_count(app, "--world-size", f->world_size, "ranks the batches are dealt to");
+    daemon::add_count(app, "--gradient-accumulation", f->gradient_accumulation,
+                      "batches per optimizer step");
     app.add_option_function<double>(
            "--num-epochs", [f](const double& e) { f->num_epochs = e; },
            "also the steps of a run of E epochs (max_steps)")

@@ -136,9 +136,7 @@ CommandRun tokenize_command(CLI::App& app) {
     daemon::one_of(app.add_option("--chat-template", f->chat_template,
                                   "default: the one the tokenizer's folder carries, as a job's"),
                    {"qwen3", "qwen3_5"});
-    app.add_option("--threads", f->threads, "0: every core")
-        ->check(daemon::non_negative_integer())
-        ->type_name("N");
+    daemon::add_count(app, "--threads", f->threads, "0: every core");
     app.add_option("--input", f->input, "read this instead of stdin")->type_name("FILE");
     return [f] {
         const absl::Status s = tokenize(*f);

@@ -116,15 +116,14 @@ absl::Status run_train(const TrainFlags& flags) {
 
 CommandRun train_command(CLI::App& app) {
     auto f = std::make_shared<TrainFlags>();
-    const auto count = [&app](const std::string& name, uint64_t& value, const std::string& help) {
-        app.add_option(name, value, help)->check(daemon::non_negative_integer())->type_name("N");
-    };
     app.add_option("JOB.yaml", f->path, "the job file (its paths taken as given)")->required();
-    count("--rank", f->rank, "this process's rank");
-    count("--world-size", f->world_size, "processes training together (data-parallel)");
+    daemon::add_count(app, "--rank", f->rank, "this process's rank");
+    daemon::add_count(app, "--world-size", f->world_size,
+                      "processes training together (data-parallel)");
     app.add_option("--rendezvous", f->rendezvous, "the folder the ranks meet in (world size > 1)")
         ->type_name("DIR");
-    count("--data-shards", f->data_shards, "packed bins per micro-step (0: the world size)");
+    daemon::add_count(app, "--data-shards", f->data_shards,
+                      "packed bins per micro-step (0: the world size)");
     app.add_option("--timeout", f->timeout_seconds,
                    "seconds a collective may take; twice that without progress ends a rank")
         ->check(daemon::number())

@@ -58,7 +58,7 @@ void declare_flags(CLI::App& app, RankArgs& a) {
          {std::tuple{"--attempt", &a.attempt, "the job's attempt this rank is of"},
           std::tuple{"--rank", &a.rank, "this rank"},
           std::tuple{"--world", &a.world, "the attempt's ranks"}}) {
-        app.add_option(name, *value, help)->check(daemon::non_negative_integer())->type_name("N");
+        daemon::add_count(app, name, *value, help);
     }
     app.add_option_function<int>(
            "--local-rank", [&a](const int& r) { a.local_rank = r; },

@@ -62,6 +62,15 @@ TEST_CASE("local commands name the flag and the value they refuse", "[cli]") {
           "--device: 'cuda:1' is not a non-negative integer");
     CHECK(parse(train_command, "a.yaml b.yaml").error == "unexpected argument 'b.yaml'");
     CHECK(parse(kernels_command, "--strict yes").error == "unexpected argument 'yes'");
+    CHECK(parse(bench_command, "--config c --recompute full").error ==
+          "--recompute: expected layer, none or auto, got 'full'");
+    CHECK(parse(bench_command, "--config c --tokens -5").error ==
+          "--tokens: '-5' is not a non-negative integer");
+    CHECK(parse(bench_command, "--config c --adapter dora").error ==
+          "--adapter: expected lora, got 'dora'");
+    CHECK(parse(bench_command, "--config c --lora-alpha x").error ==
+          "--lora-alpha: 'x' is not a number");
+    CHECK(parse(bench_command, "--steps 3").error == "missing required flag --config");
 }
 
 TEST_CASE("daemon commands take the client flags and check them before connecting", "[cli]") {

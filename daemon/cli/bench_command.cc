@@ -1,8 +1,4 @@
-// deltatune bench --config CONFIG.json [--tokens 8192] [--steps 5] [--warmup 2]
-//                 [--recompute layer|none|auto] [--seed 0] [--layers N] [--lr 1e-5]
-//                 [--world-size N --rank R --rendezvous DIR] [--micro-batches K]
-//                 [--max-grad-norm 1.0] [--timeout-ms MS] [--sample-out FILE --sample-stride S]
-//                 [--adapter lora --lora-rank 16 [--lora-alpha 32] [--lora-targets q_proj,...]]
+// deltatune bench --config CONFIG.json [flags: `deltatune bench --help`, declared below]
 // The headline training-step benchmark (docs/performance.md) over runtime/train/benchmark.h: the
 // engine daemon jobs train with, random-initialised, synthetic batches, each step the trainer's
 // own (run_train_step: begin, forward and backward per micro-batch, the loss summed over the

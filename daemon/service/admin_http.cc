@@ -140,11 +140,9 @@ void MetricsCollector::render_daemon(const std::vector<v1::Job>& jobs, std::stri
     absl::StrAppend(&out, "deltatune_build_info{version=\"", DT_VERSION, "\"} 1\n");
     help(out, "deltatune_jobs", "gauge", "Jobs by state.");
     std::map<std::string, int> by_state;
-    // Every state a job can be in, 0 included; VALIDATING is reserved (submission validates
-    // before a job exists), so a dashboard never shows a state the README does not name.
+    // Every state a job can be in (not 0), so a dashboard shows each from the start.
     for (int s = v1::Job::State_MIN; s <= v1::Job::State_MAX; ++s) {
-        if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED &&
-            s != v1::Job::VALIDATING) {
+        if (v1::Job::State_IsValid(s) && s != v1::Job::STATE_UNSPECIFIED) {
             by_state[v1::Job::State_Name(static_cast<v1::Job::State>(s))] = 0;
         }
     }

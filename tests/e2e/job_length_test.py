@@ -113,7 +113,7 @@ def test_untrained_job_has_no_last_step_time():
     line = next(l for l in text.splitlines()
                 if l.startswith(f'deltatune_job_last_step_timestamp_seconds{{job_id="{name}"}}'))
     check(line.endswith(" NaN"), f"a job without a step: {line}")
-    # States a job can be in, no more: VALIDATING is reserved (CreateJob validates first).
+    # States a job can be in, no more: VALIDATING left the proto (CreateJob validates first).
     check('deltatune_jobs{state="QUEUED"}' in text and "VALIDATING" not in text,
           "jobs by state")
 

@@ -1,5 +1,8 @@
 // CPU reference for varlen causal GQA softmax attention (saving the log-sum-exp for backward) and
-// the sigmoid output gate of Qwen3.5's full-attention layers.
+// the sigmoid output gate of Qwen3.5's full-attention layers. Every sum (dot products, softmax
+// denominators, the outputs and gradients summed over keys or queries) accumulates in double
+// whatever T is, so the reference's own rounding stays at its outputs'.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -14,10 +17,10 @@ T sigmoid(T x) {
 }
 
 template <typename T>
-T dot(const T* a, const T* b, int64_t n) {
-    T s = 0;
+double dot(const T* a, const T* b, int64_t n) {
+    double s = 0;
     for (int64_t i = 0; i < n; ++i) {
-        s += a[i] * b[i];
+        s += static_cast<double>(a[i]) * b[i];
     }
     return s;
 }
@@ -31,7 +34,7 @@ void attention_forward_ref(T* out, T* lse, const T* q, const T* k, const T* v,
     const int64_t group = q_heads / kv_heads;
     const int64_t q_stride = q_heads * head_dim;
     const int64_t kv_stride = kv_heads * head_dim;
-    std::vector<T> scores;
+    std::vector<double> scores, acc(static_cast<size_t>(head_dim));
     for (int64_t d = 0; d < num_docs; ++d) {
         const int64_t begin = cu_seqlens[d];
         const int64_t end = cu_seqlens[d + 1];
@@ -41,29 +44,30 @@ void attention_forward_ref(T* out, T* lse, const T* q, const T* k, const T* v,
             for (int64_t i = begin; i < end; ++i) {
                 const T* qi = q + i * q_stride + h * head_dim;
                 // Scores of the keys begin..i (causal, never leaving the document).
-                T max_score = -INFINITY;
+                double max_score = -INFINITY;
                 for (int64_t j = begin; j <= i; ++j) {
-                    const T s = dot(qi, k + j * kv_stride + kvh * head_dim, head_dim) * scale;
+                    const double s = dot(qi, k + j * kv_stride + kvh * head_dim, head_dim) * scale;
                     scores[static_cast<size_t>(j - begin)] = s;
                     max_score = s > max_score ? s : max_score;
                 }
-                T sum = 0;
+                double sum = 0;
                 for (int64_t j = begin; j <= i; ++j) {
-                    T& s = scores[static_cast<size_t>(j - begin)];
+                    double& s = scores[static_cast<size_t>(j - begin)];
                     s = std::exp(s - max_score);
                     sum += s;
                 }
-                lse[i * q_heads + h] = max_score + std::log(sum);
-                T* oi = out + i * q_stride + h * head_dim;
-                for (int64_t c = 0; c < head_dim; ++c) {
-                    oi[c] = 0;
-                }
+                lse[i * q_heads + h] = static_cast<T>(max_score + std::log(sum));
+                std::fill(acc.begin(), acc.end(), 0.0);
                 for (int64_t j = begin; j <= i; ++j) {
-                    const T p = scores[static_cast<size_t>(j - begin)] / sum;
+                    const double p = scores[static_cast<size_t>(j - begin)] / sum;
                     const T* vj = v + j * kv_stride + kvh * head_dim;
                     for (int64_t c = 0; c < head_dim; ++c) {
-                        oi[c] += p * vj[c];
+                        acc[c] += p * vj[c];
                     }
+                }
+                T* oi = out + i * q_stride + h * head_dim;
+                for (int64_t c = 0; c < head_dim; ++c) {
+                    oi[c] = static_cast<T>(acc[c]);
                 }
             }
         }
@@ -78,14 +82,10 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
     const int64_t q_stride = q_heads * head_dim;
     const int64_t kv_stride = kv_heads * head_dim;
     const int64_t tokens = cu_seqlens[num_docs];
-    // dk and dv gather contributions from every query head of their group, so start at zero.
-    for (int64_t n = 0; n < tokens * q_stride; ++n) {
-        dq[n] = 0;
-    }
-    for (int64_t n = 0; n < tokens * kv_stride; ++n) {
-        dk[n] = 0;
-        dv[n] = 0;
-    }
+    // dq sums over keys; dk and dv over queries and every query head of their group.
+    std::vector<double> dq_acc(static_cast<size_t>(tokens * q_stride), 0.0);
+    std::vector<double> dk_acc(static_cast<size_t>(tokens * kv_stride), 0.0);
+    std::vector<double> dv_acc(dk_acc.size(), 0.0);
     for (int64_t d = 0; d < num_docs; ++d) {
         const int64_t begin = cu_seqlens[d];
         const int64_t end = cu_seqlens[d + 1];
@@ -94,18 +94,18 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
             for (int64_t i = begin; i < end; ++i) {
                 const T* qi = q + i * q_stride + h * head_dim;
                 const T* doi = dout + i * q_stride + h * head_dim;
-                T* dqi = dq + i * q_stride + h * head_dim;
+                double* dqi = dq_acc.data() + i * q_stride + h * head_dim;
                 // rowsum(dO * O) is the softmax Jacobian's correction term sum_j P_j dP_j.
-                const T delta = dot(doi, out + i * q_stride + h * head_dim, head_dim);
-                const T row_lse = lse[i * q_heads + h];
+                const double delta = dot(doi, out + i * q_stride + h * head_dim, head_dim);
+                const double row_lse = lse[i * q_heads + h];
                 for (int64_t j = begin; j <= i; ++j) {
                     const T* kj = k + j * kv_stride + kvh * head_dim;
                     const T* vj = v + j * kv_stride + kvh * head_dim;
-                    T* dkj = dk + j * kv_stride + kvh * head_dim;
-                    T* dvj = dv + j * kv_stride + kvh * head_dim;
-                    const T p = std::exp(dot(qi, kj, head_dim) * scale - row_lse);
-                    const T dp = dot(doi, vj, head_dim);
-                    const T ds = p * (dp - delta);
+                    double* dkj = dk_acc.data() + j * kv_stride + kvh * head_dim;
+                    double* dvj = dv_acc.data() + j * kv_stride + kvh * head_dim;
+                    const double p = std::exp(dot(qi, kj, head_dim) * scale - row_lse);
+                    const double dp = dot(doi, vj, head_dim);
+                    const double ds = p * (dp - delta);
                     for (int64_t c = 0; c < head_dim; ++c) {
                         dqi[c] += scale * ds * kj[c];
                         dkj[c] += scale * ds * qi[c];
@@ -114,6 +114,11 @@ void attention_backward_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
                 }
             }
         }
+    }
+    for (size_t n = 0; n < dq_acc.size(); ++n) dq[n] = static_cast<T>(dq_acc[n]);
+    for (size_t n = 0; n < dk_acc.size(); ++n) {
+        dk[n] = static_cast<T>(dk_acc[n]);
+        dv[n] = static_cast<T>(dv_acc[n]);
     }
 }
 

@@ -12,14 +12,14 @@ namespace {
 template <typename T>
 T conv_pre(const T* x, const T* w, int64_t t, int64_t c, int64_t begin, int64_t channels,
            int64_t kernel) {
-    T pre = 0;
+    double pre = 0;
     for (int64_t j = 0; j < kernel; ++j) {
         const int64_t src = t - (kernel - 1) + j;
         if (src >= begin) {
-            pre += w[c * kernel + j] * x[src * channels + c];
+            pre += static_cast<double>(w[c * kernel + j]) * x[src * channels + c];
         }
     }
-    return pre;
+    return static_cast<T>(pre);
 }
 
 }  // namespace
@@ -45,10 +45,10 @@ void causal_conv1d_backward_ref(T* dx, T* dw, const T* dout, const T* x, const T
                                 const int32_t* cu_seqlens, int64_t num_docs, int64_t channels,
                                 int64_t kernel) {
     const int64_t tokens = cu_seqlens[num_docs];
-    // Every output tap scatters into up to K inputs, so dx is built by accumulation from zero.
-    for (int64_t n = 0; n < tokens * channels; ++n) {
-        dx[n] = 0;
-    }
+    // Every output tap scatters into up to K inputs, so dx is built by accumulation from zero; dw
+    // sums over every token. Both accumulate in double whatever T is.
+    std::vector<double> dx_acc(static_cast<size_t>(tokens * channels), 0.0);
+    std::vector<double> dw_acc(dw, dw + channels * kernel);
     for (int64_t d = 0; d < num_docs; ++d) {
         const int64_t begin = cu_seqlens[d];
         const int64_t end = cu_seqlens[d + 1];
@@ -61,13 +61,15 @@ void causal_conv1d_backward_ref(T* dx, T* dw, const T* dout, const T* x, const T
                 for (int64_t j = 0; j < kernel; ++j) {
                     const int64_t src = t - (kernel - 1) + j;
                     if (src >= begin) {
-                        dx[src * channels + c] += w[c * kernel + j] * dpre;
-                        dw[c * kernel + j] += dpre * x[src * channels + c];
+                        dx_acc[src * channels + c] += static_cast<double>(w[c * kernel + j]) * dpre;
+                        dw_acc[c * kernel + j] += static_cast<double>(dpre) * x[src * channels + c];
                     }
                 }
             }
         }
     }
+    for (int64_t n = 0; n < tokens * channels; ++n) dx[n] = static_cast<T>(dx_acc[n]);
+    for (int64_t n = 0; n < channels * kernel; ++n) dw[n] = static_cast<T>(dw_acc[n]);
 }
 
 template void causal_conv1d_forward_ref<float>(float*, const float*, const float*, const int32_t*,

@@ -1,5 +1,6 @@
 // CPU reference for the gated delta rule in its per-token recurrent form (the same recurrence as
-// transformers' torch_recurrent_gated_delta_rule), with a state-replaying backward.
+// transformers' torch_recurrent_gated_delta_rule), with a state-replaying backward. The state is
+// kept in T; every reduction (state-vector products, dg, dbeta) accumulates in double.
 #include <cmath>
 #include <vector>
 
@@ -19,22 +20,33 @@ struct Step {
     T beta;
 };
 
+// out[b] = sum_a S[a * dv + b] x[a] for a (dk x dv) state: a product over dk, summed in double
+// in `acc` (dv) and rounded to T once.
+template <typename T>
+void state_t_times(T* out, std::vector<double>& acc, const T* S, const T* x, int64_t dk,
+                   int64_t dv) {
+    acc.assign(static_cast<size_t>(dv), 0.0);
+    for (int64_t a = 0; a < dk; ++a) {
+        const double xa = x[a];
+        for (int64_t b = 0; b < dv; ++b) {
+            acc[b] += S[a * dv + b] * xa;
+        }
+    }
+    for (int64_t b = 0; b < dv; ++b) {
+        out[b] = static_cast<T>(acc[b]);
+    }
+}
+
 // Runs one step on S in place: S' = exp(g) S; p = S'^T k; delta = beta (v - p); S = S' + k delta^T.
 // Leaves p and delta (both dv) behind for the backward.
 template <typename T>
-void step_state(T* S, T* p, T* delta, const Step<T>& s, int64_t dk, int64_t dv) {
+void step_state(T* S, T* p, T* delta, std::vector<double>& acc, const Step<T>& s, int64_t dk,
+                int64_t dv) {
     const T decay = std::exp(s.g);
     for (int64_t n = 0; n < dk * dv; ++n) {
         S[n] *= decay;
     }
-    for (int64_t b = 0; b < dv; ++b) {
-        p[b] = 0;
-    }
-    for (int64_t a = 0; a < dk; ++a) {
-        for (int64_t b = 0; b < dv; ++b) {
-            p[b] += S[a * dv + b] * s.k[a];
-        }
-    }
+    state_t_times(p, acc, S, s.k, dk, dv);
     for (int64_t b = 0; b < dv; ++b) {
         delta[b] = (s.v[b] - p[b]) * s.beta;
     }
@@ -65,6 +77,7 @@ void gated_delta_rule_forward_ref(T* out, const T* q, const T* k, const T* v, co
     std::vector<T> p(static_cast<size_t>(dv));
     std::vector<T> delta(static_cast<size_t>(dv));
     std::vector<T> qs(static_cast<size_t>(dk));
+    std::vector<double> acc;
     for (int64_t d = 0; d < num_docs; ++d) {
         for (int64_t j = 0; j < v_heads; ++j) {
             const int64_t kh = j / ratio;
@@ -73,20 +86,12 @@ void gated_delta_rule_forward_ref(T* out, const T* q, const T* k, const T* v, co
             }
             for (int64_t t = cu_seqlens[d]; t < cu_seqlens[d + 1]; ++t) {
                 const Step<T> s = step_at(q, k, v, g, beta, t, j, kh, k_heads, v_heads, dk, dv);
-                step_state(S.data(), p.data(), delta.data(), s, dk, dv);
+                step_state(S.data(), p.data(), delta.data(), acc, s, dk, dv);
                 // transformers scales q before reading the state: o = S^T (scale * q).
                 for (int64_t a = 0; a < dk; ++a) {
                     qs[a] = s.q[a] * scale;
                 }
-                T* o = out + (t * v_heads + j) * dv;
-                for (int64_t b = 0; b < dv; ++b) {
-                    o[b] = 0;
-                }
-                for (int64_t a = 0; a < dk; ++a) {
-                    for (int64_t b = 0; b < dv; ++b) {
-                        o[b] += S[a * dv + b] * qs[a];
-                    }
-                }
+                state_t_times(out + (t * v_heads + j) * dv, acc, S.data(), qs.data(), dk, dv);
             }
         }
     }
@@ -113,6 +118,7 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
     std::vector<T> delta(static_cast<size_t>(dv));
     std::vector<T> ddelta(static_cast<size_t>(dv));
     std::vector<T> dp(static_cast<size_t>(dv));
+    std::vector<double> acc;
     for (int64_t d = 0; d < num_docs; ++d) {
         const int64_t begin = cu_seqlens[d];
         const int64_t end = cu_seqlens[d + 1];
@@ -129,7 +135,7 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
                     saved[n] = S[n];
                 }
                 const Step<T> s = step_at(q, k, v, g, beta, t, j, kh, k_heads, v_heads, dk, dv);
-                step_state(S.data(), p.data(), delta.data(), s, dk, dv);
+                step_state(S.data(), p.data(), delta.data(), acc, s, dk, dv);
             }
             // Nothing after the document's last token depends on its final state.
             for (T& x : G) {
@@ -143,7 +149,7 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
                     S_dec[n] = decay * S_prev[n];
                     S[n] = S_prev[n];
                 }
-                step_state(S.data(), p.data(), delta.data(), s, dk, dv);
+                step_state(S.data(), p.data(), delta.data(), acc, s, dk, dv);
 
                 const T* do_t = dout + (t * v_heads + j) * dv;
                 T* dq_t = dq + (t * k_heads + kh) * dk;
@@ -151,49 +157,46 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
                 // o_t = S_t^T (scale q_t): G += (scale q_t) do_t^T and dq_t += scale S_t do_t.
                 for (int64_t a = 0; a < dk; ++a) {
                     const T qs = scale * s.q[a];
-                    T s_do = 0;
+                    double s_do = 0;
                     for (int64_t b = 0; b < dv; ++b) {
                         G[a * dv + b] += qs * do_t[b];
-                        s_do += S[a * dv + b] * do_t[b];
+                        s_do += static_cast<double>(S[a * dv + b]) * do_t[b];
                     }
-                    dq_t[a] += scale * s_do;
+                    dq_t[a] += static_cast<T>(scale * s_do);
                 }
                 // S_t = S'_t + k_t delta^T: ddelta = G^T k_t, dk_t += G delta.
-                for (int64_t b = 0; b < dv; ++b) {
-                    ddelta[b] = 0;
-                }
+                state_t_times(ddelta.data(), acc, G.data(), s.k, dk, dv);
                 for (int64_t a = 0; a < dk; ++a) {
-                    T g_delta = 0;
+                    double g_delta = 0;
                     for (int64_t b = 0; b < dv; ++b) {
-                        ddelta[b] += G[a * dv + b] * s.k[a];
-                        g_delta += G[a * dv + b] * delta[b];
+                        g_delta += static_cast<double>(G[a * dv + b]) * delta[b];
                     }
-                    dk_t[a] += g_delta;
+                    dk_t[a] += static_cast<T>(g_delta);
                 }
                 // delta = beta (v - p).
                 T* dv_t = dv_out + (t * v_heads + j) * dv;
-                T dbeta_t = 0;
+                double dbeta_t = 0;
                 for (int64_t b = 0; b < dv; ++b) {
                     const T dd = ddelta[b];
                     dv_t[b] = s.beta * dd;
-                    dbeta_t += dd * (s.v[b] - p[b]);
+                    dbeta_t += static_cast<double>(dd) * (s.v[b] - p[b]);
                     dp[b] = -s.beta * dd;
                 }
-                dbeta[t * v_heads + j] = dbeta_t;
+                dbeta[t * v_heads + j] = static_cast<T>(dbeta_t);
                 // p = S'^T k_t: dk_t += S' dp, and dS' = G + k_t dp^T, held in G from here on.
-                T dg_t = 0;
+                double dg_t = 0;
                 for (int64_t a = 0; a < dk; ++a) {
-                    T s_dp = 0;
+                    double s_dp = 0;
                     for (int64_t b = 0; b < dv; ++b) {
                         const int64_t n = a * dv + b;
-                        s_dp += S_dec[n] * dp[b];
+                        s_dp += static_cast<double>(S_dec[n]) * dp[b];
                         G[n] += s.k[a] * dp[b];
-                        dg_t += G[n] * S_dec[n];
+                        dg_t += static_cast<double>(G[n]) * S_dec[n];
                     }
-                    dk_t[a] += s_dp;
+                    dk_t[a] += static_cast<T>(s_dp);
                 }
                 // S' = exp(g) S_{t-1}: dg = <dS', S'>_F, and exp(g) dS' flows back to S_{t-1}.
-                dg[t * v_heads + j] = dg_t;
+                dg[t * v_heads + j] = static_cast<T>(dg_t);
                 for (T& x : G) {
                     x *= decay;
                 }

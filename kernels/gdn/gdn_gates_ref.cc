@@ -1,6 +1,7 @@
 // CPU reference for the Gated DeltaNet gates: beta = sigmoid(b) and the log decay
 // g = -exp(A_log) * softplus(a + dt_bias), with torch's thresholded softplus.
 #include <cmath>
+#include <vector>
 
 #include "kernels/gdn/gdn_gates.h"
 
@@ -38,6 +39,9 @@ template <typename T>
 void gdn_gates_backward_ref(T* db, T* da, T* dA_log, T* ddt_bias, const T* dbeta, const T* dg,
                             const T* b, const T* a, const T* A_log, const T* dt_bias,
                             int64_t tokens, int64_t heads) {
+    // The per-head parameter gradients sum over every token: in double whatever T is.
+    std::vector<double> dA_log_acc(dA_log, dA_log + heads),
+        ddt_bias_acc(ddt_bias, ddt_bias + heads);
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t h = 0; h < heads; ++h) {
             const int64_t n = t * heads + h;
@@ -48,10 +52,14 @@ void gdn_gates_backward_ref(T* db, T* da, T* dA_log, T* ddt_bias, const T* dbeta
             const T dsoftplus = x > T(kSoftplusThreshold) ? T(1) : sigmoid(x);
             const T decay = std::exp(A_log[h]);
             da[n] = dg[n] * (-decay) * dsoftplus;
-            ddt_bias[h] += da[n];
+            ddt_bias_acc[h] += da[n];
             // g is linear in exp(A_log), so dg/dA_log = g.
-            dA_log[h] += dg[n] * (-decay * softplus(x));
+            dA_log_acc[h] += static_cast<double>(dg[n]) * (-decay * softplus(x));
         }
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+        dA_log[h] = static_cast<T>(dA_log_acc[h]);
+        ddt_bias[h] = static_cast<T>(ddt_bias_acc[h]);
     }
 }
 

@@ -15,12 +15,12 @@ void cross_entropy_forward_ref(T* losses, T* lse, const T* logits, const int32_t
         for (int64_t c = 1; c < vocab; ++c) {
             max_logit = x[c] > max_logit ? x[c] : max_logit;
         }
-        T sum = 0;
+        double sum = 0;  // over the vocabulary: in double whatever T is
         for (int64_t c = 0; c < vocab; ++c) {
             sum += std::exp(x[c] - max_logit);
         }
         // Saved for every row (ignored ones too) so the buffer is never left unwritten.
-        lse[r] = std::log(sum) + max_logit;
+        lse[r] = static_cast<T>(std::log(sum) + max_logit);
         losses[r] = targets[r] == kIgnoreIndex ? T(0) : lse[r] - x[targets[r]];
     }
 }

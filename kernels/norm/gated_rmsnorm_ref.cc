@@ -1,6 +1,8 @@
 // CPU reference for the Gated DeltaNet's output norm, y = w * (x * rstd) * silu(z), in the
-// operation order of transformers' Qwen3.5 RMSNormGated.
+// operation order of transformers' Qwen3.5 RMSNormGated. Sums over a row and dw's sum over rows
+// accumulate in double whatever T is.
 #include <cmath>
+#include <vector>
 
 #include "kernels/norm/gated_rmsnorm.h"
 
@@ -27,11 +29,11 @@ void gated_rmsnorm_forward_ref(T* out, T* rstd, const T* x, const T* z, const T*
         const T* xr = x + r * cols;
         const T* zr = z + r * cols;
         T* yr = out + r * cols;
-        T sum_sq = 0;
+        double sum_sq = 0;
         for (int64_t c = 0; c < cols; ++c) {
-            sum_sq += xr[c] * xr[c];
+            sum_sq += static_cast<double>(xr[c]) * xr[c];
         }
-        const T rs = T(1) / std::sqrt(sum_sq / T(cols) + eps);
+        const T rs = static_cast<T>(1.0 / std::sqrt(sum_sq / static_cast<double>(cols) + eps));
         rstd[r] = rs;
         for (int64_t c = 0; c < cols; ++c) {
             yr[c] = (w[c] * (xr[c] * rs)) * silu(zr[c]);
@@ -42,6 +44,7 @@ void gated_rmsnorm_forward_ref(T* out, T* rstd, const T* x, const T* z, const T*
 template <typename T>
 void gated_rmsnorm_backward_ref(T* dx, T* dz, T* dw, const T* dout, const T* x, const T* z,
                                 const T* w, const T* rstd, int64_t rows, int64_t cols) {
+    std::vector<double> dw_acc(dw, dw + cols);
     for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
         const T* zr = z + r * cols;
@@ -51,23 +54,24 @@ void gated_rmsnorm_backward_ref(T* dx, T* dz, T* dw, const T* dout, const T* x, 
         const T rs = rstd[r];
         // The gate and weight act elementwise after the norm, so h = dy * silu(z) * w is the
         // gradient reaching xhat, and dx = rstd * (h - xhat * mean(h * xhat)).
-        T mean_h_xhat = 0;
+        double mean_h_xhat = 0;
         for (int64_t c = 0; c < cols; ++c) {
             const T xhat = xr[c] * rs;
             const T sig = sigmoid(zr[c]);
             const T act = silu(zr[c]);
             // d silu(z) / dz = sig(z) * (1 + z * (1 - sig(z))).
             dzr[c] = dyr[c] * w[c] * xhat * sig * (T(1) + zr[c] * (T(1) - sig));
-            dw[c] += dyr[c] * act * xhat;
-            mean_h_xhat += dyr[c] * act * w[c] * xhat;
+            dw_acc[c] += static_cast<double>(dyr[c]) * act * xhat;
+            mean_h_xhat += static_cast<double>(dyr[c]) * act * w[c] * xhat;
         }
-        mean_h_xhat /= T(cols);
+        mean_h_xhat /= static_cast<double>(cols);
         for (int64_t c = 0; c < cols; ++c) {
-            const T xhat = xr[c] * rs;
-            const T h = dyr[c] * silu(zr[c]) * w[c];
-            dxr[c] = rs * (h - xhat * mean_h_xhat);
+            const double xhat = static_cast<double>(xr[c]) * rs;
+            const double h = static_cast<double>(dyr[c]) * silu(zr[c]) * w[c];
+            dxr[c] = static_cast<T>(rs * (h - xhat * mean_h_xhat));
         }
     }
+    for (int64_t c = 0; c < cols; ++c) dw[c] = static_cast<T>(dw_acc[c]);
 }
 
 template void gated_rmsnorm_forward_ref<float>(float*, float*, const float*, const float*,

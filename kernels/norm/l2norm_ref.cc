@@ -1,4 +1,5 @@
 // CPU reference for the Gated DeltaNet's q/k L2 normalisation, y = x * rsqrt(sum(x^2) + eps).
+// Row sums accumulate in double whatever T is.
 #include <cmath>
 
 #include "kernels/norm/l2norm.h"
@@ -9,11 +10,11 @@ template <typename T>
 void l2norm_forward_ref(T* out, T* rnorm, const T* x, int64_t rows, int64_t cols, T eps) {
     for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
-        T sum_sq = 0;
+        double sum_sq = 0;
         for (int64_t c = 0; c < cols; ++c) {
-            sum_sq += xr[c] * xr[c];
+            sum_sq += static_cast<double>(xr[c]) * xr[c];
         }
-        const T rn = T(1) / std::sqrt(sum_sq + eps);
+        const T rn = static_cast<T>(1.0 / std::sqrt(sum_sq + eps));
         rnorm[r] = rn;
         for (int64_t c = 0; c < cols; ++c) {
             out[r * cols + c] = xr[c] * rn;
@@ -28,12 +29,12 @@ void l2norm_backward_ref(T* dx, const T* dout, const T* out, const T* rnorm, int
         const T* yr = out + r * cols;
         const T* dyr = dout + r * cols;
         // dx = rnorm * (dy - y * (y . dy)): exact with eps too, since d rnorm / dx = -rnorm^3 x.
-        T y_dot_dy = 0;
+        double y_dot_dy = 0;
         for (int64_t c = 0; c < cols; ++c) {
-            y_dot_dy += yr[c] * dyr[c];
+            y_dot_dy += static_cast<double>(yr[c]) * dyr[c];
         }
         for (int64_t c = 0; c < cols; ++c) {
-            dx[r * cols + c] = rnorm[r] * (dyr[c] - yr[c] * y_dot_dy);
+            dx[r * cols + c] = static_cast<T>(rnorm[r] * (dyr[c] - yr[c] * y_dot_dy));
         }
     }
 }

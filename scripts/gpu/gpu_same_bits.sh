@@ -3,7 +3,9 @@
 # with this bundle's binary (twice: the run-to-run check) and a baseline's (B_BIN, e.g. the
 # daemon/deltatune_base of build_baseline.sh) on the same seed: full fine-tuning with and without
 # recompute, two micro-batches, clipping active, and LoRA; the per-step losses and gradient norms
-# must be equal as printed (17 significant digits). Over the bundle of gpu_bundle.sh:
+# must be equal as printed (17 significant digits). The 27B-slice's full fine-tuning needs the
+# H200's memory: on an 80 GB card give FULL_ARGS="--layers 4". ONLY (a regex) picks cases.
+# Over the bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu/gpu_same_bits.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -15,13 +17,14 @@ B_BIN=${B_BIN:-$B/daemon/deltatune_base}
 O=${OUT:-/tmp}
 CFG=${CFG:-configs/models/qwen3.8-27b-slice.json}
 cases=(
-  "full-auto|--recompute auto"
-  "full-layer-micro2|--recompute layer --micro-batches 2 --max-grad-norm 0.05"
+  "full-auto|--recompute auto ${FULL_ARGS:-}"
+  "full-layer-micro2|--recompute layer --micro-batches 2 --max-grad-norm 0.05 ${FULL_ARGS:-}"
   "lora|--recompute auto --adapter lora --lora-rank 16"
 )
 bad=0
 for c in "${cases[@]}"; do
   name=${c%%|*}; read -ra args <<< "${c#*|}"
+  [[ $name =~ ${ONLY:-.} ]] || continue
   for run in A1 A2 B; do
     bin=$A_BIN; [[ $run == B ]] && bin=$B_BIN
     timeout -k 5 300 "$bin" bench --config "$CFG" --steps "${STEPS:-4}" --warmup 0 --seed 3 \

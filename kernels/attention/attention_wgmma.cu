@@ -212,6 +212,120 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* tq,
     }
 }
 
+// Where a consumer thread's rows lie within its item.
+struct ConsumerRows {
+    int cw, warp, lane, c;
+    int row_lo, row_hi, warp_row0;
+    int64_t row_stride;
+};
+
+// The item's last product, O += P_{nm-1} V_{nm-1} (`slot`: tile nm-1's ring position), with the
+// loads of the gate chunks that the producer does not bring put in its shadow.
+__device__ __forceinline__ void last_product(const Params& p, const Item& it, const Bars& b,
+                                             unsigned char* smem, float (&acc)[128],
+                                             uint32_t (&pa)[16], uint4 (&gate)[kChunks][4],
+                                             const ConsumerRows& r, int slot) {
+    const int cw = r.cw, lane = r.lane, warp_row0 = r.warp_row0;
+    auto load_gate = [&](int ch) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = warp_row0 + lane / 8 + 4 * i;
+            gate[ch][i] = row < it.q_end
+                              ? __ldg(reinterpret_cast<const uint4*>(
+                                    p.gate + row * p.gate_token_stride + it.h * p.gate_head_stride +
+                                    ch * kChunkCols + 8 * (lane % 8)))
+                              : make_uint4(0, 0, 0, 0);
+        }
+    };
+    const int vs = slot % kStages;
+    mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
+    turn_wait(cw);
+    fence_regs(acc);
+    fence_regs(pa);
+    wgmma_fence();
+    issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
+    wgmma_commit();
+    turn_pass(cw);
+#pragma unroll
+    for (int ch = kGateTmaChunks; ch < kChunks; ++ch) load_gate(ch);
+    wgmma_wait<0>();
+    fence_regs(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&b.v_empty[vs]);
+}
+
+// The item's epilogue for one consumer warp: per 64-column chunk, the warp stages its 16 rows of
+// bf16 O in its own 2 KiB of shared memory (4-byte stores, swizzled: conflict-free) and writes o
+// (when asked for) and y = o * sigmoid(gate) as whole 128-byte rows; then the rows' lse.
+__device__ __forceinline__ void write_item_output(const Params& p, const Item& it, const Bars& b,
+                                                  unsigned char* smem, const float (&acc)[128],
+                                                  uint4 (&gate)[kChunks][4], const RowState& st,
+                                                  const ConsumerRows& r, int done) {
+    const int cw = r.cw, warp = r.warp, lane = r.lane, c = r.c;
+    const int row_lo = r.row_lo, row_hi = r.row_hi, warp_row0 = r.warp_row0;
+    const int64_t row_stride = r.row_stride;
+    // Row sums were kept per thread (2 of every 8 columns): add the quad's.
+    float l_lo = st.l_lo, l_hi = st.l_hi;
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    if (c == 0) {
+        if (row_lo < it.q_end) {
+            p.lse[static_cast<int64_t>(row_lo) * p.q_heads + it.h] = (st.m_lo + log2f(l_lo)) * kLn2;
+        }
+        if (row_hi < it.q_end) {
+            p.lse[static_cast<int64_t>(row_hi) * p.q_heads + it.h] = (st.m_hi + log2f(l_hi)) * kLn2;
+        }
+    }
+    const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
+    unsigned char* buf = staging(smem) + (4 * cw + warp) * kWarpStagingBytes;
+    const unsigned char* const gate1 = gate_chunk1(smem) + (4 * cw + warp) * kWarpStagingBytes;
+    // The first gate chunk, from where the producer's TMA put it (the same swizzle as the
+    // staging's), before O's first chunk is staged over it.
+    mbar_wait(b.gate_full, done & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int rr = lane / 8 + 4 * i, unit = lane % 8;
+        gate[0][i] = *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+        stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int rr = lane / 8 + 4 * i;  // row within the warp's 16
+            const int unit = lane % 8;
+            const int row = warp_row0 + rr;
+            const uint4 raw =
+                *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
+            if (row < it.q_end) {
+                const int64_t off = row * row_stride + it.h * kD + ch * kChunkCols + 8 * unit;
+                if (p.o) *reinterpret_cast<uint4*>(p.o + off) = raw;
+                float of[8], gf[8], yf[8];
+                cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
+                const uint4 gr = ch == 1 ? *reinterpret_cast<const uint4*>(gate1 + rr * 128 +
+                                                                           ((unit ^ (rr & 7)) * 16))
+                                         : gate[ch][i];
+                cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
+#pragma unroll
+                for (int e = 0; e < 8; e += 2) {
+                    const float2 sg = sigmoid_pair(gf[e], gf[e + 1]);
+                    yf[e] = of[e] * sg.x;
+                    yf[e + 1] = of[e + 1] * sg.y;
+                }
+                cuda::store8(p.y + off, yf);
+            }
+        }
+        __syncwarp();  // the buffer is rewritten by the next chunk
+    }
+    // The staging buffer is free for the next item's gate chunk (a TMA write: the staged
+    // writes must be ordered before it).
+    fence_proxy_async_smem();
+}
+
 // Consumer warpgroup `cw` (0 or 1): rows q0 + 64 cw .. + 64 of each item. Per key tile t:
 // issue S_t and O += P_{t-1} V_{t-1} together, then the softmax of S_t runs while the product
 // with V_{t-1} is still in flight (FlashAttention-3's intra-warpgroup overlap). Both warpgroups
@@ -325,105 +439,13 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, in
         // runs and the other warpgroup finishes the item (the scores' registers are free by then).
         const int64_t row_stride = static_cast<int64_t>(p.q_heads) * kD;
         const int warp_row0 = r0 + 16 * warp;
+        const ConsumerRows rows{cw, warp, lane, c, row_lo, row_hi, warp_row0, row_stride};
         uint4 gate[kChunks][4];
-        auto load_gate = [&](int ch) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = warp_row0 + lane / 8 + 4 * i;
-                gate[ch][i] =
-                    row < it.q_end
-                        ? __ldg(reinterpret_cast<const uint4*>(p.gate + row * p.gate_token_stride +
-                                                               it.h * p.gate_head_stride +
-                                                               ch * kChunkCols + 8 * (lane % 8)))
-                        : make_uint4(0, 0, 0, 0);
-            }
-        };
-        // The last product, O += P_{nm-1} V_{nm-1}, then the tiles past this warpgroup's rows.
-        {
-            const int slot = ring + nm - 1;
-            const int vs = slot % kStages;
-            mbar_wait(&b.v_full[vs], (slot / kStages) & 1);
-            turn_wait(cw);
-            fence_regs(acc);
-            fence_regs(pa);
-            wgmma_fence();
-            issue_pv(acc, pa, smem_addr(v_stage(smem, vs)));
-            wgmma_commit();
-            turn_pass(cw);
-#pragma unroll
-            for (int ch = kGateTmaChunks; ch < kChunks; ++ch) load_gate(ch);
-            wgmma_wait<0>();
-            fence_regs(acc);
-            release(&b.v_empty[vs]);
-        }
+        last_product(p, it, b, smem, acc, pa, gate, rows, ring + nm - 1);
         skip_tiles(nm);
         ring += n;
 
-        // Epilogue: per 64-column chunk, the warp stages its 16 rows of bf16 O in its own 2 KiB
-        // of shared memory (4-byte stores, swizzled: conflict-free) and writes o (when asked
-        // for) and y = o * sigmoid(gate) as whole 128-byte rows.
-        // Row sums were kept per thread (2 of every 8 columns): add the quad's.
-        float l_lo = st.l_lo, l_hi = st.l_hi;
-        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-        if (c == 0) {
-            if (row_lo < it.q_end) {
-                p.lse[static_cast<int64_t>(row_lo) * p.q_heads + it.h] =
-                    (st.m_lo + log2f(l_lo)) * kLn2;
-            }
-            if (row_hi < it.q_end) {
-                p.lse[static_cast<int64_t>(row_hi) * p.q_heads + it.h] =
-                    (st.m_hi + log2f(l_hi)) * kLn2;
-            }
-        }
-        const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
-        unsigned char* buf = staging(smem) + (4 * cw + warp) * kWarpStagingBytes;
-        const unsigned char* const gate1 = gate_chunk1(smem) + (4 * cw + warp) * kWarpStagingBytes;
-        // The first gate chunk, from where the producer's TMA put it (the same swizzle as the
-        // staging's), before O's first chunk is staged over it.
-        mbar_wait(b.gate_full, done & 1);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int rr = lane / 8 + 4 * i, unit = lane % 8;
-            gate[0][i] = *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
-        }
-        __syncwarp();
-#pragma unroll
-        for (int ch = 0; ch < kChunks; ++ch) {
-            stage_bf16_chunk(buf, acc, ch, inv_lo, inv_hi, lane);
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int rr = lane / 8 + 4 * i;  // row within the warp's 16
-                const int unit = lane % 8;
-                const int row = warp_row0 + rr;
-                const uint4 raw =
-                    *reinterpret_cast<const uint4*>(buf + rr * 128 + ((unit ^ (rr & 7)) * 16));
-                if (row < it.q_end) {
-                    const int64_t off = row * row_stride + it.h * kD + ch * kChunkCols + 8 * unit;
-                    if (p.o) *reinterpret_cast<uint4*>(p.o + off) = raw;
-                    float of[8], gf[8], yf[8];
-                    cuda::unpack8(cuda::Bf16x8{{raw.x, raw.y, raw.z, raw.w}}, of);
-                    const uint4 gr = ch == 1 ? *reinterpret_cast<const uint4*>(
-                                                   gate1 + rr * 128 + ((unit ^ (rr & 7)) * 16))
-                                             : gate[ch][i];
-                    cuda::unpack8(cuda::Bf16x8{{gr.x, gr.y, gr.z, gr.w}}, gf);
-#pragma unroll
-                    for (int e = 0; e < 8; e += 2) {
-                        const float2 sg = sigmoid_pair(gf[e], gf[e + 1]);
-                        yf[e] = of[e] * sg.x;
-                        yf[e + 1] = of[e + 1] * sg.y;
-                    }
-                    cuda::store8(p.y + off, yf);
-                }
-            }
-            __syncwarp();  // the buffer is rewritten by the next chunk
-        }
-        // The staging buffer is free for the next item's gate chunk (a TMA write: the staged
-        // writes must be ordered before it).
-        fence_proxy_async_smem();
+        write_item_output(p, it, b, smem, acc, gate, st, rows, done);
         release(b.gate_empty);
     }
 }

@@ -33,6 +33,7 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     in.world_size = spec.resources().gpus();
     in.tokens_per_batch = spec.hyperparameters().tokens_per_batch();
     in.attention_core = machine.attention_core;
+    if (machine.gpu.sm_version != 0) in.gpu = machine.gpu;  // else node agents' GPUs: Hopper
     if (spec.adapter().type() == "lora") {  // the base frozen: the plan counts the adapter
         in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
@@ -47,7 +48,7 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     }
     // Strict kernels, judged where the ranks run: here, or on the node agents when this machine
     // has no GPU (each GPU rank checks its own machine again at start).
-    if (spec.resources().nodes() > 0 && machine.sm_version == 0) return absl::OkStatus();
+    if (spec.resources().nodes() > 0 && machine.gpu.sm_version == 0) return absl::OkStatus();
     return check_kernels_on(machine, *config, spec);
 }
 

@@ -113,6 +113,12 @@ inline size_t attention_backward_workspace_bound(int64_t tokens, int64_t q_heads
         attention_backward_layout(tokens, tokens, tokens, q_heads, false).total);
 }
 
+// Shared memory per block the mma.sync flash kernels (attention_flash*.cu) need, the most of their
+// forward, dK/dV and dQ kernels (attention_flash_common.cuh asserts it): 100 KiB, which an A100
+// and every Hopper or Blackwell datacenter GPU give and a 99 KiB GPU (sm_86, sm_89, sm_120) does
+// not.
+inline constexpr int64_t kAttentionFlashSmemBytes = 102400;
+
 #if DELTATUNE_HAVE_CUDA
 // CUDA flash attention with the output gate fused (attention_flash.cu): bf16 in and out, fp32
 // softmax and accumulation, tensor-core (mma.sync) tiles, no (tokens x tokens) matrix in memory.

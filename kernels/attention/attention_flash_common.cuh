@@ -4,6 +4,7 @@
 // for the design.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
@@ -222,6 +223,8 @@ constexpr size_t kFwdSmem = sizeof(bf16) * kStride * (kFwdRows + 4 * kFwdKeys);
 constexpr size_t kDkdvSmem = sizeof(bf16) * kStride * (2 * kBwdKeys + 4 * kBwdQueries) +
                              2 * kBwdQueries * (sizeof(int64_t) + 2 * sizeof(float));
 constexpr size_t kDqSmem = sizeof(bf16) * kStride * (2 * kDqRows + 4 * kDqKeys);
+static_assert(std::max({kFwdSmem, kDkdvSmem, kDqSmem}) == kAttentionFlashSmemBytes,
+              "attention.h tells the kernel choice this figure");
 
 using cuda::align256;
 

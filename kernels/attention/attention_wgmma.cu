@@ -26,6 +26,7 @@
 
 #include "kernels/attention/attention_wgmma.h"
 #include "kernels/attention/attention_wgmma_tile.cuh"
+#include "kernels/common/code_arch.h"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 
@@ -456,6 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    const __grid_constant__ CUtensorMap tk,
                                    const __grid_constant__ CUtensorMap tv,
                                    const __grid_constant__ CUtensorMap tg, const Params p) {
+#if DT_HOPPER_CODE
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = align1024(smem_raw);
     if (threadIdx.x == 0) {
@@ -479,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     // Launched as a programmatic dependent: the list and its counter (zeroed by the listing or
     // by the previous forward on it) are read only once the grids before are done and visible.
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    cuda::wait_for_prerequisite_grid();
     const int items = *p.tile_count * p.q_heads;
     const int wg = warpgroup_index();
     if (wg == 0) {
@@ -489,6 +491,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         regs_inc<kFwdConsumerRegs>();
         consume(p, smem, wg - 1);
     }
+#else
+    __trap();  // never launched without sm_90a code (DT_HOPPER_CODE)
+#endif
 }
 
 }  // namespace
@@ -534,6 +539,7 @@ cudaError_t gated_attention_forward_wgmma_scheduled(bf16* y, bf16* o, float* lse
                                                     size_t schedule_bytes, cudaStream_t stream,
                                                     int max_blocks) {
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
+    if (loaded_code().arch < kHopperCodeArch) return cudaErrorNoKernelImageForDevice;
     if (a.tokens == 0) return cudaSuccess;
     if (!forward_schedule_fits(a, schedule, schedule_bytes) || !cuda::aligned16(y) ||
         (o && !cuda::aligned16(o))) {

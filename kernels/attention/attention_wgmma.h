@@ -30,11 +30,12 @@ size_t gated_attention_forward_wgmma_workspace_bytes(const GatedAttentionArgs& a
 // that would keep it. `workspace` (16-byte aligned) holds at least the bytes above; y, and o
 // when given, 16-byte aligned. cudaErrorInvalidValue for shapes gated_attention_supported rejects,
 // a short or misaligned workspace or output; cudaErrorNotSupported where the driver offers no
-// tensor-map encoder. `max_blocks` > 0 caps the persistent grid (tests: several items per
-// block); 0 means one block per SM.
-// Keys past a document's end are masked in the scores, so P is 0 there, but the product still
-// reads V rows of the next document: V must be finite everywhere (it is, unless training has
-// already diverged; an Inf or NaN in V poisons the neighbouring document's last rows).
+// tensor-map encoder; cudaErrorNoKernelImageForDevice without the sm_90a code (code_arch.h: the
+// portable build, or a GPU other than Hopper). `max_blocks` > 0 caps the persistent grid (tests:
+// several items per block); 0 means one block per SM. Keys past a document's end are masked in the
+// scores, so P is 0 there, but the product still reads V rows of the next document: V must be
+// finite everywhere (it is, unless training has already diverged; an Inf or NaN in V poisons the
+// neighbouring document's last rows).
 cudaError_t gated_attention_forward_wgmma(__nv_bfloat16* y, __nv_bfloat16* o, float* lse,
                                           const GatedAttentionArgs& a, void* workspace,
                                           size_t workspace_bytes, cudaStream_t stream,
@@ -63,7 +64,7 @@ cudaError_t gated_attention_forward_wgmma_scheduled(__nv_bfloat16* y, __nv_bfloa
 // go through memory and dQ is summed by a pass of its own: every output deterministic. Otherwise dQ
 // is summed over key tiles in fp32 by atomic additions and its bits may differ from run to run
 // (within fp32 rounding of the sums). a.max_doc_tokens, when given, must bound every document. dq,
-// dk, dv, dy and y 16-byte aligned.
+// dk, dv, dy and y 16-byte aligned. cudaErrorNoKernelImageForDevice without the sm_90a code.
 size_t gated_attention_backward_wgmma_workspace_bytes(const GatedAttentionArgs& a,
                                                       size_t ds_budget = kAttentionDsBudget);
 cudaError_t gated_attention_backward_wgmma(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,

@@ -35,6 +35,7 @@
 #include "kernels/attention/attention_wgmma.h"
 #include "kernels/attention/attention_wgmma_dq.h"
 #include "kernels/attention/attention_wgmma_tile.cuh"
+#include "kernels/common/code_arch.h"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 
@@ -349,6 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     const __grid_constant__ CUtensorMap tdo,
                                     const __grid_constant__ CUtensorMap tk,
                                     const __grid_constant__ CUtensorMap tv, const Params p) {
+#if DT_HOPPER_CODE
     const Block b = block_of(p);
     if (b.steps == 0) return;  // past the list's end
     extern __shared__ unsigned char smem_raw[];
@@ -371,6 +373,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         regs_inc<kConsumerRegs>();
         consume<kStoreDs>(p, b, smem, wg - 1);
     }
+#else
+    __trap();  // never launched without sm_90a code (DT_HOPPER_CODE)
+#endif
 }
 
 // dq = bf16(scale * dq_acc), 4 values per thread.
@@ -411,6 +416,7 @@ cudaError_t gated_attention_backward_wgmma(bf16* dq, bf16* dk, bf16* dv, bf16* d
                                            size_t workspace_bytes, cudaStream_t stream,
                                            size_t ds_budget) {
     if (!gated_attention_supported(a)) return cudaErrorInvalidValue;
+    if (loaded_code().arch < kHopperCodeArch) return cudaErrorNoKernelImageForDevice;
     if (a.tokens == 0) return cudaSuccess;
     const bool ds_mode = attention_ds_tile_bytes(a) <= ds_budget;
     const AttentionBackwardLayout l = layout_of(a, ds_mode);

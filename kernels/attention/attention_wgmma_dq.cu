@@ -172,6 +172,7 @@ __device__ __forceinline__ void consume(const Params& p, const Block& b, unsigne
 
 __global__ void __launch_bounds__(kThreads, 1)
     attention_ds_dq_kernel(const __grid_constant__ CUtensorMap tk, const Params p) {
+#if DT_HOPPER_CODE
     const Block b = block_of(p);
     if (b.heads == 0) return;  // past the list's end
     extern __shared__ unsigned char smem_raw[];
@@ -193,6 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         regs_inc<kConsumerRegs>();
         consume(p, b, smem, wg - 1);
     }
+#else
+    __trap();  // never launched without sm_90a code (DT_HOPPER_CODE)
+#endif
 }
 
 // pair_base[d] = the (query tile, key tile <= query tile) pairs of the documents before d: one

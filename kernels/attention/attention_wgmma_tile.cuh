@@ -11,6 +11,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/attention/attention.h"
+#include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/hopper.cuh"
 
 namespace deltatune::wgmma_attention {
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kListThreads)
     __shared__ int placed;  // tiles of the levels scanned so far
     // The kernel that takes the list may be launched now (it waits for this grid's writes
     // before reading them): its launch and set-up overlap the listing.
-    asm volatile("griddepcontrol.launch_dependents;");
+    cuda::allow_dependent_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     constexpr int kWarps = kListThreads / 32;
     if (threadIdx.x == 0) {

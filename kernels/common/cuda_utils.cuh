@@ -207,13 +207,31 @@ inline cudaError_t column_partials_accumulate(float* dw, const float* partials, 
     return cudaGetLastError();
 }
 
+// Programmatic dependent launch, the device side (sm_90+; the portable code compiles for sm_80,
+// where launch_dependent launches plainly and these are empty). The kernel before lets its
+// dependent's blocks start:
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+// and the dependent waits, before it reads what the kernel before wrote, until that is done.
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as the programmatic dependent of the
 // kernel before it on the stream: its blocks may start once every block of that kernel has run
-// griddepcontrol.launch_dependents (or exited), and must run griddepcontrol.wait before reading
-// what that kernel writes.
+// allow_dependent_launch (or exited), and must run wait_for_prerequisite_grid before reading
+// what that kernel writes. Where the kernel's loaded code was built without those instructions
+// (the portable code, also when the driver compiles it for a Hopper GPU) the launch is plain.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                              cudaStream_t stream, Args&&... args) {
+    cudaFuncAttributes attrs{};
+    if (cudaError_t e = cudaFuncGetAttributes(&attrs, kernel); e != cudaSuccess) return e;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
@@ -223,7 +241,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
     early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &early;
-    config.numAttrs = 1;
+    config.numAttrs = attrs.ptxVersion >= 90 ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -13,6 +13,19 @@
 
 #include <cstdint>
 
+// 1 where the Hopper instructions compile: the host pass and the sm_90a pass. The portable passes
+// (sm_80, compute_80) build each Hopper kernel with a body that traps: the host never launches one
+// there (the choices and launchers ask loaded_code(), kernels/common/code_arch.h).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DT_HOPPER_CODE 0
+#else
+#define DT_HOPPER_CODE 1
+#endif
+#if !DT_HOPPER_CODE
+// There the Hopper kernels' helpers go unused (the sm_90a and host passes still warn of any).
+#pragma nv_diag_suppress 177
+#endif
+
 namespace deltatune::hopper {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                               int64_t tokens, int64_t hidden) {
     // The pieces' pass may be scheduled once every block of this grid has started (it waits
     // for this grid's writes before reading them): it fills the SMs this grid's tail leaves.
-    asm volatile("griddepcontrol.launch_dependents;");
+    cuda::allow_dependent_launch();
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int64_t c =
         (static_cast<int64_t>(blockIdx.y) * kWarps + threadIdx.x / 32) * (kWarpCols * V) + lane * V;
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t next = begin + kChunk;  // the next chunk's first position
     // Launched as the sums' programmatic dependent: every thread waits for that grid (so work
     // after this kernel follows both), the checks on sorted_ids (inputs) done first.
-    auto wait_for_sums = [] { asm volatile("griddepcontrol.wait;" ::: "memory"); };
+    auto wait_for_sums = [] { cuda::wait_for_prerequisite_grid(); };
     const bool slice = c - lane * V < hidden;
     const int32_t id = next < tokens ? sorted_ids[next - 1] : -1;
     // Acts if the last piece begins a run that continues: the next chunk starts with its id,

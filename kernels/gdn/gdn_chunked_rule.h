@@ -29,6 +29,11 @@ void gated_delta_rule_backward_ref(T* dq, T* dk_out, T* dv_out, T* dg, T* dbeta,
                                    const int32_t* cu_seqlens, int64_t num_docs, int64_t k_heads,
                                    int64_t v_heads, int64_t dk, int64_t dv, T scale);
 
+// Shared memory per block the chunked kernels need without the sm_90a code (32-column mma.sync
+// recurrences; gdn_chunked_rule_backward.cu asserts the figure): an A100's 163 KiB serve, a GPU
+// with 99 KiB does not. The sm_90a code fits Hopper's 227 KiB.
+inline constexpr int64_t kGatedDeltaRulePortableSmemBytes = 158720;
+
 #if DELTATUNE_HAVE_CUDA
 // CUDA, chunked (64 tokens) with the gates and the q/k L2 norm fused (device pointers,
 // stream-ordered). Unlike the reference, q and k arrive raw and are normalised inside

@@ -15,6 +15,10 @@ struct StateGradSmem {
     float scratch[32];
 };
 constexpr size_t kStateGradSmem = sizeof(StateGradSmem);
+// What gdn_chunked_rule.h tells the kernel choice: the most any kernel of the portable path takes.
+static_assert(std::max({kPrepSmem, kPrepBwdSmem, kStateGradSmem, sizeof(OutputSmem),
+                        sizeof(ForwardRecSmem<32>), sizeof(ReverseRecSmem<32>)}) ==
+              kGatedDeltaRulePortableSmemBytes);
 constexpr int kStateGradBlocks = 3;
 
 // dgam = <S, dS> over the bf16 state in shared memory and the fp32 gradient dh (global), then dS

@@ -4,6 +4,7 @@
 // forward's two launches (chunk_prep, then the recurrence). See gdn_chunked_rule.cu for the math.
 #pragma once
 
+#include "kernels/common/code_arch.h"
 #include "kernels/gdn/gdn_chunked_rule_common.cuh"
 #include "kernels/gdn/gdn_chunked_rule_recurrence_mma.cuh"
 #include "kernels/gdn/gdn_chunked_rule_recurrence_wgmma.cuh"
@@ -11,8 +12,10 @@
 namespace deltatune {
 namespace {
 
-// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32.
+// 64 when v_heads * kD / 32 blocks would not fit one wave of the GPU's SMs, else 32. Always 32
+// without the sm_90a code: every 32-column kernel is mma.sync and fits an A100's shared memory.
 inline int recurrence_columns(int64_t v_heads) {
+    if (loaded_code().arch < kHopperCodeArch) return 32;
     int device = 0, sms = 132;
     if (cudaGetDevice(&device) == cudaSuccess) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);

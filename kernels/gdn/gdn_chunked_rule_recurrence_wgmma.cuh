@@ -134,6 +134,7 @@ __device__ __forceinline__ void copy_wg_forward_tiles(WgForwardSmem& sm, int b, 
 // 16 (w % 4).. of each.
 __global__ void __launch_bounds__(kWgThreads)
     gdn_recurrence_forward_wgmma_kernel(Ws ws, int32_t tokens, int v_heads) {
+#if DT_HOPPER_CODE
     extern __shared__ __align__(128) unsigned char wg_fwd_smem_raw[];
     auto& sm = *reinterpret_cast<WgForwardSmem*>(hopper::align1024(wg_fwd_smem_raw));
     // The mma.sync kernel's per-warp rows and tiles (load_u reads U by them); n0 is
@@ -195,6 +196,9 @@ __global__ void __launch_bounds__(kWgThreads)
         hopper::wgmma_wait<0>();
         hopper::fence_regs(S);
     }
+#else
+    __trap();  // never launched without sm_90a code (DT_HOPPER_CODE)
+#endif
 }
 
 cudaError_t launch_recurrence_forward_wgmma(const Ws& w, int32_t tokens, int v_heads,
@@ -212,6 +216,7 @@ cudaError_t launch_recurrence_forward_wgmma(const Ws& w, int32_t tokens, int v_h
 __global__ void __launch_bounds__(kWgThreads)
     gdn_recurrence_backward_wgmma_kernel(Ws ws, const __nv_bfloat16* dout, int32_t tokens,
                                          int v_heads) {
+#if DT_HOPPER_CODE
     extern __shared__ __align__(128) unsigned char wg_rec_smem_raw[];
     auto& sm = *reinterpret_cast<WgReverseSmem*>(hopper::align1024(wg_rec_smem_raw));
     // The mma.sync kernel's per-warp rows and tiles (load_u reads U by them); n0 is
@@ -270,6 +275,9 @@ __global__ void __launch_bounds__(kWgThreads)
         hopper::wgmma_wait<0>();
         hopper::fence_regs(dS);
     }
+#else
+    __trap();  // never launched without sm_90a code (DT_HOPPER_CODE)
+#endif
 }
 
 cudaError_t launch_recurrence_backward_wgmma(const Ws& w, const __nv_bfloat16* dout, int32_t tokens,

@@ -13,6 +13,8 @@
 #if DELTATUNE_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "kernels/common/code_arch.h"
 #endif
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
 #include "kernels/attention/attention_cudnn.h"
@@ -38,6 +40,36 @@ int cuda_device_count(std::string* why_not) {
 #else
     if (why_not) *why_not = "built without CUDA (DELTATUNE_CUDA=OFF or no nvcc)";
     return 0;
+#endif
+}
+
+GpuArch hopper_gpu_arch() {
+    return {90, 90, 90, 227 * 1024};
+}
+
+absl::StatusOr<GpuArch> probe_gpu_arch(int index) {
+#if DELTATUNE_HAVE_CUDA
+    GpuArch g;
+    int major = 0, minor = 0, smem = 0, current = 0;
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
+    DT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
+    g.sm_version = major * 10 + minor;
+    g.smem_per_block = smem;
+    // The loaded code is the current device's: ask with `index` current, then put it back.
+    DT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+    const LoadedCode code = loaded_code();
+    DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    g.code_arch = code.arch;
+    g.code_binary = code.binary;
+    return g;
+#else
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", index, ": built without CUDA (DELTATUNE_CUDA=OFF or no nvcc)"));
 #endif
 }
 
@@ -128,9 +160,7 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::create(Device devi
     DT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->compute_, cudaStreamNonBlocking));
     DT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->comm_, cudaStreamNonBlocking));
-    cudaDeviceProp prop;
-    DT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device.index));
-    ctx->sm_version_ = prop.major * 10 + prop.minor;
+    DT_ASSIGN_OR_RETURN(ctx->gpu_, probe_gpu_arch(device.index));
     DT_ASSIGN_OR_RETURN(ctx->allocator_, CudaAllocator::create(device.index));
     constexpr size_t kGemmWorkspace = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
     DT_ASSIGN_OR_RETURN(ctx->gemm_workspace_,

@@ -38,6 +38,22 @@ const char* attention_core_name(AttentionCore core);
 // daemon's memory planning and `deltatune kernels` (probe_machine).
 absl::StatusOr<AttentionCore> attention_core_from_env();
 
+// A GPU as the kernel choices (runtime/model/kernel_choice.h) and the memory planner see it.
+struct GpuArch {
+    int sm_version = 0;  // compute capability, e.g. 80, 90, 100; 0: no usable GPU
+    // The kernels' code the driver loads for it (kernels/common/code_arch.h): 90 (sm_90a, the
+    // Hopper kernels), 80 (the portable code), 0 (none: a GPU before sm_80, or a build without it).
+    int code_arch = 0;
+    // The machine code that runs: 90 or 80 as built, or the newer GPU's own where its SASS was
+    // made from the portable code (ahead of time for sm_100 and sm_120, else by the driver).
+    int code_binary = 0;
+    int64_t smem_per_block = 0;  // opt-in shared memory per block, bytes
+};
+// An H100 or H200 running the sm_90a code: what a plan made without the GPU at hand assumes.
+GpuArch hopper_gpu_arch();
+// CUDA device `index` and the code loaded for it (FailedPrecondition without CUDA).
+absl::StatusOr<GpuArch> probe_gpu_arch(int index);
+
 // Whether GEMM algorithms are the heuristic's first per shape (the default: the same algorithm,
 // and so the same rounding, in every process) or timed per shape among cuBLASLt's top candidates
 // (DELTATUNE_GEMM=timed: up to 10% faster on some weight-gradient shapes alone, no faster over a
@@ -65,7 +81,8 @@ class DeviceContext {
     CudaAllocator* allocator() const { return allocator_.get(); }
     Gemm* gemm() const { return gemm_.get(); }
     cublasContext* blas() const { return blas_; }
-    int sm_version() const { return sm_version_; }  // e.g. 90; 0 on CPU
+    int sm_version() const { return gpu_.sm_version; }  // e.g. 90; 0 on CPU
+    const GpuArch& gpu() const { return gpu_; }         // all zero on CPU
     // Stream-ordered allocation on the compute stream (FailedPrecondition on CPU).
     absl::StatusOr<DeviceMemory> allocate(size_t bytes) const;
 
@@ -83,7 +100,7 @@ class DeviceContext {
     Device device_;
     cudaStream_t compute_ = nullptr;
     cudaStream_t comm_ = nullptr;
-    int sm_version_ = 0;
+    GpuArch gpu_;
     AttentionCore attention_core_ = AttentionCore::kWgmma;
     // Declaration order is destruction order reversed: the workspace goes back to the allocator
     // before the allocator's pool is destroyed.

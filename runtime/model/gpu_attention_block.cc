@@ -253,8 +253,8 @@ absl::Status gpu_attention_backward(const GpuCtx& x, const GpuLayer& w, const bf
 
 namespace deltatune {
 
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, AttentionCore core) {
-    return choose_attention({sm_version, core, &c}).impl == KernelImpl::kAttentionWgmma;
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, const GpuArch& gpu, AttentionCore core) {
+    return choose_attention({gpu, core, &c}).impl == KernelImpl::kAttentionWgmma;
 }
 
 }  // namespace deltatune

@@ -15,7 +15,7 @@ namespace deltatune {
 // True when the wgmma core serves this config (choose_attention): its backward takes y, so the
 // layer keeps y alone; the other cores' backwards take the ungated o too. Plain host logic, in
 // every build: the memory planner asks it too.
-bool gpu_attention_keeps_y_only(const Qwen35Config& c, int sm_version, AttentionCore core);
+bool gpu_attention_keeps_y_only(const Qwen35Config& c, const GpuArch& gpu, AttentionCore core);
 
 }  // namespace deltatune
 
@@ -83,7 +83,7 @@ struct GpuCtx {
     cudaStream_t stream() const { return dev.compute_stream(); }
     Gemm& gemm() const { return *dev.gemm(); }
     // What the kernel choices (kernel_choice.h) depend on.
-    KernelTarget kernel_target() const { return {dev.sm_version(), dev.attention_core(), &c}; }
+    KernelTarget kernel_target() const { return {dev.gpu(), dev.attention_core(), &c}; }
 };
 
 struct GpuMlpActs {
@@ -120,7 +120,7 @@ struct GpuGdnActs {
 // True when the fused GDN kernels (causal_conv1d, gated_delta_rule, gated_rmsnorm) serve this
 // config (choose_gdn_core: linear key/value head dims 128 on sm_90); otherwise the block runs
 // kernels/gdn/gdn_simple.cu.
-bool gpu_gdn_fused(const Qwen35Config& c, int sm_version);
+bool gpu_gdn_fused(const Qwen35Config& c, const GpuArch& gpu);
 
 absl::Status gpu_mlp_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,
                              GpuMlpActs& acts);

@@ -212,8 +212,8 @@ absl::Status fused_core_backward(const GpuCtx& x, const GpuLayer& w, const GpuGd
 
 }  // namespace
 
-bool gpu_gdn_fused(const Qwen35Config& c, int sm_version) {
-    return choose_gdn_core({sm_version, AttentionCore::kWgmma, &c}).impl == KernelImpl::kGdnChunked;
+bool gpu_gdn_fused(const Qwen35Config& c, const GpuArch& gpu) {
+    return choose_gdn_core({gpu, AttentionCore::kWgmma, &c}).impl == KernelImpl::kGdnChunked;
 }
 
 absl::Status gpu_gdn_forward(const GpuCtx& x, const GpuLayer& w, const bf16* a, bf16* out,

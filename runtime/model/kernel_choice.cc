@@ -5,16 +5,19 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/attention/attention.h"
+#include "kernels/common/code_arch.h"
+#include "kernels/gdn/gdn_chunked_rule.h"
 
 namespace deltatune {
 
 namespace {
 
-constexpr int kBuiltSm = 90;  // kernels/CMakeLists.txt builds sm_90a only
 constexpr const char* kFusedWhy = "fused kernel for this GPU";
 
 // What the report names for one op's implementation: kind, files and why it runs (the choice's
-// own line, for fallbacks, replaces `why`). A null op matches every op.
+// own line, for fallbacks, replaces `why`). A null op matches every op. Rows naming a CUDA file
+// get the code that runs appended (code_label).
 struct ImplRow {
     const char* op;
     KernelImpl impl;
@@ -30,74 +33,92 @@ constexpr ImplRow kImplRows[] = {
      ""},
     {"embedding", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/embedding/embedding_ref.cc", ""},
-    {"embedding", KernelImpl::kOnly, KernelKind::kFused, "kernels/embedding/embedding.cu (sm_90a)",
+    {"embedding", KernelImpl::kOnly, KernelKind::kFused, "kernels/embedding/embedding.cu",
      kFusedWhy},
     {"rmsnorm_residual", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/norm/rmsnorm_ref.cc", ""},
-    {"rmsnorm_residual", KernelImpl::kOnly, KernelKind::kFused, "kernels/norm/rmsnorm.cu (sm_90a)",
+    {"rmsnorm_residual", KernelImpl::kOnly, KernelKind::kFused, "kernels/norm/rmsnorm.cu",
      kFusedWhy},
     {"qk_norm_rope", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/norm/rmsnorm_ref.cc + kernels/attention/rope_ref.cc", ""},
-    {"qk_norm_rope", KernelImpl::kOnly, KernelKind::kFused,
-     "kernels/attention/qk_norm_rope.cu (sm_90a)", kFusedWhy},
+    {"qk_norm_rope", KernelImpl::kOnly, KernelKind::kFused, "kernels/attention/qk_norm_rope.cu",
+     kFusedWhy},
     {"gated_attention", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/attention/attention_ref.cc", ""},
     {"gated_attention", KernelImpl::kAttentionWgmma, KernelKind::kFused,
-     "kernels/attention/attention_wgmma.cu forward + kernels/attention/attention_wgmma_backward.cu "
-     "(sm_90a)",
+     "kernels/attention/attention_wgmma.cu forward + kernels/attention/attention_wgmma_backward.cu",
      "wgmma + TMA both ways, the gate fused: faster than cuDNN's SDPA with the gate's passes on "
      "packed batches; the backward deterministic while its dS tiles fit 4 GiB"},
     {"gated_attention", KernelImpl::kAttentionCudnn, KernelKind::kLibrary,
      "cuDNN fused flash attention (kernels/attention/attention_cudnn.cc) + "
-     "kernels/attention/attention_gate.cu (sm_90a)",
+     "kernels/attention/attention_gate.cu",
      "DELTATUNE_ATTENTION=cudnn: cuDNN's SDPA both ways, the gate in passes of its own"},
     {"gated_attention", KernelImpl::kAttentionFlash, KernelKind::kFused,
-     "kernels/attention/attention_flash.cu (sm_90a)",
+     "kernels/attention/attention_flash.cu",
      "DELTATUNE_ATTENTION=flash: handwritten on mma.sync both ways, bitwise deterministic, 3-7x "
      "slower"},
     {"gated_attention", KernelImpl::kAttentionGeneric, KernelKind::kSimple,
      "kernels/attention/attention_generic.cu", ""},
     {"swiglu", KernelImpl::kCpuReference, KernelKind::kCpuReference, "kernels/mlp/swiglu_ref.cc",
      ""},
-    {"swiglu", KernelImpl::kOnly, KernelKind::kFused, "kernels/mlp/swiglu.cu (sm_90a)", kFusedWhy},
+    {"swiglu", KernelImpl::kOnly, KernelKind::kFused, "kernels/mlp/swiglu.cu", kFusedWhy},
     {"fused_linear_cross_entropy", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/loss/cross_entropy_ref.cc", ""},
     {"fused_linear_cross_entropy", KernelImpl::kOnly, KernelKind::kFused,
-     "kernels/loss/fused_linear_cross_entropy.cu (sm_90a)", kFusedWhy},
+     "kernels/loss/fused_linear_cross_entropy.cu", kFusedWhy},
     {"adamw", KernelImpl::kCpuReference, KernelKind::kCpuReference, "kernels/optim/adamw_ref.cc",
      ""},
-    {"adamw", KernelImpl::kOnly, KernelKind::kFused, "kernels/optim/adamw.cu (sm_90a)", kFusedWhy},
+    {"adamw", KernelImpl::kOnly, KernelKind::kFused, "kernels/optim/adamw.cu", kFusedWhy},
     {"grad_norm", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "runtime/optim/cpu_update.cc", ""},
-    {"grad_norm", KernelImpl::kOnly, KernelKind::kFused, "kernels/optim/grad_norm.cu (sm_90a)",
-     kFusedWhy},
+    {"grad_norm", KernelImpl::kOnly, KernelKind::kFused, "kernels/optim/grad_norm.cu", kFusedWhy},
     {"causal_conv1d", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/gdn/causal_conv1d_ref.cc", ""},
-    {"causal_conv1d", KernelImpl::kGdnChunked, KernelKind::kFused,
-     "kernels/gdn/causal_conv1d.cu (sm_90a)", kFusedWhy},
+    {"causal_conv1d", KernelImpl::kGdnChunked, KernelKind::kFused, "kernels/gdn/causal_conv1d.cu",
+     kFusedWhy},
     {"l2norm", KernelImpl::kCpuReference, KernelKind::kCpuReference, "kernels/norm/l2norm_ref.cc",
      ""},
-    {"l2norm", KernelImpl::kGdnChunked, KernelKind::kFused,
-     "kernels/gdn/gdn_chunked_rule.cu (sm_90a)", "fused into the chunked gated delta rule"},
+    {"l2norm", KernelImpl::kGdnChunked, KernelKind::kFused, "kernels/gdn/gdn_chunked_rule.cu",
+     "fused into the chunked gated delta rule"},
     {"gdn_gates", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/gdn/gdn_gates_ref.cc", ""},
-    {"gdn_gates", KernelImpl::kGdnChunked, KernelKind::kFused,
-     "kernels/gdn/gdn_chunked_rule.cu (sm_90a)", "fused into the chunked gated delta rule"},
+    {"gdn_gates", KernelImpl::kGdnChunked, KernelKind::kFused, "kernels/gdn/gdn_chunked_rule.cu",
+     "fused into the chunked gated delta rule"},
     {"gated_delta_rule", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/gdn/gdn_chunked_rule_ref.cc", ""},
     {"gated_delta_rule", KernelImpl::kGdnChunked, KernelKind::kFused,
-     "kernels/gdn/gdn_chunked_rule.cu (sm_90a)", kFusedWhy},
+     "kernels/gdn/gdn_chunked_rule.cu", kFusedWhy},
     {"gated_rmsnorm", KernelImpl::kCpuReference, KernelKind::kCpuReference,
      "kernels/norm/gated_rmsnorm_ref.cc", ""},
-    {"gated_rmsnorm", KernelImpl::kGdnChunked, KernelKind::kFused,
-     "kernels/norm/gated_rmsnorm.cu (sm_90a)", kFusedWhy},
+    {"gated_rmsnorm", KernelImpl::kGdnChunked, KernelKind::kFused, "kernels/norm/gated_rmsnorm.cu",
+     kFusedWhy},
     {nullptr, KernelImpl::kGdnSimple, KernelKind::kSimple, "kernels/gdn/gdn_simple.cu", ""},
     {nullptr, KernelImpl::kNotBuilt, KernelKind::kSimple, "none", ""},
 };
 
 ImplChoice not_built(const KernelTarget& t) {
-    return {KernelImpl::kNotBuilt, absl::StrCat("kernels are built for sm_", kBuiltSm,
-                                                "a only; this GPU is sm_", t.sm_version)};
+    if (t.gpu.sm_version < kPortableCodeArch) {
+        return {KernelImpl::kNotBuilt,
+                absl::StrCat("sm_", t.gpu.sm_version, ": the kernels need sm_80 or newer")};
+    }
+    return {KernelImpl::kNotBuilt,
+            absl::StrCat("this build holds no kernel code for sm_", t.gpu.sm_version,
+                         " (DELTATUNE_CUDA_TARGETS=all builds every supported GPU's)")};
+}
+
+bool hopper_code(const KernelTarget& t) {
+    return t.gpu.code_arch >= kHopperCodeArch;
+}
+
+// The code a CUDA kernel runs as: "sm_90a", "sm_80", or the portable code as a newer GPU's SASS.
+std::string code_label(const GpuArch& g) {
+    if (g.code_arch >= kHopperCodeArch) return "sm_90a";
+    if (g.code_binary == kPortableCodeArch || g.code_binary == 0) return "sm_80";
+    return absl::StrCat("compute_80 as sm_", g.code_binary);
+}
+
+std::string kib(int64_t bytes) {
+    return absl::StrCat(bytes / 1024, " KiB");
 }
 
 // cuBLASLt on any GPU; which of its algorithms is the device context's Gemm's choice.
@@ -112,7 +133,7 @@ ImplChoice choose_linear(const KernelTarget&) {
 
 // Ops with one kernel, which the model calls directly.
 ImplChoice choose_only(const KernelTarget& t) {
-    return t.sm_version == kBuiltSm ? ImplChoice{KernelImpl::kOnly, ""} : not_built(t);
+    return t.gpu.code_arch != 0 ? ImplChoice{KernelImpl::kOnly, ""} : not_built(t);
 }
 
 // Every op of a step in the report's order, with the function that chooses its implementation.
@@ -138,10 +159,14 @@ constexpr OpSpec kOps[] = {
     {"gated_rmsnorm", choose_gdn_core},
 };
 
-KernelChoice describe(const char* op, const ImplChoice& c) {
+KernelChoice describe(const char* op, const ImplChoice& c, const GpuArch& gpu) {
     for (const ImplRow& row : kImplRows) {
         if (row.impl != c.impl || (row.op && std::string_view(row.op) != op)) continue;
-        return {op, row.kind, row.files, c.why.empty() ? row.why : c.why};
+        std::string files = row.files;
+        if (files.find(".cu") != std::string::npos && row.kind != KernelKind::kCpuReference) {
+            absl::StrAppend(&files, " (", code_label(gpu), ")");
+        }
+        return {op, row.kind, files, c.why.empty() ? row.why : c.why};
     }
     return {op, KernelKind::kSimple, "?", "no row in kernel_choice.cc's table"};
 }
@@ -163,28 +188,39 @@ const char* kernel_kind_name(KernelKind k) {
 }
 
 ImplChoice choose_attention(const KernelTarget& t) {
-    if (t.sm_version != kBuiltSm) return not_built(t);
+    if (t.gpu.code_arch == 0) return not_built(t);
     if (t.config && t.config->head_dim != 256) {
         return {KernelImpl::kAttentionGeneric,
                 absl::StrCat("head_dim ", t.config->head_dim,
                              ": the fused attention cores serve head_dim 256 only")};
     }
-    switch (t.attention_core) {
-        case AttentionCore::kCudnn:
-            return {KernelImpl::kAttentionCudnn, ""};
-        case AttentionCore::kFlash:
-            return {KernelImpl::kAttentionFlash, ""};
-        case AttentionCore::kWgmma:
-            break;
+    if (t.attention_core == AttentionCore::kCudnn) return {KernelImpl::kAttentionCudnn, ""};
+    if (t.attention_core == AttentionCore::kWgmma && hopper_code(t)) {
+        return {KernelImpl::kAttentionWgmma, ""};
     }
-    return {KernelImpl::kAttentionWgmma, ""};
+    if (t.gpu.smem_per_block < kAttentionFlashSmemBytes) {
+        return {KernelImpl::kAttentionGeneric,
+                absl::StrCat("the flash kernels need ", kib(kAttentionFlashSmemBytes),
+                             " of shared memory per block; this GPU gives ",
+                             kib(t.gpu.smem_per_block))};
+    }
+    if (t.attention_core == AttentionCore::kFlash) return {KernelImpl::kAttentionFlash, ""};
+    return {KernelImpl::kAttentionFlash,
+            absl::StrCat("the wgmma core needs the sm_90a code; on sm_", t.gpu.sm_version,
+                         " the portable flash kernel on mma.sync, fused and deterministic")};
 }
 
 // The config-level part of the chunked kernels' own checks (gated_delta_rule_supported,
 // causal_conv1d_supported, gated_rmsnorm_supported at 0 tokens), which exist in CUDA builds only;
 // kernel_choice_test checks that the two agree.
 ImplChoice choose_gdn_core(const KernelTarget& t) {
-    if (t.sm_version != kBuiltSm) return not_built(t);
+    if (t.gpu.code_arch == 0) return not_built(t);
+    if (!hopper_code(t) && t.gpu.smem_per_block < kGatedDeltaRulePortableSmemBytes) {
+        return {KernelImpl::kGdnSimple, absl::StrCat("the chunked kernels' mma.sync form needs ",
+                                                     kib(kGatedDeltaRulePortableSmemBytes),
+                                                     " of shared memory per block; this GPU gives ",
+                                                     kib(t.gpu.smem_per_block))};
+    }
     if (!t.config) return {KernelImpl::kGdnChunked, ""};
     const Qwen35Config& c = *t.config;
     const int64_t hk = c.linear_num_key_heads, hv = c.linear_num_value_heads;
@@ -204,7 +240,9 @@ ImplChoice choose_gdn_core(const KernelTarget& t) {
                 absl::StrCat("linear conv kernel ", c.linear_conv_kernel_dim,
                              ": the fused causal conv1d serves 1 to 4")};
     }
-    return {KernelImpl::kGdnChunked, ""};
+    if (hopper_code(t)) return {KernelImpl::kGdnChunked, ""};
+    return {KernelImpl::kGdnChunked,
+            "fused; without the sm_90a code every recurrence runs on mma.sync (32-column blocks)"};
 }
 
 const std::vector<std::string>& gdn_core_ops() {
@@ -219,13 +257,15 @@ const std::vector<std::string>& gdn_core_ops() {
 
 std::vector<KernelChoice> gpu_kernel_choices(const KernelTarget& t) {
     std::vector<KernelChoice> out;
-    for (const OpSpec& s : kOps) out.push_back(describe(s.op, s.choose(t)));
+    for (const OpSpec& s : kOps) out.push_back(describe(s.op, s.choose(t), t.gpu));
     return out;
 }
 
 std::vector<KernelChoice> cpu_kernel_choices(const std::string& why) {
     std::vector<KernelChoice> out;
-    for (const OpSpec& s : kOps) out.push_back(describe(s.op, {KernelImpl::kCpuReference, why}));
+    for (const OpSpec& s : kOps) {
+        out.push_back(describe(s.op, {KernelImpl::kCpuReference, why}, GpuArch{}));
+    }
     return out;
 }
 

@@ -32,10 +32,11 @@ struct KernelChoice {
     std::string why;             // one line
 };
 
-// What the choices depend on: the GPU's compute capability (e.g. 90), the attention core the
-// process asked for (DELTATUNE_ATTENTION), and the model (null: shapes unknown, taken as served).
+// What the choices depend on: the GPU (its compute capability, the kernels' code loaded for it,
+// its shared memory), the attention core the process asked for (DELTATUNE_ATTENTION), and the
+// model (null: shapes unknown, taken as served).
 struct KernelTarget {
-    int sm_version = 0;
+    GpuArch gpu;
     AttentionCore attention_core = AttentionCore::kWgmma;
     const Qwen35Config* config = nullptr;
 };
@@ -43,7 +44,7 @@ struct KernelTarget {
 // Every implementation an op can run.
 enum class KernelImpl : uint8_t {
     kCpuReference,  // no usable GPU: the CPU engine's fp32 reference
-    kNotBuilt,      // no kernel for this GPU: kernels are built for sm_90a only
+    kNotBuilt,      // no kernel code for this GPU (before sm_80, or not among the build's targets)
     kCublasLt,      // linear
     kOnly,          // the op's one fused kernel
     kAttentionWgmma,
@@ -60,19 +61,22 @@ struct ImplChoice {
     std::string why;
 };
 
-// The attention core of every full-attention layer: on sm_90 the core asked for where head_dim
-// is 256, else the generic kernel. At run time a batch whose arguments the fused cores reject
+// The attention core of every full-attention layer where head_dim is 256 (else the generic
+// kernel): with the sm_90a code the core asked for; with the portable code the mma.sync flash
+// kernel for the wgmma core (cuDNN's where asked), where the GPU's shared memory holds it, else
+// the generic kernel. At run time a batch whose arguments the fused cores reject
 // (gated_attention_supported) runs the generic kernel too.
 ImplChoice choose_attention(const KernelTarget& t);
 // The GDN core of every linear-attention layer: the chunked path where its kernels serve the
-// config's shapes on sm_90, else the simple kernels. At run time a batch the chunked kernels
-// reject (their *_supported at its token count) runs the simple kernels too.
+// config's shapes (and, with the portable code, the GPU's shared memory holds their mma.sync
+// recurrences), else the simple kernels. At run time a batch the chunked kernels reject (their
+// *_supported at its token count) runs the simple kernels too.
 ImplChoice choose_gdn_core(const KernelTarget& t);
 
 // The ops of the GDN core, which choose_gdn_core decides together.
 const std::vector<std::string>& gdn_core_ops();
 
-// Every op of a training step in the report's order, chosen for a GPU of t.sm_version (not 0).
+// Every op of a training step in the report's order, chosen for the GPU t.gpu (sm_version not 0).
 std::vector<KernelChoice> gpu_kernel_choices(const KernelTarget& t);
 // The same ops on a machine without a GPU: the CPU references, each saying `why`.
 std::vector<KernelChoice> cpu_kernel_choices(const std::string& why);

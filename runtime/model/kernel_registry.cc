@@ -26,21 +26,26 @@ MachineInfo probe_machine() {
         m.why_no_gpu = "cudaGetDeviceProperties failed";
         return m;
     }
-    m.sm_version = prop.major * 10 + prop.minor;
     m.gpu_name = prop.name;
+    absl::StatusOr<GpuArch> gpu = probe_gpu_arch(0);
+    if (!gpu.ok()) {
+        m.why_no_gpu = std::string(gpu.status().message());
+        return m;
+    }
+    m.gpu = *gpu;
 #endif
     return m;
 }
 
 KernelRegistry kernel_registry_for(const MachineInfo& machine, const Qwen35Config* config) {
     KernelRegistry r;
-    if (machine.sm_version == 0) {
+    if (machine.gpu.sm_version == 0) {
         r.device = "cpu";
         r.ops = cpu_kernel_choices(absl::StrCat("no GPU: ", machine.why_no_gpu));
         return r;
     }
-    r.device = absl::StrCat("cuda:0 (", machine.gpu_name, ", sm_", machine.sm_version, ")");
-    r.ops = gpu_kernel_choices({machine.sm_version, machine.attention_core, config});
+    r.device = absl::StrCat("cuda:0 (", machine.gpu_name, ", sm_", machine.gpu.sm_version, ")");
+    r.ops = gpu_kernel_choices({machine.gpu, machine.attention_core, config});
     return r;
 }
 

@@ -20,10 +20,10 @@ struct KernelRegistry {
     std::vector<KernelChoice> ops;
 };
 
-// The machine as the registry sees it: sm_version 0 means no usable CUDA device; `why_no_gpu`
-// then says why.
+// The machine as the registry sees it: gpu.sm_version 0 means no usable CUDA device;
+// `why_no_gpu` then says why.
 struct MachineInfo {
-    int sm_version = 0;
+    GpuArch gpu;  // cuda:0
     // From DELTATUNE_ATTENTION (kWgmma when it names no core: a GPU context then refuses to
     // start, saying why).
     AttentionCore attention_core = AttentionCore::kWgmma;

@@ -33,7 +33,16 @@ double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs, int64
 }
 
 double dense_bf16_peak_flops(int sm_version) {
-    return sm_version == 90 ? 989.4e12 : 0.0;
+    switch (sm_version) {
+        case 80:
+            return 312e12;
+        case 90:
+            return 989.4e12;
+        case 100:
+            return 2250e12;
+        default:
+            return 0.0;
+    }
 }
 
 }  // namespace deltatune

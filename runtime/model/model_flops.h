@@ -18,8 +18,9 @@ namespace deltatune {
 double step_flops(const Qwen35Config& c, const std::vector<int64_t>& docs,
                   int64_t adapter_params = 0);
 
-// Dense bf16 tensor-core peak FLOP/s of a GPU of compute capability `sm_version` (90: H100 and
-// H200 SXM, 989.4 TFLOP/s); 0 where unknown (MFU is then not reported rather than guessed).
+// Dense bf16 tensor-core peak FLOP/s of a GPU of compute capability `sm_version`, by its SXM part
+// (80: A100, 312 TFLOP/s; 90: H100 and H200, 989.4; 100: B200, 2250); 0 where the capability does
+// not say which part it is (MFU is then not reported rather than guessed).
 double dense_bf16_peak_flops(int sm_version);
 
 }  // namespace deltatune

@@ -238,7 +238,7 @@ absl::Status read_engine_figures(const Loop& loop, BenchmarkResult& r) {
     r.peak_device_bytes = e.model().peak_device_bytes();
     r.planner_peak_bytes = e.memory_plan().peak_bytes;  // at its world size and tokens
     r.planner = e.memory_plan().describe();
-    r.gdn_impl = gpu_gdn_fused(loop.model, e.device().sm_version())
+    r.gdn_impl = gpu_gdn_fused(loop.model, e.device().gpu())
                      ? "fused: kernels/gdn/causal_conv1d.cu, kernels/gdn/gdn_chunked*.cu, "
                        "kernels/norm/gated_rmsnorm.cu"
                      : "kernels/gdn/gdn_simple.cu (not the fused causal_conv1d/gdn_chunked "

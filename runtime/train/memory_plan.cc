@@ -58,8 +58,8 @@ int64_t layer_activation_bytes_per_token(const Qwen35Config& c, LayerType type,
         // q_proj's [query | gate], q after norm + RoPE, the gated output y; k before and after
         // norm + RoPE, v; lse and the q / k norms' rstd. The other cores' backwards also take the
         // ungated o, which the wgmma core does not keep.
-        elems += 4 * qd + 3 * kvd +
-                 (gpu_attention_keeps_y_only(c, in.sm_version, in.attention_core) ? 0 : qd);
+        elems +=
+            4 * qd + 3 * kvd + (gpu_attention_keeps_y_only(c, in.gpu, in.attention_core) ? 0 : qd);
         fp32 += 2 * c.num_attention_heads + c.num_key_value_heads;
     }
     return 2 * elems + 4 * fp32;

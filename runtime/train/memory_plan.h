@@ -30,8 +30,8 @@ struct MemoryPlanInput {
     int world_size = 1;
     int64_t tokens_per_batch = 8192;
     Recompute recompute = Recompute::kLayer;
-    int64_t ce_chunk_tokens = 4096;  // fused linear cross-entropy chunk (Qwen35GpuModel's)
-    int sm_version = 90;  // the GPU's (the H200's by default): which attention core serves
+    int64_t ce_chunk_tokens = 4096;   // fused linear cross-entropy chunk (Qwen35GpuModel's)
+    GpuArch gpu = hopper_gpu_arch();  // the GPU's (an H200's by default): which cores serve
     AttentionCore attention_core = AttentionCore::kWgmma;  // what the ranks' contexts resolve
     // LoRA (count_lora_parameters): the base frozen in bf16 (no master, moments or gradient),
     // the adapter's fp32 state replicated. 0: full fine-tuning.

@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.world_size = o.world_size;
     plan_in.tokens_per_batch = o.tokens_per_batch;
     e->tokens_per_batch_ = o.tokens_per_batch;
-    plan_in.sm_version = e->ctx_->sm_version();
+    plan_in.gpu = e->ctx_->gpu();
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));

@@ -8,7 +8,8 @@
 # (semicolon-separated environment settings, e.g. "X=0;X=32") replaces A and B: each round runs
 # every variant with the bundle's binary; BINS (space-separated binaries, e.g. the
 # daemon/deltatune_v_<ref> builds of bench_variants.sh) replaces them too, each row labelled by
-# the binary's <ref>. Over the bundle of gpu_bundle.sh:
+# the binary's <ref>. BENCH_ARGS adds bench flags (e.g. "--layers 4" on an 80 GB card). Over the
+# bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -43,7 +44,7 @@ for r in $(seq 1 ${ROUNDS:-3}); do
     elif [[ $v == A ]]; then envs=(); label=A
     else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
     timeout -k 5 "${RUN_TIMEOUT:-300}" env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
-      --recompute ${RECOMPUTE:-auto} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
+      --recompute ${RECOMPUTE:-auto} ${BENCH_ARGS:-} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
     [[ -s $O/ab_$label$r.err ]] || rm -f "$O/ab_$label$r.err"  # the device returns few files
     row "$label$r" "$O/ab_$label$r.json"
   done

@@ -353,7 +353,7 @@ TEST_CASE("GPU job admission: GPU count, then strict kernels", "[daemon][yaml]")
     s.mutable_kernels()->clear_allow_non_fused();
     s.mutable_resources()->set_nodes(2);
     const absl::Status on_agents = check_job_memory(s, gpu_bytes, 0);
-    if (probe_machine().sm_version == 0) {
+    if (probe_machine().gpu.sm_version == 0) {
         CHECK(on_agents.ok());
         CHECK_THAT(message(check_kernels_on(probe_machine(), *config, s)),
                    Catch::StartsWith("NON_FUSED_KERNEL: "));

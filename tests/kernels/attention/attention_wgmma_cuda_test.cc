@@ -58,7 +58,7 @@ double worst_row_err(const std::vector<float>& got, const std::vector<float>& re
 }
 
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
-    if (!have_gpu()) return;
+    if (!have_hopper_code()) return;
 #if DELTATUNE_HAVE_CUDNN_ATTENTION
     auto made = CudnnAttention::create();
     REQUIRE(made.ok());
@@ -257,7 +257,7 @@ TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda
 // from one chunk of levels to the next). A lost or doubled tile leaves poisoned rows or the
 // wrong sums; the backward runs with its dS tiles through memory and with atomics.
 TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[kernels][cuda]") {
-    if (!have_gpu()) return;
+    if (!have_hopper_code()) return;
     std::mt19937 rng(321);
     std::vector<int32_t> lengths = {1500};  // 24 key tiles
     std::uniform_int_distribution<int32_t> len(50, 200);
@@ -318,7 +318,7 @@ TEST_CASE("wgmma attention lists past 1024 tile levels and 50k documents", "[ker
 // dies), and NaN where the gate is NaN. o is the kernel's own, so attention's rounding is not in
 // the comparison.
 TEST_CASE("wgmma attention forward keeps the gate's extremes", "[kernels][cuda]") {
-    if (!have_gpu()) return;
+    if (!have_hopper_code()) return;
     std::mt19937 rng(11);
     const std::vector<int32_t> cu = {0, 200};
     AttentionCase p = attention_case(rng, cu, 2, 1);
@@ -368,7 +368,28 @@ TEST_CASE("wgmma attention forward keeps the gate's extremes", "[kernels][cuda]"
     CHECK(bad == 0);
     CHECK(nonzero_o > 1000);  // the capped rows were checked on real values
 }
+
+TEST_CASE("wgmma attention refuses, not traps, without the sm_90a code", "[kernels][cuda]") {
+    if (!have_gpu()) return;
+    if (loaded_code().arch >= kHopperCodeArch) {
+        WARN("skipped: the sm_90a code is loaded (the portable build runs this case)");
+        return;
+    }
+    std::mt19937 rng(7);
+    const std::vector<int32_t> cu = {0, 64};
+    const AttentionCase p = attention_case(rng, cu, 1, 1);
+    AttentionDeviceCase dc(p, cu, 64);
+    auto& [d_q, d_k, d_v, d_qg, d_cu, d_y, d_o, d_lse, a] = dc;
+    const size_t wsb = gated_attention_forward_wgmma_workspace_bytes(a);
+    DeviceBuffer<char> ws(wsb);
+    CHECK(gated_attention_forward_wgmma(bf16_ptr(d_y), bf16_ptr(d_o), d_lse.get(), a, ws.get(), wsb,
+                                        nullptr) == cudaErrorNoKernelImageForDevice);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);  // nothing launched, the context intact
+}
 #else
+TEST_CASE("wgmma attention refuses, not traps, without the sm_90a code", "[kernels][cuda]") {
+    WARN("skipped: built without CUDA");
+}
 TEST_CASE("wgmma gated attention forward matches the reference", "[kernels][cuda]") {
     WARN("skipped: built without CUDA");
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/common/bf16_bits.h"
+#include "kernels/common/code_arch.h"
 
 namespace deltatune::cudatest {
 
@@ -28,6 +29,15 @@ inline bool have_gpu() {
         return false;
     }
     return true;
+}
+
+// For the tests of the Hopper-only kernels: skipped, saying so, where the sm_90a code is not the
+// one loaded (the portable build, or a GPU other than Hopper).
+inline bool have_hopper_code() {
+    if (!have_gpu()) return false;
+    if (loaded_code().arch >= kHopperCodeArch) return true;
+    WARN("skipped: the sm_90a code is not loaded here (portable build or a non-Hopper GPU)");
+    return false;
 }
 
 // A device array of T; never zero-initialised (poison() fills it with NaN bytes).

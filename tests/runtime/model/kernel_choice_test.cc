@@ -11,6 +11,7 @@
 #include "runtime/model/gpu_blocks.h"
 #include "runtime/model/kernel_choice.h"
 #include "tests/common/test_util.h"
+#include "tests/runtime/model/test_gpus.h"
 #if DELTATUNE_HAVE_CUDA
 #include "kernels/attention/attention.h"
 #include "kernels/gdn/causal_conv1d.h"
@@ -46,12 +47,13 @@ std::string reported(const KernelTarget& t, const std::string& name) {
 TEST_CASE("kernel choice: the memory planner keeps y alone exactly where the wgmma core runs",
           "[registry]") {
     for (const Qwen35Config& c : shipped_configs()) {
-        for (const int sm : {80, 90}) {
+        for (const testing::TestGpu& gpu : testing::test_gpus()) {
+            if (gpu.arch.code_arch == 0) continue;
             for (const AttentionCore core : kCores) {
                 const bool wgmma =
-                    reported({sm, core, &c}, "gated_attention").find("attention_wgmma.cu") !=
+                    reported({gpu.arch, core, &c}, "gated_attention").find("attention_wgmma.cu") !=
                     std::string::npos;
-                CHECK(gpu_attention_keeps_y_only(c, sm, core) == wgmma);
+                CHECK(gpu_attention_keeps_y_only(c, gpu.arch, core) == wgmma);
             }
         }
     }
@@ -59,10 +61,15 @@ TEST_CASE("kernel choice: the memory planner keeps y alone exactly where the wgm
 
 TEST_CASE("kernel choice: the GDN core's ops are decided together", "[registry]") {
     for (const Qwen35Config& c : shipped_configs()) {
-        const ImplChoice core = choose_gdn_core({90, AttentionCore::kWgmma, &c});
-        for (const std::string& name : gdn_core_ops()) {
-            const std::string impl = reported({90, AttentionCore::kWgmma, &c}, name);
-            CHECK((impl == "kernels/gdn/gdn_simple.cu") == (core.impl == KernelImpl::kGdnSimple));
+        for (const testing::TestGpu& gpu : testing::test_gpus()) {
+            if (gpu.arch.code_arch == 0) continue;
+            INFO(gpu.name);
+            const ImplChoice core = choose_gdn_core({gpu.arch, AttentionCore::kWgmma, &c});
+            for (const std::string& name : gdn_core_ops()) {
+                const std::string impl = reported({gpu.arch, AttentionCore::kWgmma, &c}, name);
+                CHECK((impl.rfind("kernels/gdn/gdn_simple.cu", 0) == 0) ==
+                      (core.impl == KernelImpl::kGdnSimple));
+            }
         }
     }
 }
@@ -70,10 +77,10 @@ TEST_CASE("kernel choice: the GDN core's ops are decided together", "[registry]"
 #if DELTATUNE_HAVE_CUDA
 TEST_CASE("kernel choice: the GDN block runs the core the report names", "[registry]") {
     for (const Qwen35Config& c : shipped_configs()) {
-        for (const int sm : {80, 90}) {
-            const bool chunked = reported({sm, AttentionCore::kWgmma, &c}, "gated_delta_rule") ==
-                                 "kernels/gdn/gdn_chunked_rule.cu (sm_90a)";
-            CHECK(gpu_gdn_fused(c, sm) == chunked);
+        for (const testing::TestGpu& gpu : testing::test_gpus()) {
+            const bool chunked = reported({gpu.arch, AttentionCore::kWgmma, &c}, "gated_delta_rule")
+                                     .rfind("kernels/gdn/gdn_chunked_rule.cu (", 0) == 0;
+            CHECK(gpu_gdn_fused(c, gpu.arch) == chunked);
         }
     }
 }
@@ -94,8 +101,9 @@ TEST_CASE("kernel choice: the GDN core's shape check is the chunked kernels' own
                                              causal_conv1d_supported(0, c.conv_dim(), kernel) &&
                                              gated_rmsnorm_supported(0, dv);
                         INFO(dk << "/" << dv << " heads " << hk << "/" << hv << " conv " << kernel);
-                        CHECK((choose_gdn_core({90, AttentionCore::kWgmma, &c}).impl ==
-                               KernelImpl::kGdnChunked) == kernels);
+                        CHECK(
+                            (choose_gdn_core({hopper_gpu_arch(), AttentionCore::kWgmma, &c}).impl ==
+                             KernelImpl::kGdnChunked) == kernels);
                     }
 }
 
@@ -118,7 +126,7 @@ TEST_CASE("kernel choice: attention's head_dim check is the fused cores' own", "
         a.gate_head_stride = 2 * d;
         a.scale = 1.0f / std::sqrt(static_cast<float>(d));
         INFO("head_dim " << d);
-        CHECK((choose_attention({90, AttentionCore::kWgmma, &c}).impl !=
+        CHECK((choose_attention({hopper_gpu_arch(), AttentionCore::kWgmma, &c}).impl !=
                KernelImpl::kAttentionGeneric) == gated_attention_supported(a));
     }
 }

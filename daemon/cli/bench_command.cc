@@ -66,6 +66,7 @@ struct BenchOptions {
     std::string trace_out;  // the profiled step's timeline (Chrome trace JSON), when set
     double max_grad_norm = job_defaults().max_grad_norm;
     std::optional<LoraSpec> lora;  // --adapter lora
+    std::string workload = "all";  // every token labeled, or "chat" (kChatPromptFraction not)
 };
 
 // A job's settings (job_defaults) with the flags over them, the learning rate constant.
@@ -75,6 +76,7 @@ BenchmarkConfig benchmark_config(const BenchOptions& o) {
     b.layers = o.layers;
     b.warmup = o.warmup, b.steps = o.steps;
     b.sample_stride = o.sample_out.empty() ? 0 : o.sample_stride;
+    b.prompt_fraction = o.workload == "chat" ? kChatPromptFraction : 0;
     TrainConfig& c = b.train;
     c = job_defaults();
     c.tokens_per_batch = o.tokens;
@@ -124,6 +126,9 @@ nlohmann::json result_json(const BenchOptions& o, const TrainConfig& c, const Be
     auto gib = [&](int64_t bytes) { return static_cast<double>(bytes) / kGiB; };
     return {
         {"workload", workload_label(r.model, c)},
+        {"data", o.workload == "chat" ? absl::StrCat("chat: the first ", kChatPromptFraction,
+                                                     " of each document unlabeled")
+                                      : std::string("every token labeled")},
         {"layers", r.model.num_layers},
         {"recompute", r.recompute},
         {"recompute_requested", o.recompute},
@@ -253,7 +258,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
 // The flags as given; parse_bench_options checks how they relate.
 struct BenchFlags {
     std::string config, recompute = "layer", rendezvous, sample_out, trace_out, adapter,
-                        lora_targets;
+                        lora_targets, workload = "all";
     uint64_t tokens = 8192, steps = 5, warmup = 2, layers = 0, seed = 0, world = 1, rank = 0,
              micro = 1, timeout_ms = 120000, stride = 4099, lora_rank = 16;
     double lr = job_defaults().lr.peak, max_grad_norm = job_defaults().max_grad_norm;
@@ -276,6 +281,10 @@ void declare_bench_flags(CLI::App& app, BenchFlags& f) {
                                   "says that fits this GPU"),
                    {"layer", "none", "auto"});
     count("--seed", f.seed, "the random model's and batches' seed");
+    daemon::one_of(app.add_option("--workload", f.workload,
+                                  "all: every token labeled; chat: the first 30% of each "
+                                  "document unlabeled, as a chat SFT's prompts"),
+                   {"all", "chat"});
     count("--layers", f.layers, "that many layers, in the config's pattern (0: the config's)");
     app.add_option("--lr", f.lr, "learning rate, constant")
         ->check(daemon::number())
@@ -339,6 +348,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const BenchFlags& f) {
     o.seed = f.seed;
     o.adamw.lr = f.lr;
     o.recompute = f.recompute;
+    o.workload = f.workload;
     o.max_grad_norm = f.max_grad_norm;
     o.rendezvous = f.rendezvous;
     o.sample_out = f.sample_out;

@@ -9,6 +9,7 @@
 #include "kernels/loss/cross_entropy.h"
 #include "kernels/mlp/linear.h"
 #include "kernels/norm/rmsnorm.h"
+#include "kernels/tensor/rows.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/lora.h"
 
@@ -134,14 +135,15 @@ absl::StatusOr<LossResult> Qwen35CpuModel::forward(const PackedBatch& batch) {
     }
     Buf x;
     DT_RETURN_IF_ERROR(run_layers(batch, x));
-    const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
+    const int64_t H = config_.hidden_size, V = config_.vocab_size;
+    const HeadRows head = head_rows(batch);
+    const int64_t T = head.count();
     Buf logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk);
     for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
         const int64_t n = std::min(kHeadChunk, T - t0);
-        linear_forward_ref(logits.data(), final_normed_.data() + t0 * H, ptr(view_.lm_head), n, H,
-                           V);
-        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(),
-                                  batch.targets.data() + t0, n, V);
+        linear_forward_ref(logits.data(), head.x() + t0 * H, ptr(view_.lm_head), n, H, V);
+        cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), head.targets() + t0, n,
+                                  V);
         for (int64_t i = 0; i < n; ++i) r.loss_sum += losses[i];
     }
     DT_RETURN_IF_ERROR(release(head_unit(), CpuParamSource::Phase::kForward));
@@ -155,24 +157,46 @@ absl::Status Qwen35CpuModel::backward(ParamSet& grads) {
     return backward(grads, 1.0 / static_cast<double>(label_tokens_));
 }
 
+Qwen35CpuModel::HeadRows Qwen35CpuModel::head_rows(const PackedBatch& batch) const {
+    HeadRows h;
+    h.all = final_normed_.data();
+    h.all_targets = batch.targets.data();
+    h.all_count = batch.tokens();
+    if (label_only_head_) h.labeled = label_rows(batch.targets, 0.0);
+    if (h.labeled) {
+        const int64_t H = config_.hidden_size;
+        h.gathered.resize(h.labeled->rows.size() * H);
+        gather_rows_ref(h.gathered.data(), h.all, h.labeled->rows.data(), h.count(), H);
+    }
+    return h;
+}
+
 // LM head and final norm: dx = d(last layer's output). Logits are recomputed chunk by chunk
-// (never stored whole).
+// (never stored whole), on the head's rows; the rows without a label get a zero gradient.
 absl::Status Qwen35CpuModel::head_backward(const PackedBatch& batch, const ModelView& g,
                                            float grad_scale, Buf& dx) {
     const int64_t T = batch.tokens(), H = config_.hidden_size, V = config_.vocab_size;
     DT_RETURN_IF_ERROR(acquire(head_unit(), CpuParamSource::Phase::kBackward));
-    Buf dnormed(T * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk),
+    const HeadRows head = head_rows(batch);
+    const int64_t rows = head.count();
+    Buf dhead(rows * H), logits(kHeadChunk * V), losses(kHeadChunk), lse(kHeadChunk),
         dlogits(kHeadChunk * V);
-    for (int64_t t0 = 0; t0 < T; t0 += kHeadChunk) {
-        const int64_t n = std::min(kHeadChunk, T - t0);
-        const float* h = final_normed_.data() + t0 * H;
-        const int32_t* tg = batch.targets.data() + t0;
+    for (int64_t t0 = 0; t0 < rows; t0 += kHeadChunk) {
+        const int64_t n = std::min(kHeadChunk, rows - t0);
+        const float* h = head.x() + t0 * H;
+        const int32_t* tg = head.targets() + t0;
         linear_forward_ref(logits.data(), h, ptr(view_.lm_head), n, H, V);
         cross_entropy_forward_ref(losses.data(), lse.data(), logits.data(), tg, n, V);
         cross_entropy_backward_ref(dlogits.data(), logits.data(), lse.data(), tg, n, V, grad_scale);
-        linear_backward_ref(dnormed.data() + t0 * H, g.lm_head.defined() ? ptr(g.lm_head) : nullptr,
+        linear_backward_ref(dhead.data() + t0 * H, g.lm_head.defined() ? ptr(g.lm_head) : nullptr,
                             dlogits.data(), h, ptr(view_.lm_head), n, H, V);
     }
+    Buf spread;
+    if (head.labeled) {
+        spread.resize(T * H);
+        gather_rows_ref(spread.data(), dhead.data(), head.labeled->position.data(), T, H);
+    }
+    const Buf& dnormed = head.labeled ? spread : dhead;
     dx.assign(T * H, 0.0f);
     rmsnorm_backward_ref(dx.data(), ptr(g.final_norm), dnormed.data(), final_x_.data(),
                          ptr(view_.final_norm), final_rstd_.data(), T, H);

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/batch/label_rows.h"
 #include "runtime/batch/packed_batch.h"
 #include "runtime/model/cpu_blocks.h"
 #include "runtime/model/cpu_param_source.h"
@@ -59,6 +61,10 @@ class Qwen35CpuModel {
     // present throughout and gradients accumulate into backward's `grads` as they are.
     void set_param_source(CpuParamSource* source) { source_ = source; }
 
+    // The LM head and loss run on the labeled rows alone (runtime/batch/label_rows.h), the same
+    // loss and gradients as on every row; false runs every row (tests compare the two).
+    void set_label_only_head(bool on) { label_only_head_ = on; }
+
     // Final hidden states (T, H) after the last norm, and the full logits (T, V), for tests.
     absl::StatusOr<Buf> hidden_states(const PackedBatch& batch);
     absl::StatusOr<Buf> logits(const PackedBatch& batch);
@@ -74,6 +80,21 @@ class Qwen35CpuModel {
 
     // Embedding, layers and final norm; leaves the head unit acquired (the caller releases it).
     absl::Status run_layers(const PackedBatch& batch, Buf& x);
+    // The rows the LM head runs on: the labeled rows gathered from the final norm's output, or
+    // every row of it.
+    struct HeadRows {
+        std::optional<LabelRows> labeled;
+        Buf gathered;  // (labeled rows, H) when `labeled`
+        const float* all = nullptr;
+        const int32_t* all_targets = nullptr;
+        int64_t all_count = 0;
+        const float* x() const { return labeled ? gathered.data() : all; }
+        const int32_t* targets() const { return labeled ? labeled->targets.data() : all_targets; }
+        int64_t count() const {
+            return labeled ? static_cast<int64_t>(labeled->rows.size()) : all_count;
+        }
+    };
+    HeadRows head_rows(const PackedBatch& batch) const;
     absl::Status head_backward(const PackedBatch& batch, const ModelView& g, float grad_scale,
                                Buf& dx);
     BatchMeta meta(const PackedBatch& batch) const;
@@ -92,6 +113,7 @@ class Qwen35CpuModel {
     std::vector<LayerActs> acts_;
     Buf final_x_, final_normed_, final_rstd_;
     int64_t label_tokens_ = 0;
+    bool label_only_head_ = true;
 };
 
 }  // namespace deltatune

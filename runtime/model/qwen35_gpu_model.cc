@@ -360,6 +360,10 @@ int64_t Qwen35GpuModel::peak_device_bytes() const {
     return impl_->dev.allocator()->peak_bytes();
 }
 
+void Qwen35GpuModel::set_label_only_head(bool on) {
+    impl_->label_only_head = on;
+}
+
 }  // namespace deltatune
 
 #endif  // DELTATUNE_HAVE_CUDA (qwen35_gpu_model_cpu_only.cc: the CPU-only build)

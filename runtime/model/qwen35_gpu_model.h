@@ -69,6 +69,10 @@ class Qwen35GpuModel {
     // fp32 master weights into `params` (same names and shapes), overwritten.
     absl::Status download_params(ParamSet& params) const;
     int64_t peak_device_bytes() const;
+    // The LM head and loss on the labeled rows alone where a batch has at least 1/64 of its rows
+    // unlabeled (runtime/batch/label_rows.h; the default), else on every row: the same loss and
+    // gradients within the GEMMs' rounding. false: every row always (tests compare the two).
+    void set_label_only_head(bool on);
 
 #if DELTATUNE_HAVE_CUDA
     // With per-layer recompute: the last `layers` layers keep their activations from the forward

@@ -38,5 +38,7 @@ int64_t Qwen35GpuModel::peak_device_bytes() const {
     return 0;
 }
 
+void Qwen35GpuModel::set_label_only_head(bool) {}
+
 }  // namespace deltatune
 #endif  // !DELTATUNE_HAVE_CUDA

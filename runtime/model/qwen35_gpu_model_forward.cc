@@ -6,11 +6,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/embedding/embedding.h"
 #include "kernels/loss/fused_linear_cross_entropy.h"
 #include "kernels/norm/rmsnorm.h"
+#include "kernels/tensor/rows.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/batch/label_rows.h"
 #include "runtime/device/cuda_status.h"
 #include "runtime/model/qwen35_gpu_model_impl.h"
 
@@ -22,12 +25,15 @@ namespace {
 
 using Impl = Qwen35GpuModel::Impl;
 
-// The batch's ids, targets, positions, document bounds and the embedding backward's id order
-// (sorted here, so the device never waits for a sort) in one upload through page-locked
-// staging; m.batch and its pointers into it.
+// The batch's ids, targets, positions, document bounds, the embedding backward's id order
+// (sorted here, so the device never waits for a sort) and the LM head's rows in one upload
+// through page-locked staging; m.batch and its pointers into it.
 absl::Status upload_batch(Impl& m, const PackedBatch& pb) {
     const int64_t T = pb.tokens(), D = pb.num_docs();
-    const size_t count = static_cast<size_t>(5 * T + D + 1);
+    const std::optional<LabelRows> head =
+        m.label_only_head ? label_rows(pb.targets, kGpuLabelRowsMinUnlabeled) : std::nullopt;
+    m.head_count = head ? static_cast<int64_t>(head->rows.size()) : T;
+    const size_t count = static_cast<size_t>(5 * T + D + 1 + (head ? 2 * m.head_count + T : 0));
     if (m.staging_count < count) {
         // The previous forward's copy finished before its loss was read back.
         if (m.staging) DT_CUDA_RETURN_IF_ERROR(cudaFreeHost(m.staging));
@@ -40,6 +46,11 @@ absl::Status upload_batch(Impl& m, const PackedBatch& pb) {
     for (const auto* v : {&pb.input_ids, &pb.targets, &pb.position_ids, &pb.cu_seqlens})
         at = std::copy(v->begin(), v->end(), at);
     embedding_id_order(pb.input_ids.data(), T, at, at + T);
+    at += 2 * T;
+    if (head) {
+        for (const auto* v : {&head->rows, &head->targets, &head->position})
+            at = std::copy(v->begin(), v->end(), at);
+    }
     DT_ASSIGN_OR_RETURN(m.batch_ints, m.dev.allocate(sizeof(int32_t) * count));
     DT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.batch_ints.get(), m.staging, sizeof(int32_t) * count,
                                             cudaMemcpyHostToDevice, m.s()));
@@ -47,6 +58,9 @@ absl::Status upload_batch(Impl& m, const PackedBatch& pb) {
     m.ids = base;
     m.ids_sorted = base + 3 * T + D + 1;
     m.id_positions_sorted = m.ids_sorted + T;
+    m.head_rows = head ? m.id_positions_sorted + T : nullptr;
+    m.head_targets = head ? m.head_rows + m.head_count : base + T;
+    m.head_position = head ? m.head_targets + m.head_count : nullptr;
     m.batch = GpuBatch{T, D, base + 3 * T, base + 2 * T};
     m.attention_schedule = GpuAttentionSchedule{};  // the previous batch's list is freed
     m.batch.attention_schedule = &m.attention_schedule;
@@ -131,17 +145,27 @@ absl::Status head_loss(Impl& m, const bf16* resid, const bf16* delta, double gra
                                  final_norm.w, T, H, static_cast<float>(m.c.rms_norm_eps), s));
     keep_only_input(m, m.c.num_layers - 1);
 
-    DT_ASSIGN_OR_RETURN(DeviceMemory row_losses, m.dev.allocate(sizeof(float) * T));
+    // The head's rows: the labeled ones gathered (N < T), or all of hf.
+    const int64_t N = m.head_count;
+    const size_t nh = sizeof(bf16) * static_cast<size_t>(N * H);
+    DeviceMemory head_x, head_dx;
+    if (N < T) {
+        DT_ASSIGN_OR_RETURN(head_x, m.dev.allocate(nh));
+        DT_ASSIGN_OR_RETURN(head_dx, m.dev.allocate(nh));
+        DT_CUDA_RETURN_IF_ERROR(
+            gather_rows(head_x.as<bf16>(), hf.as<bf16>(), m.head_rows, N, H, s));
+    }
+    DT_ASSIGN_OR_RETURN(DeviceMemory row_losses, m.dev.allocate(sizeof(float) * N));
     DT_ASSIGN_OR_RETURN(m.dhf, m.dev.allocate(th));
     FusedLinearCrossEntropyArgs ce;
     ce.row_losses = row_losses.as<float>();
-    ce.dx = m.dhf.as<bf16>();
+    ce.dx = N < T ? head_dx.as<bf16>() : m.dhf.as<bf16>();
     ce.dw = lm_head.grad;
     ce.dw_fresh = lm_head.fresh;
-    ce.x = hf.as<bf16>();
+    ce.x = N < T ? head_x.as<bf16>() : hf.as<bf16>();
     ce.w = lm_head.w;
-    ce.targets = m.batch_ints.as<int32_t>() + T;
-    ce.tokens = T, ce.hidden = H, ce.vocab = m.c.vocab_size;
+    ce.targets = m.head_targets;
+    ce.tokens = N, ce.hidden = H, ce.vocab = m.c.vocab_size;
     ce.grad_scale = static_cast<float>(grad_scale);
     // 4096-token chunks: a quarter of the fp32 dW passes over the vocabulary that 1024 take
     // (faster: docs/performance.md "Measured choices"), for 2 GB of bf16 logits (memory_plan.h's
@@ -153,13 +177,17 @@ absl::Status head_loss(Impl& m, const bf16* resid, const bf16* delta, double gra
     const size_t ws = fused_linear_cross_entropy_workspace_bytes(ce);
     DT_ASSIGN_OR_RETURN(DeviceMemory work, m.dev.allocate(ws));
     DT_CUDA_RETURN_IF_ERROR(fused_linear_cross_entropy(ce, m.dev.blas(), work.get(), ws, s));
+    if (N < T) {  // the head rows' gradient back in place, zero on the unlabeled rows
+        DT_CUDA_RETURN_IF_ERROR(
+            gather_rows(m.dhf.as<bf16>(), head_dx.as<bf16>(), m.head_position, T, H, s));
+    }
     m.gradients_written(head_unit);  // the LM head's, by the loss's dW GEMMs
     // Wait through the source first: a sharded source polls NCCL, so a dead peer ends in an error
     // here rather than in a read-back into pageable memory that would block the host for good.
     DT_RETURN_IF_ERROR(m.source->synchronize());
-    std::vector<float> losses(static_cast<size_t>(T));
+    std::vector<float> losses(static_cast<size_t>(N));
     DT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(losses.data(), row_losses.get(), sizeof(float) * T, cudaMemcpyDeviceToHost));
+        cudaMemcpy(losses.data(), row_losses.get(), sizeof(float) * N, cudaMemcpyDeviceToHost));
     for (float v : losses) r.loss_sum += v;
     return absl::OkStatus();
 }

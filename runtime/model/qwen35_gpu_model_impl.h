@@ -83,6 +83,13 @@ struct Qwen35GpuModel::Impl {
     const int32_t* ids = nullptr;
     const int32_t* ids_sorted = nullptr;
     const int32_t* id_positions_sorted = nullptr;
+    // The LM head's rows (runtime/batch/label_rows.h): a batch with enough rows unlabeled stages
+    // its labeled rows (head_count of them), their targets and each batch row's place among them.
+    bool label_only_head = true;
+    int64_t head_count = 0;  // the batch's tokens when the head runs on every row
+    const int32_t* head_rows = nullptr;
+    const int32_t* head_targets = nullptr;
+    const int32_t* head_position = nullptr;
     std::vector<LayerActs> acts;
     DeviceMemory xf, rstdf, dhf;
     GpuUnitPtrs head;  // the head unit, acquired in the forward, released in the backward

@@ -55,7 +55,8 @@ std::vector<std::vector<int64_t>> document_lengths(int64_t count, int64_t budget
 
 absl::StatusOr<SyntheticSteps> synthetic_steps(const Qwen35Config& model, int64_t steps,
                                                int64_t grad_accum, int world_size, int rank,
-                                               int64_t tokens_per_batch, uint64_t seed) {
+                                               int64_t tokens_per_batch, uint64_t seed,
+                                               double prompt_fraction) {
     const int64_t per_step = world_size * grad_accum;  // micro-batches in a global batch
     std::mt19937_64 rng(seed);
     const auto lens = document_lengths(steps * per_step, tokens_per_batch, rng);
@@ -70,6 +71,8 @@ absl::StatusOr<SyntheticSteps> synthetic_steps(const Qwen35Config& model, int64_
             d.input_ids.resize(static_cast<size_t>(len));
             for (auto& id : d.input_ids) id = static_cast<int32_t>(rng() % model.vocab_size);
             d.labels = d.input_ids;
+            const auto prompt = static_cast<size_t>(prompt_fraction * static_cast<double>(len));
+            std::fill(d.labels.begin(), d.labels.begin() + prompt, -100);
             docs.push_back(std::move(d));
         }
         DT_ASSIGN_OR_RETURN(PackedBatch p, pack_documents(docs, model.vocab_size));
@@ -260,10 +263,10 @@ absl::StatusOr<BenchmarkResult> run_benchmark(const BenchmarkConfig& b,
     BenchmarkResult r;
     DT_ASSIGN_OR_RETURN(r.model, load_qwen35_config(b.model_config));
     if (b.layers > 0) r.model = with_layers(r.model, b.layers);
-    DT_ASSIGN_OR_RETURN(
-        const SyntheticSteps data,
-        synthetic_steps(r.model, b.warmup + b.steps + 1, b.train.grad_accum, b.train.gpu.world_size,
-                        b.train.gpu.rank, b.train.tokens_per_batch, b.train.seed));
+    DT_ASSIGN_OR_RETURN(const SyntheticSteps data,
+                        synthetic_steps(r.model, b.warmup + b.steps + 1, b.train.grad_accum,
+                                        b.train.gpu.world_size, b.train.gpu.rank,
+                                        b.train.tokens_per_batch, b.train.seed, b.prompt_fraction));
     // The engine's own watchdog ends a rank that stops making progress (a dead peer).
     const auto t_init = Clock::now();
     ParamSet adapters;  // a LoRA adapter: outlives the engine

@@ -31,7 +31,13 @@ struct BenchmarkConfig {
     // > 0: BenchmarkResult::sample holds every sample_stride-th element of every parameter's
     // fp32 master after the last step (full fine-tuning only).
     int64_t sample_stride = 0;
+    // Per document, the leading share of its tokens left unlabeled: 0, every token trained; a
+    // chat SFT's system and user turns (kChatPromptFraction) for `deltatune bench --workload chat`.
+    double prompt_fraction = 0;
 };
+
+// The unlabeled share of ultrachat-style chat data (its prompts), as the chat workload has it.
+inline constexpr double kChatPromptFraction = 0.3;
 
 // Around the profiled (last) step, e.g. to trace it; and when a collective failed and aborted
 // the communicator, before the error returns (tearing down streams that hold never-ending
@@ -89,7 +95,8 @@ struct SyntheticSteps {
 };
 absl::StatusOr<SyntheticSteps> synthetic_steps(const Qwen35Config& model, int64_t steps,
                                                int64_t grad_accum, int world_size, int rank,
-                                               int64_t tokens_per_batch, uint64_t seed);
+                                               int64_t tokens_per_batch, uint64_t seed,
+                                               double prompt_fraction = 0);
 
 // `model` with `layers` layers: the config's list cut, or continued past its end in the
 // published pattern (three linear-attention layers, then one full).

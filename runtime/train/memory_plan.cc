@@ -142,13 +142,16 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
     const int64_t resident = none ? all_act : 2 * c.hidden_size * T * (L - kept) + kept_act;
     // Two phases of the step hold the most beside the resident state, and never together: the
     // embedding and LM head (gathered with the next unit prefetched, their unsharded fp32
-    // gradient, the cross-entropy chunk) and a layer's backward (it and the prefetched layer
-    // gathered, its unsharded fp32 gradient, and with recomputation its recomputed activations).
+    // gradient, the cross-entropy chunk, the labeled rows) and a layer's backward (it and the
+    // prefetched layer gathered, its unsharded fp32 gradient, and with recomputation its recomputed
+    // activations).
     const int64_t big = std::max(biggest_layer, embed);
     const int64_t ce = std::min(in.ce_chunk_tokens, T) * c.vocab_size * 2;  // bf16 logits
     const bool lora = in.adapter_parameters > 0;
     const int64_t grad_bytes = lora ? 0 : 4;  // a frozen base forms no full-size gradient
-    const int64_t head_phase = 2 * 2 * big + grad_bytes * big + ce;
+    // The label-only head's labeled rows and their gradient (bf16; at most every row).
+    const int64_t head_rows = 2 * 2 * T * c.hidden_size;
+    const int64_t head_phase = 2 * 2 * big + grad_bytes * big + ce + head_rows;
     int64_t attention_ws = 0;
     if (std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::kFullAttention) !=
         c.layer_types.end()) {
@@ -164,7 +167,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
             ? MemoryPlan::Item{absl::StrCat("embedding/LM head phase (gathered bf16 units ",
                                             gib(2 * 2 * big), " + unsharded fp32 gradient ",
                                             gib(grad_bytes * big), " + cross-entropy chunk ",
-                                            gib(ce), ")"),
+                                            gib(ce), " + labeled rows ", gib(head_rows), ")"),
                                head_phase}
             : MemoryPlan::Item{
                   absl::StrCat("layer backward phase (gathered bf16 layers ",

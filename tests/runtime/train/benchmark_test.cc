@@ -1,6 +1,7 @@
 // The benchmark's CPU side (runtime/train/benchmark.h): its synthetic steps are the same
-// documents per step whatever the world size divides them into, every token trained, within the
-// budget; --layers continues the published layer pattern. The GPU run itself is checked on the
+// documents per step whatever the world size divides them into, every token trained (or, for the
+// chat workload, all but each document's prompt), within the budget; --layers continues the
+// published layer pattern. The GPU run itself is checked on the
 // GPU machine (`deltatune bench`).
 #include <catch2/catch.hpp>
 
@@ -61,6 +62,37 @@ TEST_CASE("synthetic steps: the same documents per step at any world size", "[tr
     auto other_seed = synthetic_steps(model, kSteps, 4, 1, 0, kTokens, 6);
     REQUIRE(other_seed.ok());
     CHECK(other_seed->batches[0].input_ids != one->batches[0].input_ids);
+}
+
+TEST_CASE("synthetic steps, chat workload: the same documents, their prompts unlabeled",
+          "[train]") {
+    const Qwen35Config model = tiny_model();
+    auto all = synthetic_steps(model, 2, 1, 1, 0, 4096, 5);
+    auto chat = synthetic_steps(model, 2, 1, 1, 0, 4096, 5, kChatPromptFraction);
+    REQUIRE(all.ok());
+    REQUIRE(chat.ok());
+    int64_t tokens = 0, labels = 0;
+    for (size_t i = 0; i < all->batches.size(); ++i) {
+        const PackedBatch& a = all->batches[i];
+        const PackedBatch& c = chat->batches[i];
+        CHECK(c.input_ids == a.input_ids);
+        int64_t start = 0;
+        for (int64_t len : chat->doc_lengths[i]) {  // prompt: unlabeled; reply: as before
+            const auto prompt = static_cast<int64_t>(kChatPromptFraction * len);
+            for (int64_t t = 0; t < len; ++t) {
+                const size_t at = static_cast<size_t>(start + t);
+                // targets[t] is labels[t + 1]: the prompt's tokens are no target
+                if (t + 1 < prompt) CHECK(c.targets[at] == -100);
+                if (t + 1 >= prompt) CHECK(c.targets[at] == a.targets[at]);
+            }
+            start += len;
+        }
+        tokens += c.tokens();
+        labels += c.label_tokens();
+    }
+    const double unlabeled = 1.0 - static_cast<double>(labels) / static_cast<double>(tokens);
+    CHECK(unlabeled > 0.29);
+    CHECK(unlabeled < 0.32);
 }
 
 TEST_CASE("with_layers cuts the list or continues linear x3, full", "[train]") {

@@ -9,7 +9,8 @@
 # PEER_PROFILE=1 adds the peer's profiled step (kernel counts; the torch profiler takes minutes),
 # PEER_CU=1 adds its document-isolated variant, PEER_TIMEOUT (s) bounds each peer run.
 # AUTO_ONLY=1 runs only the rows without checkpointing (the peer's best and our automatic policy:
-# about half the device time).
+# about half the device time). WORKLOAD=chat feeds both the chat workload: the first 30% of each
+# document unlabeled (`deltatune bench --workload chat`; the peer's packed labels masked alike).
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -27,6 +28,13 @@ field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().str
 P=/tmp/peer; rm -rf $P; mkdir -p $P/bench; cp -r .carry $P/.carry; cp .peer/bench_peer.py $P/bench/
 sed -i 's/if g is not None and IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:/if False:/' \
   $P/.carry/fla/ops/common/chunk_o.py
+DT_WORKLOAD=()
+if [[ ${WORKLOAD:-all} == chat ]]; then  # the same share unlabeled, by the same truncation
+  grep -q '        labels = ids.clone()' $P/bench/bench_peer.py || { echo "peer: no packed labels line" >&2; exit 2; }
+  sed -i "s/^        labels = ids.clone()$/        labels = ids.clone(); labels[0, torch.cat([torch.arange(s, s + int(0.3 * l), device=dev) for s, l in zip(__import__('itertools').accumulate([0] + list(b[:-1])), b)])] = -100/" \
+    $P/bench/bench_peer.py
+  DT_WORKLOAD=(--workload chat)
+fi
 peer() {  # NAME [flags...]
   local name=$1; shift
   timeout ${PEER_TIMEOUT:-200} python3 $P/bench/bench_peer.py --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
@@ -38,8 +46,8 @@ peer peer_ckpt0 --fused-adam --ckpt 0 ${PEER_PROFILE:+--profile} --tag fla-packe
 [[ ${AUTO_ONLY:-0} == 1 ]] || peer peer_ckpt1 --fused-adam --ckpt 1 --tag fla-packed-fused-ckpt1
 [[ ${PEER_CU:-0} == 1 ]] && peer peer_cu --fused-adam --ckpt 0 --cu --tag fla-packed-cu  # documents kept apart
 [[ ${AUTO_ONLY:-0} == 1 ]] ||
-  "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
-"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
+  "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer "${DT_WORKLOAD[@]}" > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
+"$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto "${DT_WORKLOAD[@]}" > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
 printf '%-12s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
 for f in peer_ckpt0 peer_ckpt1 peer_cu; do
   [[ -s $O/$f.json ]] || continue

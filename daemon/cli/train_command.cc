@@ -4,7 +4,9 @@
 // optimizer state, and write one checkpoint together. A job with resources.gpus > 0 trains on the
 // GPU instead (FSDP over NCCL, one process per GPU: rank R on device --device, default R when that
 // many devices are visible, else 0; --timeout bounds every collective, and a rank without progress
-// for twice that exits). Prints one JSON line per step (rank 0) and a final summary.
+// for twice that exits). Prints one JSON line per step (rank 0) and a final summary. With
+// --plan-out FILE it trains nothing: it writes the batches the job would train, in order
+// (runtime/train/training_plan.h), for feeding another trainer the same data.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -24,12 +26,13 @@
 #include "runtime/device/device_context.h"
 #include "runtime/distributed/gloo_communicator.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/training_plan.h"
 
 namespace deltatune::cli {
 namespace {
 
 struct TrainFlags {
-    std::string path, rendezvous;
+    std::string path, rendezvous, plan_out;
     uint64_t rank = 0, world_size = 1, data_shards = 0;
     std::optional<uint64_t> device;
     double timeout_seconds = 60;
@@ -82,6 +85,20 @@ absl::Status run_train(const TrainFlags& flags) {
     }
     config.comm = comm.get();
     config.data_shards = static_cast<int>(flags.data_shards);
+    if (!flags.plan_out.empty()) {
+        std::ofstream plan(flags.plan_out);
+        if (!plan) return absl::NotFoundError(absl::StrCat(flags.plan_out, ": cannot write"));
+        const int shards =
+            flags.data_shards > 0 ? static_cast<int>(flags.data_shards) : static_cast<int>(world);
+        DT_ASSIGN_OR_RETURN(const int64_t steps, write_training_plan(config, shards, plan));
+        std::printf("%s\n", nlohmann::json{{"event", "PLAN_WRITTEN"},
+                                           {"steps", steps},
+                                           {"data_shards", shards},
+                                           {"path", flags.plan_out}}
+                                .dump()
+                                .c_str());
+        return absl::OkStatus();
+    }
 
     TrainerHooks hooks;
     hooks.on_event = [&](const TrainerEvent& e) {
@@ -124,6 +141,9 @@ CommandRun train_command(CLI::App& app) {
         ->type_name("DIR");
     daemon::add_count(app, "--data-shards", f->data_shards,
                       "packed bins per micro-step (0: the world size)");
+    app.add_option("--plan-out", f->plan_out,
+                   "train nothing: write the batches the job would train, in order (JSON lines)")
+        ->type_name("FILE");
     app.add_option("--timeout", f->timeout_seconds,
                    "seconds a collective may take; twice that without progress ends a rank")
         ->check(daemon::number())

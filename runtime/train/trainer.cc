@@ -94,13 +94,9 @@ absl::StatusOr<std::unique_ptr<Run>> setup(const TrainConfig& c, const TrainerHo
         return absl::InvalidArgumentError(absl::StrCat(
             "data_shards ", run->shards, " is not a multiple of the world size ", run->world));
     }
-    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, run->shards, c.overlong, {}};
-    DT_ASSIGN_OR_RETURN(po.mixture, training_mixture(run->in.train, c.train_weights));
-    DT_ASSIGN_OR_RETURN(run->packer, Packer::create(run->in.train.lengths(), po));
+    DT_ASSIGN_OR_RETURN(run->packer, make_train_packer(c, run->in.train, run->shards));
     run->ckpt_root = (fs::path(c.output_dir) / "checkpoints").string();
-    DT_ASSIGN_OR_RETURN(
-        run->length, training_length({c.max_steps, c.num_epochs, c.lr.warmup_steps, c.warmup_ratio},
-                                     run->packer->steps_in_epoch(), c.grad_accum));
+    DT_ASSIGN_OR_RETURN(run->length, train_length_of(c, *run->packer));
     run->lr = c.lr;
     run->lr.max_steps = run->length.max_steps;
     run->lr.warmup_steps = run->length.warmup_steps;
@@ -172,15 +168,13 @@ absl::Status checkpoint(Run& run) {
 absl::StatusOr<std::vector<PackedBatch>> next_batches(Run& run, StepOutcome& o) {
     std::vector<PackedBatch> micro;
     int64_t label_tokens = 0, real_tokens = 0;
-    o.digest = 1469598103934665603ull;
+    o.digest = kBatchDigestStart;
     std::vector<int64_t> pieces;  // every rank's document pieces: each attends to itself only
     for (int64_t m = 0; m < run.c.grad_accum; ++m) {
         const std::vector<PackedBin> bins = run.packer->next_step();
         for (size_t i = 0; i < bins.size(); ++i) {
             for (const Segment& seg : bins[i].segments) {
-                for (int64_t v : {seg.doc, seg.begin, seg.end}) {
-                    o.digest = (o.digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
-                }
+                o.digest = batch_digest_add(o.digest, seg);
                 if (seg.tokens() > 0) pieces.push_back(seg.tokens());
             }
             if (static_cast<int>(i) % run.world != run.rank) continue;

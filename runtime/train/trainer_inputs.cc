@@ -200,6 +200,24 @@ absl::StatusOr<std::vector<MixtureGroup>> training_mixture(const Corpus& corpus,
     return groups;
 }
 
+absl::StatusOr<Packer> make_train_packer(const TrainConfig& c, const Corpus& train, int shards) {
+    PackingOptions po{c.tokens_per_batch, c.shuffle_window, c.seed, shards, c.overlong, {}};
+    DT_ASSIGN_OR_RETURN(po.mixture, training_mixture(train, c.train_weights));
+    return Packer::create(train.lengths(), po);
+}
+
+absl::StatusOr<TrainingLength> train_length_of(const TrainConfig& c, const Packer& packer) {
+    return training_length({c.max_steps, c.num_epochs, c.lr.warmup_steps, c.warmup_ratio},
+                           packer.steps_in_epoch(), c.grad_accum);
+}
+
+uint64_t batch_digest_add(uint64_t digest, const Segment& s) {
+    for (int64_t v : {s.doc, s.begin, s.end}) {
+        digest = (digest ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    }
+    return digest;
+}
+
 absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin, int64_t vocab) {
     std::vector<Document> docs;
     for (const auto& s : bin.segments) docs.push_back(corpus.piece(s));

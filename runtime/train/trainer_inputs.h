@@ -16,6 +16,7 @@
 #include "runtime/model/hf_model_io.h"
 #include "runtime/train/train_engine.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/training_length.h"
 
 namespace deltatune {
 
@@ -60,6 +61,17 @@ absl::StatusOr<PackedBatch> assemble(const Corpus& corpus, const PackedBin& bin,
 // none or all are 1 (the plan is then exactly the unweighted one).
 absl::StatusOr<std::vector<MixtureGroup>> training_mixture(const Corpus& corpus,
                                                            const std::vector<double>& weights);
+// The packer of a job's training data over `shards` data shards (the world size, or
+// TrainConfig::data_shards): the trainer's, and the plan's (training_plan.h), so the same batches
+// in the same order wherever it is made.
+absl::StatusOr<Packer> make_train_packer(const TrainConfig& c, const Corpus& train, int shards);
+// The job's optimizer steps and warmup for that packer's epoch.
+absl::StatusOr<TrainingLength> train_length_of(const TrainConfig& c, const Packer& packer);
+// A global step's batch digest (STEP_METRICS' batch_digest): FNV-1a over every segment's
+// (document, begin, end) of its micro-steps' bins, in order, from kBatchDigestStart.
+inline constexpr uint64_t kBatchDigestStart = 1469598103934665603ull;
+uint64_t batch_digest_add(uint64_t digest, const Segment& s);
+
 // Token-weighted mean loss of a corpus (forward only), packed deterministically.
 absl::StatusOr<double> evaluate_corpus(TrainEngine& engine, const Corpus& eval,
                                        const TrainConfig& c, int64_t vocab);

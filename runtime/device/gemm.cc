@@ -118,6 +118,65 @@ absl::StatusOr<std::optional<int>> fastest(cublasLtHandle_t handle, const GemmAr
     return best;
 }
 
+bool is_fp8(const GemmArgs& x) {
+    return x.a_type != GemmIn::kBF16;
+}
+
+cudaDataType_t data_type(GemmIn t) {
+    return t == GemmIn::kBF16 ? CUDA_R_16BF
+                              : (t == GemmIn::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2);
+}
+
+// What an FP8 problem must satisfy (the one layout Hopper's FP8 GEMMs take), with the reason.
+absl::Status check_fp8(const GemmArgs& x) {
+    if ((x.a_type == GemmIn::kBF16) != (x.b_type == GemmIn::kBF16)) {
+        return absl::InvalidArgumentError("gemm: one FP8 operand and one bf16");
+    }
+    if (!is_fp8(x)) return absl::OkStatus();
+    if (x.trans_a || !x.trans_b) {
+        return absl::InvalidArgumentError("gemm: FP8 takes C = A B^T only (A and B k-major)");
+    }
+    if (x.k % 16 != 0 || x.lda % 16 != 0 || x.ldb % 16 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("gemm: FP8 needs k and the leading ",
+                                                       "dimensions multiples of 16, got k ", x.k,
+                                                       ", lda ", x.lda, ", ldb ", x.ldb));
+    }
+    if (x.a_scale == nullptr || x.b_scale == nullptr) {
+        return absl::InvalidArgumentError("gemm: FP8 operands without their scales");
+    }
+    return absl::OkStatus();
+}
+
+// The FP8 part of a problem's key: formats, scale mode, accumulation.
+int fp8_key(const GemmArgs& x) {
+    return static_cast<int>(x.a_type) | static_cast<int>(x.b_type) << 2 |
+           (x.per_tensor_scale ? 1 : 0) << 4 | (x.fast_accum ? 1 : 0) << 5;
+}
+
+// The scales of an FP8 call: per call, since the descriptors are shared by every call of a shape.
+absl::Status set_scale_pointers(const GemmArgs& x, cublasLtMatmulDesc_t op) {
+    if (!is_fp8(x)) return absl::OkStatus();
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &x.b_scale, sizeof(x.b_scale)));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x.a_scale, sizeof(x.a_scale)));
+    return absl::OkStatus();
+}
+
+// The scale modes and accumulation of an FP8 problem (A' = B, B' = A, as below).
+absl::Status set_fp8_attributes(const GemmArgs& x, cublasLtMatmulDesc_t op) {
+    const int32_t mode = x.per_tensor_scale ? CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+                                            : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    DT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    DT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    const int8_t fast = x.fast_accum ? 1 : 0;
+    DT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    return set_scale_pointers(x, op);
+}
+
 // The operation and layouts of x. Column-major view: C' (n x m) = op(B') (n x k) op(A') (k x m),
 // A' = B, B' = A.
 absl::Status make_descs(const GemmArgs& x, Descs* out) {
@@ -126,6 +185,7 @@ absl::Status make_descs(const GemmArgs& x, Descs* out) {
     const uint64_t kk = static_cast<uint64_t>(x.k);
     const cudaDataType_t ct = x.c_type == GemmOut::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (is_fp8(x)) DT_RETURN_IF_ERROR(set_fp8_attributes(x, d.op));
     const cublasOperation_t ta = x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     DT_CUBLAS_RETURN_IF_ERROR(
@@ -133,10 +193,10 @@ absl::Status make_descs(const GemmArgs& x, Descs* out) {
     DT_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     // Stored shapes (column-major rows x cols) of A' = B and B' = A.
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, x.trans_b ? kk : mm,
-                                                         x.trans_b ? mm : kk, x.ldb));
-    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, x.trans_a ? nn : kk,
-                                                         x.trans_a ? kk : nn, x.lda));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
+        &d.a, data_type(x.b_type), x.trans_b ? kk : mm, x.trans_b ? mm : kk, x.ldb));
+    DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
+        &d.b, data_type(x.a_type), x.trans_a ? nn : kk, x.trans_a ? kk : nn, x.lda));
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, ct, mm, nn, x.ldc));
     return absl::OkStatus();
 }
@@ -193,6 +253,7 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
     if (x.m < 0 || x.n < 0 || x.k < 0) return absl::InvalidArgumentError("gemm: negative shape");
     if (x.m == 0 || x.n == 0) return absl::OkStatus();
     if (x.k == 0 && x.beta == 1.0f) return absl::OkStatus();
+    DT_RETURN_IF_ERROR(check_fp8(x));
     const auto t_start = std::chrono::steady_clock::now();
     ++stats_.calls;
     const int al_a = alignment_of(x.b), al_b = alignment_of(x.a), al_c = alignment_of(x.c);
@@ -206,7 +267,8 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
                   x.ldc,
                   static_cast<int>(x.c_type),
                   x.beta != 0.0f,
-                  al_a * 1000000 + al_b * 1000 + al_c};
+                  al_a * 1000000 + al_b * 1000 + al_c,
+                  fp8_key(x)};
     auto it = cache_.find(key);
     if (it != cache_.end()) return matmul(x, *it->second, stream, t_start);
     auto descs = std::make_shared<Descs>();
@@ -238,9 +300,12 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
         DT_RETURN_IF_ERROR(query_heuristic(handle_, d, workspace_bytes_, alignments,
                                            time_candidates_ ? kCandidates : 1, results, &found));
         if (found == 0) {
-            return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for a (", x.m,
-                                                           " x ", x.k, ") x (", x.k, " x ", x.n,
-                                                           ") GEMM with these layouts"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("cuBLASLt has no algorithm for a (", x.m, " x ", x.k, ") x (", x.k,
+                             " x ", x.n, ") GEMM with these layouts",
+                             !is_fp8(x)           ? ""
+                             : x.per_tensor_scale ? " (FP8, per-tensor scales)"
+                                                  : " (FP8, per-row scales)"));
         }
         std::optional<int> timed;
         if (found > 1) {
@@ -262,6 +327,7 @@ absl::Status Gemm::run(const GemmArgs& x, cudaStream_t stream) {
 absl::Status Gemm::matmul(const GemmArgs& x, const Algo& algo, cudaStream_t stream,
                           std::chrono::steady_clock::time_point t_start) {
     const Descs& d = *algo.descs;
+    DT_RETURN_IF_ERROR(set_scale_pointers(x, d.op));
     DT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &x.alpha, x.b, d.a, x.a, d.b, &x.beta,
                                              x.c, d.c, x.c, d.c, &algo.algo, workspace_,
                                              workspace_bytes_, stream));

@@ -1,5 +1,5 @@
-// cuBLASLt GEMMs for the GPU model: bf16 operands, fp32 accumulation, bf16 or fp32 output, the
-// algorithm chosen once per (shape, layout, alignment) and cached: cuBLASLt's first heuristic
+// cuBLASLt GEMMs for the GPU model: bf16 (or FP8) operands, fp32 accumulation, bf16 or fp32 output,
+// the algorithm chosen once per (shape, layout, alignment) and cached: cuBLASLt's first heuristic
 // choice, or the fastest of its top candidates timed on a size bucket's first call.
 // Row-major convention throughout (the PyTorch layout of activations and weights):
 //   C (m, n) = alpha * op(A) op(B) + beta * C,  op(A): (m, k), op(B): (k, n),
@@ -21,6 +21,11 @@ struct cublasLtContext;
 namespace deltatune {
 
 enum class GemmOut : uint8_t { kBF16, kF32 };
+// Operand formats. FP8 operands (kernels/tensor/fp8.h quantises them) come with dequantisation
+// factors and only in the one layout Hopper's FP8 GEMMs take: C = A B^T with A (m, k) and
+// B (n, k) both row-major (trans_a false, trans_b true), k and the leading dimensions multiples
+// of 16.
+enum class GemmIn : uint8_t { kBF16, kE4M3, kE5M2 };
 
 struct GemmArgs {
     const void* a = nullptr;  // bf16
@@ -35,6 +40,16 @@ struct GemmArgs {
     int64_t m = 0, n = 0, k = 0;
     float alpha = 1.0f;
     float beta = 0.0f;  // 1 accumulates into C (weight gradients)
+    GemmIn a_type = GemmIn::kBF16, b_type = GemmIn::kBF16;  // both bf16 or both FP8
+    // FP8 only, device pointers: A's factor per row (m floats) and B's per row (n floats), C =
+    // diag(a_scale) A B^T diag(b_scale) (cuBLASLt's outer-vector scaling); with
+    // per_tensor_scale, one float each.
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
+    bool per_tensor_scale = false;
+    // FP8 only: accumulate in the tensor cores' own FP8 accumulator without periodic promotion
+    // to fp32 (faster, less exact: off unless a caller measures it harmless).
+    bool fast_accum = false;
 };
 
 class Gemm {
@@ -76,8 +91,9 @@ class Gemm {
     // Enqueues x with a cached algorithm and its descriptors; counts the host time from t_start.
     absl::Status matmul(const GemmArgs& x, const Algo& algo, cudaStream_t stream,
                         std::chrono::steady_clock::time_point t_start);
+    // m, n, k, transposes, leading dimensions, output type, accumulate, alignments, FP8 mode.
     using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int,
-                           bool, int>;
+                           bool, int, int>;
     Gemm() = default;
     cublasLtContext* handle_ = nullptr;
     bool time_candidates_ = false;

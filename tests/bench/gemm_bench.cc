@@ -20,6 +20,7 @@
 #include "kernels/loss/fused_linear_cross_entropy.h"
 #include "runtime/device/gemm.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/qwen27b_shapes.h"
 #include "tests/kernels/common/cuda_test_util.h"
 
 #if DELTATUNE_HAVE_CUDA
@@ -111,17 +112,7 @@ Row time_candidates(cublasLtHandle_t h, const Problem& p, const void* a, const v
 TEST_CASE("the runtime's GEMMs against cuBLASLt's first and fastest algorithms, per layer",
           "[bench][gemm_bench]") {
     if (!have_gpu()) return;
-    constexpr int64_t kTokens = 8192;
-    struct Linear {
-        const char* name;
-        int64_t in, out;
-    };
-    // Qwen3.5-27B: q_proj (q and gate), k/v_proj, o_proj, the MLP, the Gated DeltaNet's input
-    // projections (q, k, v; z; a, b are 48 wide and left out) and output.
-    const Linear layers[] = {{"q_proj", 5120, 12288},       {"k_proj", 5120, 1024},
-                             {"o_proj", 6144, 5120},        {"mlp gate/up", 5120, 17408},
-                             {"mlp down", 17408, 5120},     {"gdn in_proj_qkv", 5120, 10240},
-                             {"gdn in_proj_z", 5120, 6144}, {"gdn out_proj", 6144, 5120}};
+    const auto& layers = kLinears;
     cublasLtHandle_t h = nullptr;
     BENCH_LT(cublasLtCreate(&h));
     DeviceBuffer<char> ws(kWorkspace);
@@ -130,7 +121,7 @@ TEST_CASE("the runtime's GEMMs against cuBLASLt's first and fastest algorithms, 
     Gemm& g = **runtime_gemm;
     std::printf("%-18s %-5s %10s %10s %6s %8s %12s\n", "linear (8192 tok)", "form", "first TF/s",
                 "best TF/s", "rank", "offered", "timed TF/s");
-    for (const Linear& l : layers) {
+    for (const LinearShape& l : layers) {
         const size_t xn = static_cast<size_t>(kTokens * l.in),
                      yn = static_cast<size_t>(kTokens * l.out);
         const size_t wn = static_cast<size_t>(l.in * l.out);

@@ -19,6 +19,17 @@ namespace deltatune::bench {
 constexpr int64_t kTokens = 8192, kHidden = 5120, kQHeads = 24, kKvHeads = 4, kHeadDim = 256,
                   kInter = 17408, kVocab = 248320;
 
+// The linear layers, (in, out): q_proj (q and gate), k/v_proj, o_proj, the MLP, the Gated
+// DeltaNet's input projections (q, k, v; z; a, b are 48 wide and left out) and output.
+struct LinearShape {
+    const char* name;
+    int64_t in, out;
+};
+inline constexpr LinearShape kLinears[] = {
+    {"q_proj", 5120, 12288},       {"k_proj", 5120, 1024},      {"o_proj", 6144, 5120},
+    {"mlp gate/up", 5120, 17408},  {"mlp down", 17408, 5120},   {"gdn in_proj_qkv", 5120, 10240},
+    {"gdn in_proj_z", 5120, 6144}, {"gdn out_proj", 6144, 5120}};
+
 struct Ceilings {
     double copy_gbs = 4300, gemm_tflops = 790;
 };

@@ -8,6 +8,9 @@
 # matplotlib is) under OUT. LAYERS (default 4) layers of the 27B config fit an 80 GB card.
 # Needs, carried: the bundle (gpu_bundle.sh) and .carry/fla (as gpu_side_by_side.sh).
 #   BUNDLE_DIR=.device-build bash scripts/gpu/gpu_loss_curves.sh
+# A device call is limited to 10 minutes: OURS=0 skips our run and PEER_SEEDS (default "0 1")
+# names the peer runs, so the three runs can go in separate calls (the model folder and the plan
+# are the same in every call: same seeds); then compare_curves.py where the CSVs are.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -46,6 +49,7 @@ hyperparameters: {learning_rate: ${LR:-1e-5}, lr_schedule: cosine, warmup_steps:
 resources: {gpus: 1}
 YAML
 "$B/daemon/deltatune" train "$W/job.yaml" --plan-out "$W/plan.jsonl" || exit 1
+if [[ ${OURS:-1} == 1 ]]; then
 t0=$(date +%s)
 "$B/daemon/deltatune" train "$W/job.yaml" > "$W/ours.jsonl" 2> "$W/ours.err" || tail -5 "$W/ours.err"
 echo "ours: $(( $(date +%s) - t0 )) s"
@@ -59,11 +63,14 @@ with open(f"{w}/ours.csv", "w", newline="") as f:
         if j.get("event") == "STEP_METRICS":
             out.writerow([int(j["step"]), j["loss"], j["grad_norm"], j["lr"]])
 PY
-for seed in 0 1; do
+fi
+for seed in ${PEER_SEEDS:-0 1}; do
   t0=$(date +%s)
   timeout "${PEER_TIMEOUT:-900}" python3 scripts/peer/train_plan_peer.py --fla --model "$W/model" \
     --plan "$W/plan.jsonl" --out "$W/peer$seed.csv" --lr "${LR:-1e-5}" --warmup "${WARMUP:-25}" \
     --seed $seed > "$W/peer$seed.log" 2>&1 || tail -5 "$W/peer$seed.log"
   echo "peer seed $seed: $(( $(date +%s) - t0 )) s"
 done
-python3 scripts/tools/compare_curves.py "$W/ours.csv" "$W/peer0.csv" "$W/peer1.csv" --png "$W/curves.png"
+if [[ -f $W/ours.csv && -f $W/peer0.csv && -f $W/peer1.csv ]]; then
+  python3 scripts/tools/compare_curves.py "$W/ours.csv" "$W/peer0.csv" "$W/peer1.csv" --png "$W/curves.png"
+fi

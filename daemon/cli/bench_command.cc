@@ -65,8 +65,9 @@ struct BenchOptions {
     std::string rendezvous, sample_out;
     std::string trace_out;  // the profiled step's timeline (Chrome trace JSON), when set
     double max_grad_norm = job_defaults().max_grad_norm;
-    std::optional<LoraSpec> lora;  // --adapter lora
-    std::string workload = "all";  // every token labeled, or "chat" (kChatPromptFraction not)
+    std::optional<LoraSpec> lora;      // --adapter lora
+    std::string workload = "all";      // every token labeled, or "chat" (kChatPromptFraction not)
+    std::string projections = "bf16";  // or "fp8" (GpuRankOptions::fp8_projections)
 };
 
 // A job's settings (job_defaults) with the flags over them, the learning rate constant.
@@ -95,6 +96,7 @@ BenchmarkConfig benchmark_config(const BenchOptions& o) {
     g.prefix = "bench";
     g.timeout = std::chrono::milliseconds(o.timeout_ms);
     g.recompute = o.recompute;
+    g.fp8_projections = o.projections == "fp8";
     return b;
 }
 
@@ -131,6 +133,7 @@ nlohmann::json result_json(const BenchOptions& o, const TrainConfig& c, const Be
                                       : std::string("every token labeled")},
         {"layers", r.model.num_layers},
         {"recompute", r.recompute},
+        {"projections", o.projections},
         {"recompute_requested", o.recompute},
         {"kept_layers", r.kept_layers},        // layers whose activations stay
         {"path", "train-engine " + r.engine},  // what daemon jobs run (runtime/train)
@@ -258,7 +261,7 @@ absl::StatusOr<nlohmann::json> run_bench(const BenchOptions& o) {
 // The flags as given; parse_bench_options checks how they relate.
 struct BenchFlags {
     std::string config, recompute = "layer", rendezvous, sample_out, trace_out, adapter,
-                        lora_targets, workload = "all";
+                        lora_targets, workload = "all", projections = "bf16";
     uint64_t tokens = 8192, steps = 5, warmup = 2, layers = 0, seed = 0, world = 1, rank = 0,
              micro = 1, timeout_ms = 120000, stride = 4099, lora_rank = 16;
     double lr = job_defaults().lr.peak, max_grad_norm = job_defaults().max_grad_norm;
@@ -285,6 +288,10 @@ void declare_bench_flags(CLI::App& app, BenchFlags& f) {
                                   "all: every token labeled; chat: the first 30% of each "
                                   "document unlabeled, as a chat SFT's prompts"),
                    {"all", "chat"});
+    daemon::one_of(app.add_option("--projections", f.projections,
+                                  "the linear projections' GEMMs: bf16, or fp8 (e4m3 activations "
+                                  "and weights, e5m2 gradients, per-row scales; sm_89 and later)"),
+                   {"bf16", "fp8"});
     count("--layers", f.layers, "that many layers, in the config's pattern (0: the config's)");
     app.add_option("--lr", f.lr, "learning rate, constant")
         ->check(daemon::number())
@@ -349,6 +356,7 @@ absl::StatusOr<BenchOptions> parse_bench_options(const BenchFlags& f) {
     o.adamw.lr = f.lr;
     o.recompute = f.recompute;
     o.workload = f.workload;
+    o.projections = f.projections;
     o.max_grad_norm = f.max_grad_norm;
     o.rendezvous = f.rendezvous;
     o.sample_out = f.sample_out;

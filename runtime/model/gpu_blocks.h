@@ -45,6 +45,8 @@ struct GpuParam {
     // The projection's LoRA adapter (gpu_proj.h adds its branch); null without one. A frozen
     // base has no gradient (grad null on the projections).
     const GpuLora* lora = nullptr;
+    // The projection's GEMMs run in FP8 where its shape allows (runtime/device/linear_fp8.h).
+    bool fp8 = false;
 };
 
 struct GpuLayer {

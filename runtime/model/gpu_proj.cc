@@ -3,14 +3,27 @@
 #if DELTATUNE_HAVE_CUDA
 #include "runtime/base/status_macros.h"
 #include "runtime/device/gemm.h"
+#include "runtime/device/linear_fp8.h"
 #include "runtime/model/gpu_lora.h"
 
 namespace deltatune {
 
+namespace {
+
+bool runs_fp8(const GpuCtx& x, const GpuParam& p, int64_t in_dim, int64_t out_dim) {
+    return p.fp8 && fp8_linear_supported(x.dev, in_dim, out_dim);
+}
+
+}  // namespace
+
 absl::Status proj_forward(const GpuCtx& x, const GpuParam& p, void* y, const void* in,
                           int64_t in_dim, int64_t out_dim) {
     const int64_t T = x.b.tokens;
-    DT_RETURN_IF_ERROR(linear_forward(x.gemm(), y, in, p.w, T, in_dim, out_dim, x.stream()));
+    if (runs_fp8(x, p, in_dim, out_dim)) {
+        DT_RETURN_IF_ERROR(fp8_linear_forward(x.dev, y, in, p.w, T, in_dim, out_dim));
+    } else {
+        DT_RETURN_IF_ERROR(linear_forward(x.gemm(), y, in, p.w, T, in_dim, out_dim, x.stream()));
+    }
     if (!p.lora) return absl::OkStatus();
     const GpuLora& l = *p.lora;
     GpuLoraGroup& grp = *l.group;
@@ -51,8 +64,13 @@ absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, cons
                               const void* in, int64_t in_dim, int64_t out_dim, bool accumulate) {
     const int64_t T = x.b.tokens;
     Gemm& gemm = x.gemm();
-    DT_RETURN_IF_ERROR(
-        linear_backward_dx(gemm, dx, dy, p.w, T, in_dim, out_dim, accumulate, x.stream()));
+    if (runs_fp8(x, p, in_dim, out_dim)) {
+        DT_RETURN_IF_ERROR(
+            fp8_linear_backward_dx(x.dev, dx, dy, p.w, T, in_dim, out_dim, accumulate));
+    } else {
+        DT_RETURN_IF_ERROR(
+            linear_backward_dx(gemm, dx, dy, p.w, T, in_dim, out_dim, accumulate, x.stream()));
+    }
     if (!p.lora) return absl::OkStatus();
     const GpuLora& l = *p.lora;
     GpuLoraGroup& grp = *l.group;
@@ -73,6 +91,9 @@ absl::Status proj_backward_dx(const GpuCtx& x, const GpuParam& p, void* dx, cons
 absl::Status proj_backward_dw(const GpuCtx& x, const GpuParam& p, const void* dy, const void* in,
                               int64_t in_dim, int64_t out_dim) {
     if (!p.grad) return absl::OkStatus();  // frozen
+    if (runs_fp8(x, p, in_dim, out_dim)) {
+        return fp8_linear_backward_dw(x.dev, p.grad, dy, in, x.b.tokens, in_dim, out_dim, !p.fresh);
+    }
     return linear_backward_dw(x.gemm(), p.grad, dy, in, x.b.tokens, in_dim, out_dim, x.stream(),
                               !p.fresh);
 }

@@ -63,6 +63,12 @@ GpuLayer Qwen35GpuModel::Impl::bind_layer(int64_t l, const GpuUnitPtrs& u) const
     g.q_proj = param(x.q_proj, u), g.k_proj = param(x.k_proj, u), g.v_proj = param(x.v_proj, u);
     g.o_proj = param(x.o_proj, u), g.q_norm = param(x.q_norm, u), g.k_norm = param(x.k_norm, u);
     if (lora) attach_lora_pairs(l, g);
+    if (fp8_projections) {  // the gate inputs in_proj_a and in_proj_b stay bf16
+        for (GpuParam* p : {&g.mlp_gate, &g.mlp_up, &g.mlp_down, &g.in_proj_qkv, &g.in_proj_z,
+                            &g.out_proj, &g.q_proj, &g.k_proj, &g.v_proj, &g.o_proj}) {
+            p->fp8 = true;
+        }
+    }
     return g;
 }
 
@@ -362,6 +368,10 @@ int64_t Qwen35GpuModel::peak_device_bytes() const {
 
 void Qwen35GpuModel::set_label_only_head(bool on) {
     impl_->label_only_head = on;
+}
+
+void Qwen35GpuModel::set_fp8_projections(bool on) {
+    impl_->fp8_projections = on;
 }
 
 }  // namespace deltatune

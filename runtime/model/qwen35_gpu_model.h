@@ -73,6 +73,11 @@ class Qwen35GpuModel {
     // unlabeled (runtime/batch/label_rows.h; the default), else on every row: the same loss and
     // gradients within the GEMMs' rounding. false: every row always (tests compare the two).
     void set_label_only_head(bool on);
+    // The large projections (attention q/k/v/o, the MLP, the Gated DeltaNet's qkv, z and out;
+    // not its 48-wide gate inputs a and b) run their three GEMMs in FP8 where the GPU and their
+    // shapes allow (runtime/device/linear_fp8.h); embeddings, LM head, attention and GDN cores,
+    // norms, masters, optimizer and gradient reduction stay as they are. Off by default.
+    void set_fp8_projections(bool on);
 
 #if DELTATUNE_HAVE_CUDA
     // With per-layer recompute: the last `layers` layers keep their activations from the forward

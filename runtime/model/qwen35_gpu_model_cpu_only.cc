@@ -39,6 +39,7 @@ int64_t Qwen35GpuModel::peak_device_bytes() const {
 }
 
 void Qwen35GpuModel::set_label_only_head(bool) {}
+void Qwen35GpuModel::set_fp8_projections(bool) {}
 
 }  // namespace deltatune
 #endif  // !DELTATUNE_HAVE_CUDA

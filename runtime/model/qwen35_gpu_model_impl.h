@@ -86,7 +86,8 @@ struct Qwen35GpuModel::Impl {
     // The LM head's rows (runtime/batch/label_rows.h): a batch with enough rows unlabeled stages
     // its labeled rows (head_count of them), their targets and each batch row's place among them.
     bool label_only_head = true;
-    int64_t head_count = 0;  // the batch's tokens when the head runs on every row
+    bool fp8_projections = false;  // set_fp8_projections
+    int64_t head_count = 0;        // the batch's tokens when the head runs on every row
     const int32_t* head_rows = nullptr;
     const int32_t* head_targets = nullptr;
     const int32_t* head_position = nullptr;

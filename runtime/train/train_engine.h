@@ -92,6 +92,8 @@ struct GpuRankOptions {
     // world size and tokens_per_batch (runtime/train/memory_plan.h choose_recompute).
     std::string recompute = "auto";
     int64_t tokens_per_batch = 8192;
+    // The linear projections' GEMMs in FP8 (Qwen35GpuModel::set_fp8_projections): opt-in.
+    bool fp8_projections = false;
 };
 
 // Loads the model into this rank's shards on the GPU: straight from the checkpoint's files when

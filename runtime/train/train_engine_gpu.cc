@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.world_size = o.world_size;
     plan_in.tokens_per_batch = o.tokens_per_batch;
     e->tokens_per_batch_ = o.tokens_per_batch;
+    e->fp8_projections_ = o.fp8_projections;
     plan_in.gpu = e->ctx_->gpu();
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
@@ -74,6 +75,7 @@ absl::Status GpuTrainEngine::attach_model(const Qwen35Config& config, ParamSet* 
     DT_ASSIGN_OR_RETURN(net_, Qwen35GpuModel::create_with_source(*ctx_, config, fsdp_->layout(),
                                                                  *fsdp_, recompute_policy_));
     net_->keep_activations_of_last(kept_layers_);
+    net_->set_fp8_projections(fp8_projections_);
     if (adapters) {
         DT_ASSIGN_OR_RETURN(lora_, GpuLoraAdapters::create(*ctx_, config, *adapters, lora_scale));
         DT_RETURN_IF_ERROR(lora_->reserve(tokens_per_batch_));  // no growth inside a step

@@ -79,6 +79,7 @@ class GpuTrainEngine final : public TrainEngine {
     std::unique_ptr<GpuOptimizer> optimizer_;  // over lora_ when set, else fsdp_
     int64_t adam_step_ = 0;
     int64_t tokens_per_batch_ = 8192;
+    bool fp8_projections_ = false;
     int64_t kept_layers_ = 0;  // with per-layer recompute: the last layers that keep activations
     MemoryPlan plan_;          // the memory planner's, under the resolved policy
     Recompute recompute_policy_ = Recompute::kLayer;

@@ -1,0 +1,33 @@
+// The three GEMMs of a bias-free linear layer (gemm.h's linear_forward / _backward_dx /
+// _backward_dw) with FP8 operands: each operand quantised on the fly (kernels/tensor/fp8.h) into
+// stream-ordered scratch, activations and weights in e4m3, gradients in e5m2 (their range), one
+// power-of-two scale per row of every stored operand, then cuBLASLt's FP8 GEMM with per-row
+// scales and fp32 accumulation. Outputs as the bf16 forms: y and dx bf16, dW fp32.
+// The inner dimension of each form must be a multiple of 16 (in for y, out for dx; the token
+// count of dW is zero-padded): fp8_linear_supported says whether a layer qualifies.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "runtime/device/device_context.h"
+
+namespace deltatune {
+
+// in and out multiples of 16 (cuBLASLt's FP8 GEMMs on Hopper), and a device whose GEMMs take
+// FP8 (sm_89 and later).
+bool fp8_linear_supported(const DeviceContext& dev, int64_t in, int64_t out);
+
+// y (rows, out) = x (rows, in) W^T; W (out, in).
+absl::Status fp8_linear_forward(const DeviceContext& dev, void* y, const void* x, const void* w,
+                                int64_t rows, int64_t in, int64_t out);
+// dx (rows, in) = dy (rows, out) W (+= dx with `accumulate`).
+absl::Status fp8_linear_backward_dx(const DeviceContext& dev, void* dx, const void* dy,
+                                    const void* w, int64_t rows, int64_t in, int64_t out,
+                                    bool accumulate);
+// dW (out, in) = dy^T x (+= dW with `accumulate`), fp32.
+absl::Status fp8_linear_backward_dw(const DeviceContext& dev, float* dw, const void* dy,
+                                    const void* x, int64_t rows, int64_t in, int64_t out,
+                                    bool accumulate);
+
+}  // namespace deltatune

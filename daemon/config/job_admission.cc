@@ -37,6 +37,13 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
     if (spec.adapter().type() == "lora") {  // the base frozen: the plan counts the adapter
         in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
+    in.fp8_projections = spec.precision().projections() == "fp8";
+    if (in.fp8_projections && machine.gpu.sm_version != 0 && machine.gpu.sm_version < 89) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "INVALID_CONFIG: precision.projections: fp8 needs FP8 GEMMs (sm_89 or later); this "
+            "machine's GPU is sm_",
+            machine.gpu.sm_version));
+    }
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));
     // Never a silent CPU fallback: a GPU job this daemon cannot place is refused (one placed on
     // node agents waits for them instead).

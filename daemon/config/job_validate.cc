@@ -318,6 +318,18 @@ absl::Status validate_adapter(const v1::JobSpec& spec, const InputLimits& limits
 
 namespace {
 
+absl::Status validate_precision(const v1::JobSpec& spec) {
+    const std::string& p = spec.precision().projections();
+    if (p.empty() || p == "bf16") return absl::OkStatus();
+    if (p != "fp8") {
+        return invalid(absl::StrCat("precision.projections ('", p, "') must be bf16 or fp8"));
+    }
+    if (spec.resources().gpus() == 0) {
+        return invalid("precision.projections (fp8) needs GPU ranks (resources.gpus > 0)");
+    }
+    return absl::OkStatus();
+}
+
 absl::Status validate_early_stopping(const v1::JobSpec& spec) {
     const v1::EarlyStopping& e = spec.early_stopping();
     if (e.patience() < 0 || e.patience() > 1000) {
@@ -395,6 +407,7 @@ absl::Status validate_job_spec(const v1::JobSpec& spec, const InputLimits& limit
                                     ") needs data.eval_files"));
     }
     DT_RETURN_IF_ERROR(validate_early_stopping(spec));
+    DT_RETURN_IF_ERROR(validate_precision(spec));
     if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
         return invalid(
             absl::StrCat("max_restarts (", spec.max_restarts(), ") must be in [0, 100]"));

@@ -54,6 +54,7 @@ TrainConfig train_config_from_spec(const v1::JobSpec& spec) {
     c.eval_every = spec.eval_every_n_steps();
     c.early_stopping.patience = spec.early_stopping().patience();
     c.early_stopping.min_delta = spec.early_stopping().min_delta();
+    c.gpu.fp8_projections = spec.precision().projections() == "fp8";
     c.checkpoint_every = spec.checkpoint().every_n_steps();
     c.keep_last_n = spec.checkpoint().keep_last_n();
     c.seed = spec.seed();

@@ -14,9 +14,12 @@
 
 namespace deltatune {
 
-// in and out multiples of 16 (cuBLASLt's FP8 GEMMs on Hopper), and a device whose GEMMs take
-// FP8 (sm_89 and later).
-bool fp8_linear_supported(const DeviceContext& dev, int64_t in, int64_t out);
+// in and out multiples of 16 (cuBLASLt's FP8 GEMMs on Hopper), and a GPU whose GEMMs take FP8
+// (sm_89 and later). Plain host logic: the kernel report asks it too.
+bool fp8_linear_supported(int sm_version, int64_t in, int64_t out);
+inline bool fp8_linear_supported(const DeviceContext& dev, int64_t in, int64_t out) {
+    return fp8_linear_supported(dev.gpu().sm_version, in, out);
+}
 
 // y (rows, out) = x (rows, in) W^T; W (out, in).
 absl::Status fp8_linear_forward(const DeviceContext& dev, void* y, const void* x, const void* w,

@@ -8,6 +8,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/common/code_arch.h"
 #include "kernels/gdn/gdn_chunked_rule.h"
+#include "runtime/device/linear_fp8.h"
 
 namespace deltatune {
 
@@ -265,6 +266,29 @@ std::vector<KernelChoice> cpu_kernel_choices(const std::string& why) {
     std::vector<KernelChoice> out;
     for (const OpSpec& s : kOps) {
         out.push_back(describe(s.op, {KernelImpl::kCpuReference, why}, GpuArch{}));
+    }
+    return out;
+}
+
+std::vector<std::string> fp8_projection_modules(const Qwen35Config& c, const GpuArch& gpu) {
+    const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+    const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+    const struct {
+        const char* module;
+        int64_t in, out;
+    } projections[] = {{"q_proj", H, 2 * q},
+                       {"k_proj", H, kv},
+                       {"v_proj", H, kv},
+                       {"o_proj", q, H},
+                       {"gate_proj", H, I},
+                       {"up_proj", H, I},
+                       {"down_proj", I, H},
+                       {"in_proj_qkv", H, 2 * c.key_dim() + c.value_dim()},
+                       {"in_proj_z", H, c.value_dim()},
+                       {"out_proj", c.value_dim(), H}};
+    std::vector<std::string> out;
+    for (const auto& p : projections) {
+        if (fp8_linear_supported(gpu.sm_version, p.in, p.out)) out.push_back(p.module);
     }
     return out;
 }

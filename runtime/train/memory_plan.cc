@@ -160,8 +160,12 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
         attention_ws =
             static_cast<int64_t>(attention_backward_workspace_bound(T, c.num_attention_heads));
     }
+    // FP8 projections quantise one GEMM's operands at a time, one byte each: at most the widest
+    // projection's (the MLP's) activation and gradient or its weight beside one of them.
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    const int64_t fp8_scratch = in.fp8_projections ? T * (H + I) + H * I : 0;
     const int64_t layer_phase = 2 * 2 * biggest_layer + grad_bytes * biggest_layer +
-                                (none ? 0 : biggest_act) + attention_ws;
+                                (none ? 0 : biggest_act) + attention_ws + fp8_scratch;
     const MemoryPlan::Item phase =
         head_phase >= layer_phase
             ? MemoryPlan::Item{absl::StrCat("embedding/LM head phase (gathered bf16 units ",
@@ -173,7 +177,10 @@ MemoryPlan plan_memory(const Qwen35Config& c, const MemoryPlanInput& in) {
                   absl::StrCat("layer backward phase (gathered bf16 layers ",
                                gib(2 * 2 * biggest_layer), " + unsharded fp32 gradient ",
                                gib(grad_bytes * biggest_layer), " + recomputed activations ",
-                               gib(biggest_act), " + attention workspace ", gib(attention_ws), ")"),
+                               gib(biggest_act), " + attention workspace ", gib(attention_ws),
+                               fp8_scratch > 0 ? absl::StrCat(" + FP8 operands ", gib(fp8_scratch))
+                                               : std::string(),
+                               ")"),
                   layer_phase};
     if (lora) {
         // The adapter: fp32 master, moments and gradient, its bf16 copy, on every rank.

@@ -38,6 +38,9 @@ struct MemoryPlanInput {
     int64_t adapter_parameters = 0;
     // With per-layer recompute: the last `kept_layers` layers keep their activations instead.
     int64_t kept_layers = 0;
+    // FP8 projections (GpuRankOptions::fp8_projections): a projection's quantised operands are
+    // transient scratch of the layer phase.
+    bool fp8_projections = false;
 };
 
 struct MemoryPlan {

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainEngine>> GpuTrainEngine::prepare(const Qw
     plan_in.gpu = e->ctx_->gpu();
     plan_in.attention_core = e->ctx_->attention_core();
     plan_in.adapter_parameters = adapter_params;
+    plan_in.fp8_projections = o.fp8_projections;
     DT_ASSIGN_OR_RETURN(e->recompute_policy_, resolve_recompute(o.recompute, config, plan_in));
     DT_ASSIGN_OR_RETURN(e->kept_layers_,
                         resolve_kept_layers(o.recompute, e->recompute_policy_, config, plan_in));

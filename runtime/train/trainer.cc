@@ -12,8 +12,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/model/hf_model_io.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/kernel_registry.h"
 #include "runtime/model/model_flops.h"
 #include "runtime/train/train_state.h"
@@ -241,6 +243,16 @@ std::map<std::string, std::string> started_details(const Run& run) {
     const MachineInfo machine = run.c.gpu.enabled ? probe_machine() : MachineInfo{};
     for (const KernelChoice& k : kernel_registry_for(machine, &run.in.model.config).ops) {
         d["kernel." + k.op] = absl::StrCat(kernel_kind_name(k.kind), ": ", k.implementation);
+    }
+    d["projections"] = "bf16";
+    if (run.c.gpu.enabled && run.c.gpu.fp8_projections) {
+        const auto fp8 = fp8_projection_modules(run.in.model.config, machine.gpu);
+        d["projections"] = fp8.empty()
+                               ? "bf16 (fp8 asked for; no projection qualifies on this GPU)"
+                               : absl::StrCat(
+                                     "fp8 (e4m3 activations and weights, e5m2 gradients, per-row "
+                                     "scales): ",
+                                     absl::StrJoin(fp8, " "));
     }
     return d;
 }

@@ -49,6 +49,17 @@ TEST_CASE("the length: max_steps or num_epochs; warmup: steps or a ratio", "[dae
     CHECK(validate_yaml(data + "hyperparameters: {num_epochs: 1, warmup_steps: 500}\n") == "");
 }
 
+TEST_CASE("precision: bf16 or fp8 projections, fp8 on GPU ranks only", "[daemon][yaml]") {
+    const std::string base = "data: {train_files: [t]}\nhyperparameters: {max_steps: 9}\n";
+    CHECK(validate_yaml(base + "resources: {gpus: 1}\nprecision: {projections: fp8}\n") == "");
+    CHECK(validate_yaml(base + "resources: {gpus: 1}\nprecision: {projections: bf16}\n") == "");
+    CHECK(validate_yaml(base + "resources: {gpus: 1}\nprecision: {projections: fp4}\n") ==
+          "INVALID_CONFIG: precision.projections ('fp4') must be bf16 or fp8");
+    CHECK(validate_yaml(base +
+                        "resources: {gpus: 0, cpu_ranks: 1}\nprecision: {projections: fp8}\n") ==
+          "INVALID_CONFIG: precision.projections (fp8) needs GPU ranks (resources.gpus > 0)");
+}
+
 TEST_CASE("early stopping needs evaluations to watch", "[daemon][yaml]") {
     const std::string steps = "hyperparameters: {max_steps: 100}\n";
     CHECK(validate_yaml(steps +

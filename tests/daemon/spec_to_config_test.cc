@@ -41,6 +41,19 @@ hyperparameters: {max_steps: 7}
     CHECK(c.bad_lines == BadLinePolicy::kFail);
     CHECK(c.overlong == OverlongPolicy::kSplit);
     CHECK(c.tokenizer == "m");  // the model folder's tokenizer
+    CHECK_FALSE(c.gpu.fp8_projections);
+}
+
+TEST_CASE("precision.projections fp8 reaches the GPU ranks' options", "[daemon][yaml]") {
+    const TrainConfig c = config_of(R"(
+model: m
+output_dir: o
+data: {train_files: [a.jsonl]}
+hyperparameters: {max_steps: 7}
+resources: {gpus: 1}
+precision: {projections: fp8}
+)");
+    CHECK(c.gpu.fp8_projections);
 }
 
 TEST_CASE("explicit values, zeros included, map through unchanged", "[daemon][yaml]") {

@@ -132,5 +132,23 @@ TEST_CASE("kernel choice: attention's head_dim check is the fused cores' own", "
 }
 #endif
 
+TEST_CASE("kernel choice: the projections that run in FP8, by GPU and shape", "[registry]") {
+    auto big = load_qwen35_config(testing::source_path("configs/models/qwen3.8-27b.json"));
+    REQUIRE(big.ok());
+    const std::vector<std::string> all = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                          "gate_proj", "up_proj", "down_proj", "in_proj_qkv",
+                                          "in_proj_z", "out_proj"};
+    CHECK(fp8_projection_modules(*big, testing::h200().arch) == all);
+    CHECK(fp8_projection_modules(*big, testing::l40s().arch) == all);  // sm_89 has FP8 GEMMs
+    CHECK(fp8_projection_modules(*big, testing::a100().arch).empty());
+    // tiny-b: the GDN's widths (168 and 120) are not multiples of 16, so those stay bf16.
+    auto tiny =
+        load_qwen35_config(testing::source_path("tests/fixtures/parity/tiny-b/config.json"));
+    REQUIRE(tiny.ok());
+    CHECK(fp8_projection_modules(*tiny, testing::h200().arch) ==
+          std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                   "down_proj"});
+}
+
 }  // namespace
 }  // namespace deltatune

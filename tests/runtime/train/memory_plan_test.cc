@@ -147,6 +147,22 @@ TEST_CASE("a layer's backward phase holds the attention kernels' workspace", "[m
     CHECK(attention_ds_tile_bound(8192, 1, 8192, 24) == size_t{8321} * 24 * 8192);
 }
 
+TEST_CASE("FP8 projections add their quantised operands to the layer phase", "[memory_plan]") {
+    Qwen35Config c = qwen_27b(8);
+    c.vocab_size = 1024;  // the layer phase is the larger one
+    MemoryPlanInput in;
+    in.tokens_per_batch = 8192;
+    const MemoryPlan bf16 = plan_memory(c, in);
+    in.fp8_projections = true;
+    const MemoryPlan fp8 = plan_memory(c, in);
+    // The MLP's activation and gradient (8192 x (5120 + 17408) bytes) and its weight (5120 x
+    // 17408 bytes): 0.26 GiB.
+    CHECK(fp8.peak_bytes - bf16.peak_bytes ==
+          int64_t{8192} * (5120 + 17408) + int64_t{5120} * 17408);
+    CHECK(fp8.describe().find("FP8 operands 0.3 GiB") != std::string::npos);
+    CHECK(bf16.describe().find("FP8") == std::string::npos);
+}
+
 #if DELTATUNE_HAVE_CUDA
 // The plan reserves the kernels' own bound (host code: no GPU needed), which must cover the
 // workspace of every batch the kernels can be given: one long document, all one-token ones, one

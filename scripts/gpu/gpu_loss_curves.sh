@@ -10,7 +10,8 @@
 #   BUNDLE_DIR=.device-build bash scripts/gpu/gpu_loss_curves.sh
 # A device call is limited to 10 minutes: OURS=0 skips our run and PEER_SEEDS (default "0 1")
 # names the peer runs, so the three runs can go in separate calls (the model folder and the plan
-# are the same in every call: same seeds); then compare_curves.py where the CSVs are.
+# are the same in every call: same seeds); then compare_curves.py where the CSVs are. FP8=1 adds
+# our run with FP8 projections (ours_fp8.csv), compared with ours.
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -49,20 +50,27 @@ hyperparameters: {learning_rate: ${LR:-1e-5}, lr_schedule: cosine, warmup_steps:
 resources: {gpus: 1}
 YAML
 "$B/daemon/deltatune" train "$W/job.yaml" --plan-out "$W/plan.jsonl" || exit 1
-if [[ ${OURS:-1} == 1 ]]; then
+# ours NAME JOB: our run of JOB, its STEP_METRICS as NAME.csv.
+ours() {
 t0=$(date +%s)
-"$B/daemon/deltatune" train "$W/job.yaml" > "$W/ours.jsonl" 2> "$W/ours.err" || tail -5 "$W/ours.err"
-echo "ours: $(( $(date +%s) - t0 )) s"
-python3 - "$W" <<'PY'
+"$B/daemon/deltatune" train "$2" > "$W/$1.jsonl" 2> "$W/$1.err" || tail -5 "$W/$1.err"
+echo "$1: $(( $(date +%s) - t0 )) s"
+python3 - "$W" "$1" <<'PY'
 import csv, json, sys
-w = sys.argv[1]
-with open(f"{w}/ours.csv", "w", newline="") as f:
+w, name = sys.argv[1], sys.argv[2]
+with open(f"{w}/{name}.csv", "w", newline="") as f:
     out = csv.writer(f); out.writerow(["step", "loss", "grad_norm", "lr"])
-    for line in open(f"{w}/ours.jsonl"):
+    for line in open(f"{w}/{name}.jsonl"):
         j = json.loads(line)
         if j.get("event") == "STEP_METRICS":
             out.writerow([int(j["step"]), j["loss"], j["grad_norm"], j["lr"]])
 PY
+}
+if [[ ${OURS:-1} == 1 ]]; then ours ours "$W/job.yaml"; fi
+if [[ ${FP8:-0} == 1 ]]; then
+  { cat "$W/job.yaml"; echo "precision: {projections: fp8}"; } > "$W/job_fp8.yaml"
+  sed -i "s|output_dir: $W/out|output_dir: $W/out_fp8|" "$W/job_fp8.yaml"
+  ours ours_fp8 "$W/job_fp8.yaml"
 fi
 for seed in ${PEER_SEEDS:-0 1}; do
   t0=$(date +%s)
@@ -72,5 +80,7 @@ for seed in ${PEER_SEEDS:-0 1}; do
   echo "peer seed $seed: $(( $(date +%s) - t0 )) s"
 done
 if [[ -f $W/ours.csv && -f $W/peer0.csv && -f $W/peer1.csv ]]; then
-  python3 scripts/tools/compare_curves.py "$W/ours.csv" "$W/peer0.csv" "$W/peer1.csv" --png "$W/curves.png"
+  fp8=(); [[ -f $W/ours_fp8.csv ]] && fp8=(--fp8 "$W/ours_fp8.csv")
+  python3 scripts/tools/compare_curves.py "$W/ours.csv" "$W/peer0.csv" "$W/peer1.csv" "${fp8[@]}" \
+    --png "$W/curves.png"
 fi

@@ -8,8 +8,9 @@
 # (semicolon-separated environment settings, e.g. "X=0;X=32") replaces A and B: each round runs
 # every variant with the bundle's binary; BINS (space-separated binaries, e.g. the
 # daemon/deltatune_v_<ref> builds of bench_variants.sh) replaces them too, each row labelled by
-# the binary's <ref>. BENCH_ARGS adds bench flags (e.g. "--layers 4" on an 80 GB card). Over the
-# bundle of gpu_bundle.sh:
+# the binary's <ref>; FLAG_VARIANTS (semicolon-separated bench flag sets, e.g. "--projections
+# bf16;--projections fp8") makes each set a variant of the bundle's binary. BENCH_ARGS adds
+# bench flags (e.g. "--layers 4" on an 80 GB card). Over the bundle of gpu_bundle.sh:
 #   B_BIN=.device-build/daemon/deltatune_base BUNDLE_DIR=.device-build bash scripts/gpu/gpu_step_ab.sh
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
@@ -34,21 +35,24 @@ PY
 }
 echo "run        tok/s    step_ms  enqueue  profiled  busy     queries gemm_ms calls  peakGiB  gemm  optim    gdn   loss   attn  other memops   idle"
 if [[ -n ${BINS:-} ]]; then read -ra variants <<< "$BINS"
-elif [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"; else variants=(A B); fi
+elif [[ -n ${VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$VARIANTS"
+elif [[ -n ${FLAG_VARIANTS:-} ]]; then IFS=';' read -ra variants <<< "$FLAG_VARIANTS"; else variants=(A B); fi
 for r in $(seq 1 ${ROUNDS:-3}); do
   for i in "${!variants[@]}"; do
     v=${variants[$i]}
-    bin=$B/daemon/deltatune
+    bin=$B/daemon/deltatune; flags=()
     if [[ -n ${BINS:-} ]]; then envs=(); bin=$v; label=$(basename "$v"); label=${label#deltatune_v_}
     elif [[ -n ${VARIANTS:-} ]]; then envs=($v); label=V$i
+    elif [[ -n ${FLAG_VARIANTS:-} ]]; then envs=(); flags=($v); label=F$i
     elif [[ $v == A ]]; then envs=(); label=A
     else envs=(${AB_ENV:-}); label=B; bin=${B_BIN:-$bin}; fi
     timeout -k 5 "${RUN_TIMEOUT:-300}" env "${envs[@]}" "$bin" bench --config $CFG --steps ${STEPS:-10} --warmup 2 \
-      --recompute ${RECOMPUTE:-auto} ${BENCH_ARGS:-} > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
+      --recompute ${RECOMPUTE:-auto} ${BENCH_ARGS:-} "${flags[@]}" > "$O/ab_$label$r.json" 2> "$O/ab_$label$r.err" || tail -3 "$O/ab_$label$r.err"
     [[ -s $O/ab_$label$r.err ]] || rm -f "$O/ab_$label$r.err"  # the device returns few files
     row "$label$r" "$O/ab_$label$r.json"
   done
 done
 if [[ -n ${BINS:-} ]]; then echo "binaries: $BINS"
 elif [[ -n ${VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "V$i: ${variants[$i]}"; done
+elif [[ -n ${FLAG_VARIANTS:-} ]]; then for i in "${!variants[@]}"; do echo "F$i: ${variants[$i]}"; done
 else echo "A: $B/daemon/deltatune (this bundle); B: ${B_BIN:-$B/daemon/deltatune} ${AB_ENV:-}"; fi

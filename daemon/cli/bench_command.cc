@@ -290,7 +290,7 @@ void declare_bench_flags(CLI::App& app, BenchFlags& f) {
                    {"all", "chat"});
     daemon::one_of(app.add_option("--projections", f.projections,
                                   "the linear projections' GEMMs: bf16, or fp8 (e4m3 activations "
-                                  "and weights, e5m2 gradients, per-row scales; sm_89 and later)"),
+                                  "and weights, e5m2 gradients, per-row scales; Hopper)"),
                    {"bf16", "fp8"});
     count("--layers", f.layers, "that many layers, in the config's pattern (0: the config's)");
     app.add_option("--lr", f.lr, "learning rate, constant")

@@ -38,10 +38,10 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
         in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
     in.fp8_projections = spec.precision().projections() == "fp8";
-    if (in.fp8_projections && machine.gpu.sm_version != 0 && machine.gpu.sm_version < 89) {
+    if (in.fp8_projections && machine.gpu.sm_version != 0 && machine.gpu.sm_version != 90) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "INVALID_CONFIG: precision.projections: fp8 needs FP8 GEMMs (sm_89 or later); this "
-            "machine's GPU is sm_",
+            "INVALID_CONFIG: precision.projections: fp8 needs a Hopper GPU (sm_90: per-row FP8 "
+            "scales); this machine's GPU is sm_",
             machine.gpu.sm_version));
     }
     DT_RETURN_IF_ERROR(check_fits(*config, in, gpu_memory_bytes));

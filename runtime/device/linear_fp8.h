@@ -14,8 +14,9 @@
 
 namespace deltatune {
 
-// in and out multiples of 16 (cuBLASLt's FP8 GEMMs on Hopper), and a GPU whose GEMMs take FP8
-// (sm_89 and later). Plain host logic: the kernel report asks it too.
+// in and out multiples of 16, on Hopper (sm_90): cuBLASLt scales FP8 operands per row (its
+// outer-vector mode) there only; Ada takes per-tensor scales alone and Blackwell block scales
+// (MXFP8), neither built yet. Plain host logic: the kernel report asks it too.
 bool fp8_linear_supported(int sm_version, int64_t in, int64_t out);
 inline bool fp8_linear_supported(const DeviceContext& dev, int64_t in, int64_t out) {
     return fp8_linear_supported(dev.gpu().sm_version, in, out);

@@ -77,9 +77,9 @@ ImplChoice choose_gdn_core(const KernelTarget& t);
 const std::vector<std::string>& gdn_core_ops();
 
 // Under FP8 projections (Qwen35GpuModel::set_fp8_projections): the projections, by Hugging Face
-// module name, whose GEMMs run in FP8 on `gpu` (runtime/device/linear_fp8.h: sm_89 and later,
-// both widths multiples of 16; the GDN gate inputs in_proj_a and in_proj_b never). Empty where
-// the GPU has no FP8 GEMMs.
+// module name, whose GEMMs run in FP8 on `gpu` (runtime/device/linear_fp8.h: Hopper, both
+// widths multiples of 16; the GDN gate inputs in_proj_a and in_proj_b never). Empty on other
+// GPUs.
 std::vector<std::string> fp8_projection_modules(const Qwen35Config& c, const GpuArch& gpu);
 
 // Every op of a training step in the report's order, chosen for the GPU t.gpu (sm_version not 0).

@@ -1,14 +1,18 @@
 // deltatune kernels: prints, per op of the training step, the implementation this machine will
-// use and why; with a model config the shape checks apply too. --strict exits 1 when an op (not
-// allowed) would run on anything but its fused kernel, printing why.
+// use and why; with a model config the shape checks apply too, and the projections FP8 would
+// cover are listed. --strict exits 1 when an op (not allowed) would run on anything but its fused
+// kernel, printing why.
 #include <cstdio>
 #include <memory>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/cli/commands.h"
 #include "daemon/cli/job_client.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/kernel_registry.h"
 
 namespace deltatune::cli {
@@ -20,6 +24,14 @@ struct KernelsFlags {
     bool strict = false;
 };
 
+// Which projections `precision: {projections: fp8}` would run in FP8 here.
+std::string fp8_line(const Qwen35Config& config, const MachineInfo& machine) {
+    const std::vector<std::string> fp8 = fp8_projection_modules(config, machine.gpu);
+    if (fp8.empty()) return "fp8 projections: none here (Hopper GPUs only)\n";
+    return absl::StrCat("fp8 projections (precision.projections: fp8): ", absl::StrJoin(fp8, " "),
+                        "\n");
+}
+
 absl::StatusOr<std::string> run_kernels(const KernelsFlags& f, bool& strict_ok) {
     std::optional<Qwen35Config> config;
     std::string path = f.config;
@@ -27,8 +39,10 @@ absl::StatusOr<std::string> run_kernels(const KernelsFlags& f, bool& strict_ok) 
     if (!path.empty()) {
         DT_ASSIGN_OR_RETURN(config, load_qwen35_config(path));
     }
-    const KernelRegistry reg = kernel_registry_for(probe_machine(), config ? &*config : nullptr);
+    const MachineInfo machine = probe_machine();
+    const KernelRegistry reg = kernel_registry_for(machine, config ? &*config : nullptr);
     std::string out = format_registry(reg);
+    if (config) out += fp8_line(*config, machine);
     strict_ok = true;
     if (f.strict) {
         std::vector<std::string> allow;

@@ -78,6 +78,22 @@ TEST_CASE("bad command lines fail with one clear line and the exit status of the
     CHECK(out == "deltatune train: /nonexistent.yaml: cannot open\n");
 }
 
+TEST_CASE("kernels lists the ops and the projections FP8 would cover", "[cli]") {
+    std::string out;
+    REQUIRE(run("kernels --config " + testing::source_path("configs/models/qwen3.8-27b.json"),
+                out) == 0);
+    INFO(out);
+    CHECK(out.find("linear") != std::string::npos);
+    // This machine's answer: every large projection on a Hopper GPU, none elsewhere.
+    const bool listed =
+        out.find(
+            "fp8 projections (precision.projections: fp8): q_proj k_proj v_proj o_proj "
+            "gate_proj up_proj down_proj in_proj_qkv in_proj_z out_proj\n") != std::string::npos;
+    const bool none =
+        out.find("fp8 projections: none here (Hopper GPUs only)\n") != std::string::npos;
+    CHECK(listed != none);
+}
+
 std::string tokenizer_fixtures() {
     return testing::tree_dir("DELTATUNE_BINARY_DIR", DT_BINARY_DIR) + "/fixtures/tokenizer";
 }

@@ -11,6 +11,9 @@
 # AUTO_ONLY=1 runs only the rows without checkpointing (the peer's best and our automatic policy:
 # about half the device time). WORKLOAD=chat feeds both the chat workload: the first 30% of each
 # document unlabeled (`deltatune bench --workload chat`; the peer's packed labels masked alike).
+# FP8=1 adds the FP8 rows: ours with `--projections fp8` (auto) and the peer under torchao's
+# float8 training, rowwise (scripts/peer/float8_peer.py; torchao unzipped into .carry/ beside
+# fla; PEER_FP8_ARGS, e.g. --compile-layers, go to it).
 set -uo pipefail
 B=${BUNDLE_DIR:-.device-build}
 # shellcheck source=scripts/lib/gpu_bundle.sh
@@ -26,6 +29,7 @@ field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().str
 # wrong results; the image has Triton 3.6). The peer is timed with that guard lifted, so its
 # backward's numbers are suspect but its speed is what it would be.
 P=/tmp/peer; rm -rf $P; mkdir -p $P/bench; cp -r .carry $P/.carry; cp .peer/bench_peer.py $P/bench/
+cp scripts/peer/float8_peer.py $P/bench/
 sed -i 's/if g is not None and IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:/if False:/' \
   $P/.carry/fla/ops/common/chunk_o.py
 DT_WORKLOAD=()
@@ -35,9 +39,9 @@ if [[ ${WORKLOAD:-all} == chat ]]; then  # the same share unlabeled, by the same
     $P/bench/bench_peer.py
   DT_WORKLOAD=(--workload chat)
 fi
-peer() {  # NAME [flags...]
+peer() {  # NAME [flags...] (PEER_SCRIPT: another script beside bench_peer.py)
   local name=$1; shift
-  timeout ${PEER_TIMEOUT:-200} python3 $P/bench/bench_peer.py --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
+  timeout ${PEER_TIMEOUT:-200} python3 $P/bench/${PEER_SCRIPT:-bench_peer.py} --layers 8 --packed --fla --steps 6 "$@" > "$O/$name.log" 2>&1
   grep '^RESULT' "$O/$name.log" | tail -1 > "$O/$name.json" || tail -5 "$O/$name.log"
 }
 # The peer at its best (FLA kernels, 1D packing, fused AdamW; every timed shape warmed first):
@@ -45,20 +49,24 @@ peer() {  # NAME [flags...]
 peer peer_ckpt0 --fused-adam --ckpt 0 ${PEER_PROFILE:+--profile} --tag fla-packed-fused-ckpt0
 [[ ${AUTO_ONLY:-0} == 1 ]] || peer peer_ckpt1 --fused-adam --ckpt 1 --tag fla-packed-fused-ckpt1
 [[ ${PEER_CU:-0} == 1 ]] && peer peer_cu --fused-adam --ckpt 0 --cu --tag fla-packed-cu  # documents kept apart
+[[ ${FP8:-0} == 1 ]] && PEER_SCRIPT=float8_peer.py peer peer_fp8 --float8 rowwise ${PEER_FP8_ARGS:-} \
+  --fused-adam --ckpt 0 --tag fla-packed-fused-ckpt0-float8-rowwise
 [[ ${AUTO_ONLY:-0} == 1 ]] ||
   "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute layer "${DT_WORKLOAD[@]}" > "$O/dt_layer.json" 2> "$O/dt_layer.err" || tail -5 "$O/dt_layer.err"
 "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto "${DT_WORKLOAD[@]}" > "$O/dt_auto.json" 2> "$O/dt_auto.err" || tail -5 "$O/dt_auto.err"
+[[ ${FP8:-0} == 1 ]] &&
+  { "$B/daemon/deltatune" bench --config $CFG --steps 10 --warmup 2 --recompute auto --projections fp8 "${DT_WORKLOAD[@]}" > "$O/dt_auto_fp8.json" 2> "$O/dt_auto_fp8.err" || tail -5 "$O/dt_auto_fp8.err"; }
 printf '%-12s %-10s %-8s %-9s %s\n' run real_tok/s mfu peak_GiB kernels/step
-for f in peer_ckpt0 peer_ckpt1 peer_cu; do
+for f in peer_ckpt0 peer_ckpt1 peer_cu peer_fp8; do
   [[ -s $O/$f.json ]] || continue
   printf '%-12s %-10s %-8s %-9s %s\n' $f "$(field $O/$f.json real_tok_s)" - "$(field $O/$f.json peak_gib)" "$(field $O/$f.json gpu_kernels)"
 done
-for f in dt_layer dt_auto; do
+for f in dt_layer dt_auto dt_auto_fp8; do
   [[ -s $O/$f.json ]] || continue
   printf '%-12s %-10.0f %-8.3f %-9.2f %s\n' $f "$(field $O/$f.json tokens_per_s)" "$(field $O/$f.json mfu)" \
     "$(field $O/$f.json device_used_gib_cudaMemGetInfo)" "$(field $O/$f.json kernel_launches_per_step) / $(field $O/$f.json kernel_launches_per_layer) per layer"
 done
-for f in dt_layer dt_auto; do
+for f in dt_layer dt_auto dt_auto_fp8; do
   [[ -s $O/$f.json ]] || continue
   echo "$f: step $(field $O/$f.json step_ms) ms, profiled $(field $O/$f.json profiled_step_ms) ms, by part $(field $O/$f.json step_breakdown_ms_profiled_step)"
 done

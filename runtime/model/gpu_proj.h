@@ -1,5 +1,6 @@
-// The projections of the GPU blocks (y = x W^T, bias-free) through cuBLASLt, with the LoRA branch
-// y += scale (x A^T) B^T where the parameter carries an adapter (gpu_lora.h), and no weight
+// The projections of the GPU blocks (y = x W^T, bias-free) through cuBLASLt, in FP8 where
+// GpuParam::fp8 and the shape allow (runtime/device/linear_fp8.h), with the LoRA branch
+// y += scale (x A^T) B^T (bf16) where the parameter carries an adapter (gpu_lora.h), and no weight
 // gradient where the base is frozen (GpuParam::grad null). Rows are the batch's tokens.
 #pragma once
 

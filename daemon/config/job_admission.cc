@@ -12,6 +12,7 @@
 #include "daemon/config/job_yaml.h"
 #include "daemon/config/spec_to_config.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/device/linear_fp8.h"
 #include "runtime/model/lora.h"
 #include "runtime/train/memory_plan.h"
 
@@ -38,7 +39,8 @@ absl::Status check_job_memory(const v1::JobSpec& spec, int64_t gpu_memory_bytes,
         in.adapter_parameters = count_lora_parameters(*config, lora_spec_from(spec.adapter()));
     }
     in.fp8_projections = spec.precision().projections() == "fp8";
-    if (in.fp8_projections && machine.gpu.sm_version != 0 && machine.gpu.sm_version != 90) {
+    if (in.fp8_projections && machine.gpu.sm_version != 0 &&
+        !fp8_gpu_supported(machine.gpu.sm_version)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "INVALID_CONFIG: precision.projections: fp8 needs a Hopper GPU (sm_90: per-row FP8 "
             "scales); this machine's GPU is sm_",

@@ -22,17 +22,6 @@ __device__ __forceinline__ __nv_fp8_interpretation_t kind(Fp8Format f) {
     return f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
-// fp8_dequant_factor's arithmetic (kernels/tensor/fp8_ref.cc), on the device.
-__device__ __forceinline__ float dequant_factor(float amax, Fp8Format f) {
-    if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-    int exp2 = 0;
-    const float m = frexpf(amax, &exp2);
-    const int top = f == Fp8Format::kE4M3 ? 8 : 15;
-    int e = top - (exp2 - 1) - (2.0f * m > 1.75f ? 1 : 0);
-    e = max(-126, min(126, e));
-    return ldexpf(1.0f, -e);
-}
-
 __device__ __forceinline__ uint8_t encode(float x, Fp8Format f) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, kind(f)));
 }
@@ -64,7 +53,7 @@ __global__ void quantize_rows_kernel(uint8_t* out, float* dequant, const __nv_bf
             amax = fmaxf(amax, fabsf(__bfloat162float(row[c])));
         }
     }
-    const float d = dequant_factor(cuda::block_max(amax, partial), f);
+    const float d = fp8_dequant_factor(cuda::block_max(amax, partial), f);
     const float scale = 1.0f / d;  // a power of two: exact
     if (threadIdx.x == 0) dequant[r] = d;
     if (vectorized) {
@@ -115,7 +104,7 @@ __global__ void quantize_transposed_kernel(uint8_t* out, float* dequant, const u
     const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
     if (threadIdx.x < kTile) {
         const int64_t c = c0 + threadIdx.x;
-        const float d = c < cols ? dequant_factor(__uint_as_float(amax_bits[c]), f) : 1.0f;
+        const float d = c < cols ? fp8_dequant_factor(__uint_as_float(amax_bits[c]), f) : 1.0f;
         scale[threadIdx.x] = 1.0f / d;
         if (blockIdx.y == 0 && c < cols) dequant[c] = d;
     }

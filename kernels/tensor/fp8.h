@@ -14,6 +14,9 @@
 //   dW = dy^T x.
 #pragma once
 
+#include <math.h>  // frexpf, ldexpf: the same functions in host and device code
+
+#include <cfloat>
 #include <cstdint>
 
 #if DELTATUNE_HAVE_CUDA
@@ -28,8 +31,21 @@ enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
 // The largest finite magnitude: 448 (e4m3), 57344 (e5m2).
 double fp8_max(Fp8Format f);
 // The factor d = 2^-e for a row whose largest magnitude is amax: the largest e with
-// amax * 2^e <= fp8_max(f), e within [-126, 126]; 1 for amax 0.
-float fp8_dequant_factor(float amax, Fp8Format f);
+// amax * 2^e <= fp8_max(f), e within [-126, 126]; 1 for amax 0 (or not finite). One definition
+// for the reference and the kernels, which must choose the same factors.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline float
+    fp8_dequant_factor(float amax, Fp8Format f) {
+    if (!(amax > 0.0f && amax <= FLT_MAX)) return 1.0f;
+    int exp2 = 0;
+    const float m = frexpf(amax, &exp2);             // amax = (2m) 2^(exp2 - 1), 2m in [1, 2)
+    const int top = f == Fp8Format::kE4M3 ? 8 : 15;  // fp8_max = 1.75 * 2^top
+    int e = top - (exp2 - 1) - (2.0f * m > 1.75f ? 1 : 0);
+    e = e < -126 ? -126 : (e > 126 ? 126 : e);
+    return ldexpf(1.0f, -e);
+}
 
 // CPU references, exact by construction (fp64): the nearest FP8 value to x (ties to the even
 // code, magnitudes past the largest finite saturate to it, NaN stays NaN), and a code's value.

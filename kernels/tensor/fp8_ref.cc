@@ -42,24 +42,10 @@ const std::vector<double>& magnitudes(Fp8Format f) {
     return f == Fp8Format::kE4M3 ? e4m3 : e5m2;
 }
 
-// The exponent of the top binade's largest value: fp8_max = 1.75 * 2^top.
-int top_exponent(Fp8Format f) {
-    return f == Fp8Format::kE4M3 ? 8 : 15;
-}
-
 }  // namespace
 
 double fp8_max(Fp8Format f) {
     return magnitude(layout_of(f).max_code, layout_of(f));
-}
-
-float fp8_dequant_factor(float amax, Fp8Format f) {
-    if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
-    int exp2 = 0;
-    const float m = std::frexp(amax, &exp2);  // amax = (2m) 2^(exp2 - 1), 2m in [1, 2)
-    int e = top_exponent(f) - (exp2 - 1) - (2.0f * m > 1.75f ? 1 : 0);
-    e = std::clamp(e, -126, 126);
-    return std::ldexp(1.0f, -e);
 }
 
 uint8_t fp8_encode_ref(double x, Fp8Format f) {

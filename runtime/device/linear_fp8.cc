@@ -11,7 +11,7 @@
 namespace deltatune {
 
 bool fp8_linear_supported(int sm_version, int64_t in, int64_t out) {
-    return sm_version == 90 && in > 0 && out > 0 && in % 16 == 0 && out % 16 == 0;
+    return fp8_gpu_supported(sm_version) && in > 0 && out > 0 && in % 16 == 0 && out % 16 == 0;
 }
 
 #if DELTATUNE_HAVE_CUDA

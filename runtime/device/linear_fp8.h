@@ -14,9 +14,13 @@
 
 namespace deltatune {
 
-// in and out multiples of 16, on Hopper (sm_90): cuBLASLt scales FP8 operands per row (its
-// outer-vector mode) there only; Ada takes per-tensor scales alone and Blackwell block scales
-// (MXFP8), neither built yet. Plain host logic: the kernel report asks it too.
+// A GPU whose cuBLASLt scales FP8 operands per row (its outer-vector mode): Hopper (sm_90)
+// alone; Ada takes per-tensor scales only and Blackwell block scales (MXFP8), neither built yet.
+// Plain host logic: admission, the kernel report and the tests ask it too.
+inline bool fp8_gpu_supported(int sm_version) {
+    return sm_version == 90;
+}
+// On such a GPU, in and out multiples of 16.
 bool fp8_linear_supported(int sm_version, int64_t in, int64_t out);
 inline bool fp8_linear_supported(const DeviceContext& dev, int64_t in, int64_t out) {
     return fp8_linear_supported(dev.gpu().sm_version, in, out);

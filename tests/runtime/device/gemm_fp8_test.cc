@@ -12,6 +12,7 @@
 
 #include "kernels/tensor/fp8.h"
 #include "runtime/device/gemm.h"
+#include "runtime/device/linear_fp8.h"
 #include "tests/kernels/common/cuda_test_util.h"
 
 namespace deltatune {
@@ -133,9 +134,10 @@ void check_fp8_gemm(Gemm& g, const Fp8Operand& a, const Fp8Operand& b,
 TEST_CASE("cuBLASLt FP8 GEMMs: the linear forms against fp64, per-row and per-tensor scales",
           "[runtime][cuda]") {
     if (!have_gpu()) return;
-    int major = 0;
+    int major = 0, minor = 0;
     REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
-    if (major != 9) {
+    REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
+    if (!fp8_gpu_supported(10 * major + minor)) {
         WARN("skipped: per-row FP8 scales are cuBLASLt's on Hopper only");
         return;
     }

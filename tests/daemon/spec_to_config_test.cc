@@ -44,18 +44,6 @@ hyperparameters: {max_steps: 7}
     CHECK_FALSE(c.gpu.fp8_projections);
 }
 
-TEST_CASE("precision.projections fp8 reaches the GPU ranks' options", "[daemon][yaml]") {
-    const TrainConfig c = config_of(R"(
-model: m
-output_dir: o
-data: {train_files: [a.jsonl]}
-hyperparameters: {max_steps: 7}
-resources: {gpus: 1}
-precision: {projections: fp8}
-)");
-    CHECK(c.gpu.fp8_projections);
-}
-
 TEST_CASE("explicit values, zeros included, map through unchanged", "[daemon][yaml]") {
     const TrainConfig c = config_of(R"(
 model: m
@@ -76,6 +64,7 @@ eval_every_n_steps: 2
 seed: 11
 resume_from: ckpt/step-4
 adapter: {type: lora, rank: 8, alpha: 4, target_modules: [q_proj, down_proj], use_rslora: true}
+precision: {projections: fp8}
 )");
     CHECK(c.lr.peak == Approx(2e-5));
     CHECK(c.lr.kind == LrScheduleKind::kConstant);
@@ -99,6 +88,7 @@ adapter: {type: lora, rank: 8, alpha: 4, target_modules: [q_proj, down_proj], us
     CHECK(c.lora->rank == 8);
     CHECK(c.lora->scale() == Approx(4 / std::sqrt(8.0)));
     CHECK(c.lora->targets == std::vector<Proj>{Proj::kQ, Proj::kDown});
+    CHECK(c.gpu.fp8_projections);  // reaches the GPU ranks' options
 }
 
 }  // namespace
